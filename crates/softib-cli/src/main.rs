@@ -1,0 +1,2 @@
+//! The `softib` command.
+fn main() {}

@@ -1,0 +1,2 @@
+//! softib-fabric. See `shared/design/ARCHITECTURE.md` for this crate's job.
+#![forbid(unsafe_code)]

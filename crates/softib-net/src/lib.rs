@@ -1,0 +1,1 @@
+//! softib-net. See `shared/design/ARCHITECTURE.md` for this crate's job.
