@@ -1,2 +1,16 @@
-//! softib-fabric. See `shared/design/ARCHITECTURE.md` for this crate's job.
+//! softib-fabric: a deterministic discrete-event simulator of a native InfiniBand fabric.
+//!
+//! Simulated HCAs drive the real transport engine; links, switches, link-level credit flow
+//! control, VL arbitration and port counters follow the InfiniBand Architecture
+//! Specification vol. 1 (chapter 7, link layer). See `docs/design/fabric.md` for the model.
+//!
+//! Determinism: time is simulated ([`time::Picos`]), events run in (time, insertion order)
+//! ([`event::EventQueue`]), and every random stream is derived from the scenario seed
+//! ([`rng::SeedTree`]). Nothing here reads a clock.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod event;
+pub mod packet;
+pub mod rng;
+pub mod time;
