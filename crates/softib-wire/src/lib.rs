@@ -18,3 +18,35 @@
 pub mod error;
 
 pub use error::{Error, Result};
+mod bytes;
+
+// Transport layer: BTH and up (IBA vol. 1, chapter 9).
+pub mod aeth;
+pub mod atomic_ack_eth;
+pub mod atomic_eth;
+pub mod bth;
+pub mod cnp;
+pub mod deth;
+pub mod ieth;
+pub mod immdt;
+pub mod opcode;
+pub mod packet;
+pub mod psn;
+pub mod rdeth;
+pub mod reth;
+pub mod xrceth;
+
+pub use aeth::{AethPacket, AethRepr, CreditCode, NakCode, RnrTimer, Syndrome, AETH_LEN};
+pub use atomic_ack_eth::{AtomicAckEthPacket, AtomicAckEthRepr, ATOMIC_ACK_ETH_LEN};
+pub use atomic_eth::{AtomicEthPacket, AtomicEthRepr, ATOMIC_ETH_LEN};
+pub use bth::{BthPacket, BthRepr, BTH_LEN};
+pub use cnp::{CnpPacket, CnpRepr, CNP_BODY_LEN};
+pub use deth::{DethPacket, DethRepr, DETH_LEN};
+pub use ieth::{Ieth, IethPacket, IETH_LEN};
+pub use immdt::{ImmDt, ImmDtPacket, IMMDT_LEN};
+pub use opcode::{Opcode, Operation, Service};
+pub use packet::{pad_for, PacketRepr};
+pub use psn::{Psn, PSN_MASK};
+pub use rdeth::{RdethPacket, RdethRepr, RDETH_LEN};
+pub use reth::{RethPacket, RethRepr, RETH_LEN};
+pub use xrceth::{XrcethPacket, XrcethRepr, XRCETH_LEN};
