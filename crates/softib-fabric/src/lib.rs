@@ -10,7 +10,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod credits;
 pub mod event;
+pub mod link;
 pub mod packet;
+pub mod qos;
 pub mod rng;
 pub mod time;
+pub mod vlarb;
