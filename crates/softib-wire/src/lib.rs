@@ -17,6 +17,17 @@
 
 pub mod error;
 
+// Link and network layer (LRH, GRH, Ethernet/IP/UDP, CRCs, encapsulation, pcap).
+pub mod ethernet;
+pub mod grh;
+pub mod icrc;
+pub mod ipv4;
+pub mod ipv6;
+pub mod lrh;
+pub mod roce;
+pub mod udp;
+pub mod vcrc;
+
 pub use error::{Error, Result};
 mod bytes;
 
