@@ -279,3 +279,144 @@ impl AethRepr {
         Ok(AETH_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use proptest::prelude::*;
+
+    /// The AETH of the first Acknowledge in testdata/captures/rxe-write_bw.pcap: ACK with
+    /// credit code 31 (rxe does not count credits), MSN 1.
+    const RXE_ACK: [u8; 4] = [0x1F, 0x00, 0x00, 0x01];
+
+    #[test]
+    fn parses_known_bytes() {
+        assert_eq!(
+            AethRepr::parse(&RXE_ACK),
+            Ok(AethRepr {
+                syndrome: Syndrome::Ack {
+                    credit: CreditCode::UNLIMITED
+                },
+                msn: 1
+            })
+        );
+        assert_eq!(
+            AethRepr::parse(&[0x60, 0xAB, 0xCD, 0xEF]),
+            Ok(AethRepr {
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                msn: 0xAB_CDEF
+            })
+        );
+        assert_eq!(
+            AethRepr::parse(&[0x2E, 0, 0, 7]),
+            Ok(AethRepr {
+                syndrome: Syndrome::RnrNak {
+                    timer: RnrTimer(14)
+                },
+                msn: 7
+            })
+        );
+    }
+
+    #[test]
+    fn emits_known_bytes() {
+        let repr = AethRepr {
+            syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+            msn: 0x01_0203,
+        };
+        let mut buf = [0xFFu8; 4];
+        assert_eq!(repr.emit(&mut buf), Ok(AETH_LEN));
+        assert_eq!(buf, [0x62, 0x01, 0x02, 0x03]);
+        let ack = AethRepr {
+            syndrome: Syndrome::Ack {
+                credit: CreditCode::UNLIMITED,
+            },
+            msn: 1,
+        };
+        ack.emit(&mut buf).unwrap();
+        assert_eq!(buf, RXE_ACK);
+    }
+
+    #[test]
+    fn syndrome_kinds_decode_per_the_top_three_bits() {
+        assert_eq!(
+            Syndrome::from_u8(0x05),
+            Syndrome::Ack {
+                credit: CreditCode(5)
+            }
+        );
+        assert_eq!(
+            Syndrome::from_u8(0x61),
+            Syndrome::Nak(NakCode::InvalidRequest)
+        );
+        assert_eq!(
+            Syndrome::from_u8(0x63),
+            Syndrome::Nak(NakCode::RemoteOperationalError)
+        );
+        assert_eq!(
+            Syndrome::from_u8(0x64),
+            Syndrome::Nak(NakCode::InvalidRdRequest)
+        );
+        assert_eq!(Syndrome::from_u8(0x65), Syndrome::Nak(NakCode::Reserved(5)));
+        assert_eq!(Syndrome::from_u8(0x40), Syndrome::Reserved(0x40));
+        assert_eq!(Syndrome::from_u8(0x9F), Syndrome::Reserved(0x9F));
+        for b in 0..=255u8 {
+            assert_eq!(Syndrome::from_u8(b).to_u8(), b);
+        }
+    }
+
+    #[test]
+    fn credit_codes_follow_the_table() {
+        assert_eq!(CreditCode(0).wqes(), Some(0));
+        assert_eq!(CreditCode(5).wqes(), Some(6));
+        assert_eq!(CreditCode(30).wqes(), Some(32768));
+        assert_eq!(CreditCode::UNLIMITED.wqes(), None);
+        assert_eq!(CreditCode::for_wqes(0), CreditCode(0));
+        assert_eq!(CreditCode::for_wqes(7), CreditCode(5));
+        assert_eq!(CreditCode::for_wqes(8), CreditCode(6));
+        assert_eq!(CreditCode::for_wqes(u32::MAX), CreditCode(30));
+        for code in 0..31u8 {
+            let n = CreditCode(code).wqes().unwrap();
+            assert_eq!(CreditCode::for_wqes(n), CreditCode(code));
+        }
+    }
+
+    #[test]
+    fn rnr_timer_codes_follow_the_table() {
+        assert_eq!(RnrTimer(0).micros(), 655_360);
+        assert_eq!(RnrTimer(1).micros(), 10);
+        assert_eq!(RnrTimer(14).micros(), 1280);
+        assert_eq!(RnrTimer(31).micros(), 491_520);
+        assert_eq!(RnrTimer(12).nanos(), 640_000);
+        assert_eq!(RnrTimer::at_least_micros(0), RnrTimer(1));
+        assert_eq!(RnrTimer::at_least_micros(1000), RnrTimer(14));
+        assert_eq!(RnrTimer::at_least_micros(500_000), RnrTimer(0));
+        assert_eq!(RnrTimer::at_least_micros(700_000), RnrTimer(0));
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..AETH_LEN {
+            assert!(matches!(
+                AethRepr::parse(&RXE_ACK[..n]),
+                Err(Error::Truncated { header: "AETH", .. })
+            ));
+        }
+        let repr = AethRepr::parse(&RXE_ACK).unwrap();
+        assert!(matches!(
+            repr.emit(&mut [0u8; 3]),
+            Err(Error::BufferTooSmall { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_is_identity(syndrome: u8, msn in 0u32..1 << 24) {
+            let repr = AethRepr { syndrome: Syndrome::from_u8(syndrome), msn };
+            let mut buf = [0u8; AETH_LEN];
+            prop_assert_eq!(repr.emit(&mut buf), Ok(repr.buffer_len()));
+            prop_assert_eq!(AethRepr::parse(&buf), Ok(repr));
+        }
+    }
+}

@@ -82,3 +82,55 @@ impl AtomicAckEthRepr {
         Ok(ATOMIC_ACK_ETH_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use proptest::prelude::*;
+
+    const BYTES: [u8; 8] = [0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF];
+    const REPR: AtomicAckEthRepr = AtomicAckEthRepr {
+        orig_remote_data: 0x0123_4567_89AB_CDEF,
+    };
+
+    #[test]
+    fn parses_known_bytes() {
+        assert_eq!(AtomicAckEthRepr::parse(&BYTES), Ok(REPR));
+    }
+
+    #[test]
+    fn emits_known_bytes() {
+        let mut buf = [0u8; 8];
+        assert_eq!(REPR.emit(&mut buf), Ok(ATOMIC_ACK_ETH_LEN));
+        assert_eq!(buf, BYTES);
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..ATOMIC_ACK_ETH_LEN {
+            assert!(matches!(
+                AtomicAckEthRepr::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: "AtomicAckETH",
+                    ..
+                })
+            ));
+            let mut buf = vec![0u8; n];
+            assert!(matches!(
+                REPR.emit(&mut buf),
+                Err(Error::BufferTooSmall { .. })
+            ));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_is_identity(orig_remote_data: u64) {
+            let repr = AtomicAckEthRepr { orig_remote_data };
+            let mut buf = [0u8; ATOMIC_ACK_ETH_LEN];
+            prop_assert_eq!(repr.emit(&mut buf), Ok(repr.buffer_len()));
+            prop_assert_eq!(AtomicAckEthRepr::parse(&buf), Ok(repr));
+        }
+    }
+}

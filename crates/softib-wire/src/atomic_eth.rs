@@ -122,3 +122,63 @@ impl AtomicEthRepr {
         Ok(ATOMIC_ETH_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use proptest::prelude::*;
+
+    const BYTES: [u8; 28] = [
+        0x00, 0x00, 0x7F, 0x12, 0x34, 0x56, 0x78, 0x80, // VA
+        0xDE, 0xAD, 0xBE, 0xEF, // R_Key
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x2A, // swap/add
+        0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE, // compare
+    ];
+    const REPR: AtomicEthRepr = AtomicEthRepr {
+        va: 0x0000_7F12_3456_7880,
+        rkey: 0xDEAD_BEEF,
+        swap_or_add: 42,
+        compare: 0xFFFF_FFFF_FFFF_FFFE,
+    };
+
+    #[test]
+    fn parses_known_bytes() {
+        assert_eq!(AtomicEthRepr::parse(&BYTES), Ok(REPR));
+    }
+
+    #[test]
+    fn emits_known_bytes() {
+        let mut buf = [0x11u8; 28];
+        assert_eq!(REPR.emit(&mut buf), Ok(ATOMIC_ETH_LEN));
+        assert_eq!(buf, BYTES);
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..ATOMIC_ETH_LEN {
+            assert!(matches!(
+                AtomicEthRepr::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: "AtomicETH",
+                    ..
+                })
+            ));
+            let mut buf = vec![0u8; n];
+            assert!(matches!(
+                REPR.emit(&mut buf),
+                Err(Error::BufferTooSmall { .. })
+            ));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_is_identity(va: u64, rkey: u32, swap_or_add: u64, compare: u64) {
+            let repr = AtomicEthRepr { va, rkey, swap_or_add, compare };
+            let mut buf = [0u8; ATOMIC_ETH_LEN];
+            prop_assert_eq!(repr.emit(&mut buf), Ok(repr.buffer_len()));
+            prop_assert_eq!(AtomicEthRepr::parse(&buf), Ok(repr));
+        }
+    }
+}

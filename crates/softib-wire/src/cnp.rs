@@ -67,3 +67,37 @@ impl CnpRepr {
         Ok(CNP_BODY_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    #[test]
+    fn parses_any_16_bytes_and_emits_zeros() {
+        let bytes = [0xEEu8; 16];
+        assert_eq!(CnpRepr::parse(&bytes), Ok(CnpRepr));
+        assert_eq!(
+            CnpPacket::new_checked(&bytes[..]).unwrap().reserved(),
+            &bytes
+        );
+        let mut buf = [0xFFu8; 16];
+        assert_eq!(CnpRepr.emit(&mut buf), Ok(CNP_BODY_LEN));
+        assert_eq!(buf, [0u8; 16]);
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..CNP_BODY_LEN {
+            assert!(matches!(
+                CnpRepr::parse(&[0u8; 16][..n]),
+                Err(Error::Truncated { header: "CNP", .. })
+            ));
+            let mut buf = vec![0u8; n];
+            assert!(matches!(
+                CnpRepr.emit(&mut buf),
+                Err(Error::BufferTooSmall { .. })
+            ));
+        }
+    }
+}

@@ -79,3 +79,48 @@ impl Ieth {
         Ok(IETH_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use proptest::prelude::*;
+
+    const BYTES: [u8; 4] = [0x00, 0x00, 0x03, 0x6C];
+
+    #[test]
+    fn parses_known_bytes() {
+        assert_eq!(Ieth::parse(&BYTES), Ok(Ieth { rkey: 0x36C }));
+    }
+
+    #[test]
+    fn emits_known_bytes() {
+        let mut buf = [0xFFu8; 4];
+        assert_eq!(Ieth { rkey: 0x36C }.emit(&mut buf), Ok(IETH_LEN));
+        assert_eq!(buf, BYTES);
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..IETH_LEN {
+            assert!(matches!(
+                Ieth::parse(&BYTES[..n]),
+                Err(Error::Truncated { header: "IETH", .. })
+            ));
+            let mut buf = vec![0u8; n];
+            assert!(matches!(
+                Ieth { rkey: 1 }.emit(&mut buf),
+                Err(Error::BufferTooSmall { .. })
+            ));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_is_identity(rkey: u32) {
+            let mut buf = [0u8; IETH_LEN];
+            prop_assert_eq!(Ieth { rkey }.emit(&mut buf), Ok(IETH_LEN));
+            prop_assert_eq!(Ieth::parse(&buf), Ok(Ieth { rkey }));
+        }
+    }
+}

@@ -78,3 +78,51 @@ impl ImmDt {
         Ok(IMMDT_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use proptest::prelude::*;
+
+    const BYTES: [u8; 4] = [0xCA, 0xFE, 0xBA, 0xBE];
+
+    #[test]
+    fn parses_known_bytes() {
+        assert_eq!(ImmDt::parse(&BYTES), Ok(ImmDt(0xCAFE_BABE)));
+    }
+
+    #[test]
+    fn emits_known_bytes() {
+        let mut buf = [0u8; 4];
+        assert_eq!(ImmDt(0xCAFE_BABE).emit(&mut buf), Ok(IMMDT_LEN));
+        assert_eq!(buf, BYTES);
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..IMMDT_LEN {
+            assert!(matches!(
+                ImmDt::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: "ImmDt",
+                    ..
+                })
+            ));
+            let mut buf = vec![0u8; n];
+            assert!(matches!(
+                ImmDt(1).emit(&mut buf),
+                Err(Error::BufferTooSmall { .. })
+            ));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_is_identity(v: u32) {
+            let mut buf = [0u8; IMMDT_LEN];
+            prop_assert_eq!(ImmDt(v).emit(&mut buf), Ok(IMMDT_LEN));
+            prop_assert_eq!(ImmDt::parse(&buf), Ok(ImmDt(v)));
+        }
+    }
+}

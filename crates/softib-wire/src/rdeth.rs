@@ -96,3 +96,63 @@ impl RdethRepr {
         Ok(RDETH_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use proptest::prelude::*;
+
+    const BYTES: [u8; 4] = [0x00, 0x12, 0x34, 0x56];
+    const REPR: RdethRepr = RdethRepr {
+        ee_context: 0x12_3456,
+    };
+
+    #[test]
+    fn parses_known_bytes() {
+        assert_eq!(RdethRepr::parse(&BYTES), Ok(REPR));
+        let with_reserved = [0xFF, 0x12, 0x34, 0x56];
+        assert_eq!(RdethRepr::parse(&with_reserved), Ok(REPR));
+        assert_eq!(
+            RdethPacket::new_checked(&with_reserved[..])
+                .unwrap()
+                .reserved(),
+            0xFF
+        );
+    }
+
+    #[test]
+    fn emits_known_bytes() {
+        let mut buf = [0xFFu8; 4];
+        assert_eq!(REPR.emit(&mut buf), Ok(RDETH_LEN));
+        assert_eq!(buf, BYTES);
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..RDETH_LEN {
+            assert!(matches!(
+                RdethRepr::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: "RDETH",
+                    ..
+                })
+            ));
+            let mut buf = vec![0u8; n];
+            assert!(matches!(
+                REPR.emit(&mut buf),
+                Err(Error::BufferTooSmall { .. })
+            ));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_is_identity(ee_context in 0u32..1 << 24) {
+            let repr = RdethRepr { ee_context };
+            let mut buf = [0u8; RDETH_LEN];
+            prop_assert_eq!(repr.emit(&mut buf), Ok(repr.buffer_len()));
+            prop_assert_eq!(RdethRepr::parse(&buf), Ok(repr));
+        }
+    }
+}

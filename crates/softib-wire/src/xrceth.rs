@@ -96,3 +96,61 @@ impl XrcethRepr {
         Ok(XRCETH_LEN)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+    use proptest::prelude::*;
+
+    const BYTES: [u8; 4] = [0x00, 0x12, 0x34, 0x56];
+    const REPR: XrcethRepr = XrcethRepr { xrc_srq: 0x12_3456 };
+
+    #[test]
+    fn parses_known_bytes() {
+        assert_eq!(XrcethRepr::parse(&BYTES), Ok(REPR));
+        let with_reserved = [0xFF, 0x12, 0x34, 0x56];
+        assert_eq!(XrcethRepr::parse(&with_reserved), Ok(REPR));
+        assert_eq!(
+            XrcethPacket::new_checked(&with_reserved[..])
+                .unwrap()
+                .reserved(),
+            0xFF
+        );
+    }
+
+    #[test]
+    fn emits_known_bytes() {
+        let mut buf = [0xFFu8; 4];
+        assert_eq!(REPR.emit(&mut buf), Ok(XRCETH_LEN));
+        assert_eq!(buf, BYTES);
+    }
+
+    #[test]
+    fn short_buffers_are_errors() {
+        for n in 0..XRCETH_LEN {
+            assert!(matches!(
+                XrcethRepr::parse(&BYTES[..n]),
+                Err(Error::Truncated {
+                    header: "XRCETH",
+                    ..
+                })
+            ));
+            let mut buf = vec![0u8; n];
+            assert!(matches!(
+                REPR.emit(&mut buf),
+                Err(Error::BufferTooSmall { .. })
+            ));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_is_identity(xrc_srq in 0u32..1 << 24) {
+            let repr = XrcethRepr { xrc_srq };
+            let mut buf = [0u8; XRCETH_LEN];
+            prop_assert_eq!(repr.emit(&mut buf), Ok(repr.buffer_len()));
+            prop_assert_eq!(XrcethRepr::parse(&buf), Ok(repr));
+        }
+    }
+}
