@@ -16,5 +16,7 @@ pub mod link;
 pub mod packet;
 pub mod qos;
 pub mod rng;
+pub mod routing;
 pub mod time;
+pub mod topology;
 pub mod vlarb;
