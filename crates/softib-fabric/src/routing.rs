@@ -134,6 +134,7 @@ pub fn compute_lfts(topo: &Topology, addr: &Addressing) -> Vec<Vec<u8>> {
         .iter()
         .map(|nd| vec![0; nd.ports as usize + 1])
         .collect();
+    #[allow(clippy::needless_range_loop)] // the LID is the index into every switch's table
     for lid in 1..addr.lid_space() {
         // The switch the destination hangs off, and the port there (0 = the switch itself).
         let (target, target_port) = match addr.owners[lid] {

@@ -255,6 +255,7 @@ impl Topology {
 
     /// A three-level fat tree of `k`-port switches (k pods of k/2 leaves and k/2
     /// aggregation switches, (k/2)^2 cores): k^3/4 hosts, 3456 for k = 24.
+    #[allow(clippy::needless_range_loop)] // indices are pod, leaf and port numbers at once
     pub fn fat_tree_3(k: u8) -> Result<Self, TopologyError> {
         if k < 2 || k % 2 != 0 {
             return Err(TopologyError::Shape(format!(
@@ -268,15 +269,19 @@ impl Topology {
         let hcas: Vec<usize> = (0..hosts)
             .map(|i| t.add_node(format!("h{i}"), NodeKind::Hca, 1))
             .collect();
-        let mut leaf = vec![vec![0; half]; k];
-        let mut agg = vec![vec![0; half]; k];
+        let mut leaf = Vec::with_capacity(k);
+        let mut agg = Vec::with_capacity(k);
         for p in 0..k {
-            for i in 0..half {
-                leaf[p][i] = t.add_node(format!("p{p}-leaf{i}"), NodeKind::Switch, k as u8);
-            }
-            for i in 0..half {
-                agg[p][i] = t.add_node(format!("p{p}-agg{i}"), NodeKind::Switch, k as u8);
-            }
+            leaf.push(
+                (0..half)
+                    .map(|i| t.add_node(format!("p{p}-leaf{i}"), NodeKind::Switch, k as u8))
+                    .collect::<Vec<_>>(),
+            );
+            agg.push(
+                (0..half)
+                    .map(|i| t.add_node(format!("p{p}-agg{i}"), NodeKind::Switch, k as u8))
+                    .collect::<Vec<_>>(),
+            );
         }
         let core: Vec<usize> = (0..half * half)
             .map(|c| t.add_node(format!("core{c}"), NodeKind::Switch, k as u8))
