@@ -19,11 +19,14 @@ pub mod error;
 
 // Link and network layer (LRH, GRH, Ethernet/IP/UDP, CRCs, encapsulation, pcap).
 pub mod ethernet;
+pub mod flow_control;
 pub mod grh;
 pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
 pub mod lrh;
+pub mod native;
+pub mod pcap;
 pub mod roce;
 pub mod udp;
 pub mod vcrc;

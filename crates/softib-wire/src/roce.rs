@@ -64,6 +64,13 @@ pub fn udp_source_port(lqpn: u32, rqpn: u32) -> u16 {
     (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) as u16) | 0xC000
 }
 
+/// UDP source port Linux rxe uses for a QP that has no connected peer, notably every UD QP:
+/// `0xC000 + hash_32(qpn, 14)` (`rxe_qp_init_req`; `hash_32` multiplies by the 32-bit golden
+/// ratio 0x61C88647 and keeps the top bits). Connected QPs switch to [`udp_source_port`].
+pub fn udp_source_port_ud(qpn: u32) -> u16 {
+    0xC000 | (qpn.wrapping_mul(0x61C8_8647) >> 18) as u16
+}
+
 /// What a RoCEv2 sender or a UDP-socket receiver knows of an IPv4 header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv4Info {
@@ -638,6 +645,8 @@ mod tests {
         assert_eq!(udp_source_port(0, 5), 0xC000);
         let p = udp_source_port(0xFF_FFFF, 0xFF_FFFE);
         assert!(p >= 0xC000);
+        // The send_bw_ud capture: UD QP 0x16 sends from port 55758.
+        assert_eq!(udp_source_port_ud(0x16), 55758);
     }
 
     #[test]
