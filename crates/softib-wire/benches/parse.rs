@@ -44,7 +44,11 @@ fn parse(c: &mut Criterion) {
     let mut out = vec![0u8; packet.len()];
     let repr = PacketRepr::parse(&packet).expect("parse");
     group.bench_function("transport/emit_headers_rc_rdma_write_middle_4k", |b| {
-        b.iter(|| black_box(&repr).emit_headers(black_box(&mut out)).expect("emit"))
+        b.iter(|| {
+            black_box(&repr)
+                .emit_headers(black_box(&mut out))
+                .expect("emit")
+        })
     });
     group.finish();
 }

@@ -41,7 +41,8 @@ pub enum Service {
 }
 
 impl Service {
-    /// The opcode bits for this service (0x81 for CNP, which has no operations).
+    /// The service's top three opcode bits (0x80 for CNP, whose one opcode is
+    /// `0x80 | Operation::Cnp.bits()` = 0x81).
     pub const fn base(self) -> u8 {
         match self {
             Service::Rc => 0x00,
