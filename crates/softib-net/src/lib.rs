@@ -1,1 +1,15 @@
-//! softib-net. See `shared/design/ARCHITECTURE.md` for this crate's job.
+//! softib-net: the softib transport engine on real UDP sockets (RoCEv2, IBA Annex A17).
+//!
+//! Layers, bottom up (see `docs/design/net.md`):
+//! - [`socket`]: the RoCEv2 UDP socket with batched I/O (recvmmsg/GRO, sendmmsg/GSO), ECN
+//!   and DF. All `unsafe` code of the crate lives in the private `sys` module under it.
+//! - [`inject`]: seeded fault injection on the send path (drop, duplicate, reorder, corrupt).
+//! - [`oob`]: out-of-band connection exchange over TCP: perftest's and ibv_rc_pingpong's
+//!   formats byte for byte, and softib's own serde endpoint.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod sys;
+
+pub mod oob;
+pub mod socket;

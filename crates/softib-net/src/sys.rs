@@ -1,0 +1,435 @@
+//! The only module of softib-net that calls the kernel through raw pointers.
+//!
+//! Everything here wraps one Linux socket call the safe crates do not offer (socket2 has no
+//! `recvmmsg`/`sendmmsg` and no control-message parsing): the batched datagram calls with
+//! their control messages (UDP GSO segment size, UDP GRO segment size, IPv4 TOS / IPv6
+//! traffic class), integer socket options, and `poll(2)` for the blocking mode. Every
+//! `unsafe` block carries a `// SAFETY:` comment saying why the pointers it hands the
+//! kernel are valid for the duration of the call. No allocation happens here: all arrays
+//! handed to the kernel live on the stack or in buffers the caller preallocated.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+
+/// Most datagrams (or GSO groups) handed to one `sendmmsg`/`recvmmsg` call. The kernel caps
+/// a call at `UIO_MAXIOV` (1024); 64 keeps the on-stack arrays small (about 10 KiB).
+pub(crate) const MAX_MMSG: usize = 64;
+
+/// Bytes of control-message space per datagram: room for one `int` (GRO or GSO segment
+/// size) and one `int` (TOS / traffic class), each `CMSG_SPACE(4)` = 16 bytes on 64-bit.
+pub(crate) const CMSG_BUF: usize = 64;
+
+/// One datagram's control-message buffer, aligned as `cmsghdr` requires.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub(crate) struct CmsgBuf(pub(crate) [u8; CMSG_BUF]);
+
+impl Default for CmsgBuf {
+    fn default() -> Self {
+        CmsgBuf([0; CMSG_BUF])
+    }
+}
+
+/// A peer address in the form the kernel reads and writes (plain data, `Send`).
+#[derive(Clone, Copy)]
+pub(crate) struct RawAddr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl Default for RawAddr {
+    fn default() -> Self {
+        // SAFETY: sockaddr_storage is plain old data for which all-zero bytes is a valid
+        // value (family AF_UNSPEC).
+        let storage = unsafe { MaybeUninit::<libc::sockaddr_storage>::zeroed().assume_init() };
+        RawAddr { storage, len: 0 }
+    }
+}
+
+impl RawAddr {
+    /// Encodes `addr` as a `sockaddr_in` / `sockaddr_in6`.
+    pub(crate) fn from_socket_addr(addr: &SocketAddr) -> RawAddr {
+        let mut raw = RawAddr::default();
+        match addr {
+            SocketAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and suitably aligned for every
+                // sockaddr type, so writing a sockaddr_in at its start stays in bounds.
+                unsafe {
+                    std::ptr::write(
+                        (&mut raw.storage as *mut libc::sockaddr_storage)
+                            .cast::<libc::sockaddr_in>(),
+                        sin,
+                    )
+                };
+                raw.len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            }
+            SocketAddr::V6(a) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo().to_be(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
+                    sin6_scope_id: a.scope_id(),
+                };
+                // SAFETY: as above, sockaddr_storage holds any sockaddr_in6.
+                unsafe {
+                    std::ptr::write(
+                        (&mut raw.storage as *mut libc::sockaddr_storage)
+                            .cast::<libc::sockaddr_in6>(),
+                        sin6,
+                    )
+                };
+                raw.len = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            }
+        }
+        raw
+    }
+
+    /// Decodes what the kernel wrote; `None` for a family other than IPv4/IPv6.
+    pub(crate) fn socket_addr(&self) -> Option<SocketAddr> {
+        match i32::from(self.storage.ss_family) {
+            libc::AF_INET if self.len as usize >= size_of::<libc::sockaddr_in>() => {
+                // SAFETY: the family says the kernel wrote a sockaddr_in, which fits in
+                // the (larger, suitably aligned) storage.
+                let sin = unsafe {
+                    std::ptr::read(
+                        (&self.storage as *const libc::sockaddr_storage)
+                            .cast::<libc::sockaddr_in>(),
+                    )
+                };
+                let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    ip,
+                    u16::from_be(sin.sin_port),
+                )))
+            }
+            libc::AF_INET6 if self.len as usize >= size_of::<libc::sockaddr_in6>() => {
+                // SAFETY: the family says the kernel wrote a sockaddr_in6.
+                let sin6 = unsafe {
+                    std::ptr::read(
+                        (&self.storage as *const libc::sockaddr_storage)
+                            .cast::<libc::sockaddr_in6>(),
+                    )
+                };
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                    u16::from_be(sin6.sin6_port),
+                    u32::from_be(sin6.sin6_flowinfo),
+                    sin6.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Sets an `int`-valued socket option.
+pub(crate) fn set_int_opt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: the option value pointer refers to a live local `int` and the length passed
+    // is exactly its size; the kernel only reads it during the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads an `int`-valued socket option.
+pub(crate) fn get_int_opt(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = size_of::<i32>() as libc::socklen_t;
+    // SAFETY: value and len are live locals; len tells the kernel the buffer's size, and
+    // the kernel writes at most that many bytes.
+    let rc =
+        unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut i32).cast(), &mut len) };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// What the kernel reported about one received datagram (or GRO super-datagram).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RecvInfo {
+    /// Bytes written into the slot.
+    pub(crate) len: usize,
+    /// The message did not fit its slot (`MSG_TRUNC`).
+    pub(crate) truncated: bool,
+    /// IPv4 TOS or IPv6 traffic class byte, when the kernel attached one.
+    pub(crate) tos: Option<u8>,
+    /// GRO segment size when the kernel coalesced several datagrams into this slot.
+    pub(crate) gro_segment: Option<usize>,
+}
+
+/// Receives up to `infos.len()` datagrams without blocking, one per `slot_len`-byte slot of
+/// `data`. Returns how many arrived (0 when none were waiting).
+pub(crate) fn recv_mmsg(
+    fd: RawFd,
+    data: &mut [u8],
+    slot_len: usize,
+    addrs: &mut [RawAddr],
+    cmsgs: &mut [CmsgBuf],
+    infos: &mut [RecvInfo],
+) -> io::Result<usize> {
+    let n = infos
+        .len()
+        .min(addrs.len())
+        .min(cmsgs.len())
+        .min(MAX_MMSG)
+        .min(data.len() / slot_len.max(1));
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: iovec and mmsghdr are plain old data; zero bytes are valid values (null
+    // pointers, zero lengths) and every entry used below is filled in first.
+    let mut iovs: [libc::iovec; MAX_MMSG] = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: as above.
+    let mut hdrs: [libc::mmsghdr; MAX_MMSG] = unsafe { MaybeUninit::zeroed().assume_init() };
+    let base = data.as_mut_ptr();
+    for i in 0..n {
+        // SAFETY: i < n <= data.len() / slot_len, so the slot [i*slot_len, (i+1)*slot_len)
+        // lies inside `data`; the pointer stays valid while `data` is mutably borrowed.
+        iovs[i].iov_base = unsafe { base.add(i * slot_len) }.cast();
+        iovs[i].iov_len = slot_len;
+        addrs[i].len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = (&mut addrs[i].storage as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = addrs[i].len;
+        h.msg_iov = &mut iovs[i];
+        h.msg_iovlen = 1;
+        h.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+        h.msg_controllen = CMSG_BUF as _;
+        h.msg_flags = 0;
+    }
+    // SAFETY: hdrs[..n] point at iovecs, address storage and control buffers that are all
+    // live and exclusively borrowed for the duration of the call, with lengths that match
+    // their sizes; the kernel writes only within them. MSG_DONTWAIT makes it non-blocking.
+    let rc = unsafe {
+        libc::recvmmsg(
+            fd,
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() == io::ErrorKind::WouldBlock {
+            return Ok(0);
+        }
+        return Err(err);
+    }
+    let got = rc as usize;
+    for i in 0..got {
+        let h = &hdrs[i].msg_hdr;
+        addrs[i].len = h.msg_namelen;
+        let mut info = RecvInfo {
+            len: (hdrs[i].msg_len as usize).min(slot_len),
+            truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+            tos: None,
+            gro_segment: None,
+        };
+        parse_cmsgs(h, &mut info);
+        infos[i] = info;
+    }
+    Ok(got)
+}
+
+/// Reads the control messages the kernel attached to one received datagram.
+fn parse_cmsgs(h: &libc::msghdr, info: &mut RecvInfo) {
+    // SAFETY: `h` was filled by a successful recvmmsg; msg_control/msg_controllen describe
+    // the caller's control buffer, which is still borrowed. CMSG_FIRSTHDR/CMSG_NXTHDR only
+    // return headers lying entirely within that buffer (or null).
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(h) };
+    while !cmsg.is_null() {
+        // SAFETY: cmsg is non-null and points inside the control buffer (see above).
+        let c = unsafe { &*cmsg };
+        let data_len = c.cmsg_len as usize - cmsg_header_len();
+        // SAFETY: CMSG_DATA points just past the header, inside the same control message,
+        // whose payload is data_len bytes long; read_unaligned copes with any alignment.
+        let data = unsafe { libc::CMSG_DATA(cmsg) };
+        let read_int = || -> Option<i32> {
+            if data_len >= 4 {
+                // SAFETY: at least four payload bytes exist (checked just above).
+                Some(unsafe { std::ptr::read_unaligned(data.cast::<i32>()) })
+            } else {
+                None
+            }
+        };
+        match (c.cmsg_level, c.cmsg_type) {
+            (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => {
+                // SAFETY: at least one payload byte exists.
+                info.tos = Some(unsafe { *data });
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                info.tos = read_int().map(|v| v as u8);
+            }
+            (libc::SOL_UDP, libc::UDP_GRO) => {
+                info.gro_segment = read_int().and_then(|v| usize::try_from(v).ok());
+            }
+            _ => {}
+        }
+        // SAFETY: as for CMSG_FIRSTHDR: returns the next header inside the buffer or null.
+        cmsg = unsafe { libc::CMSG_NXTHDR(h, cmsg) };
+    }
+}
+
+fn cmsg_header_len() -> usize {
+    // SAFETY: CMSG_LEN is a pure arithmetic macro.
+    unsafe { libc::CMSG_LEN(0) as usize }
+}
+
+/// One datagram, or one UDP GSO group of equal-size segments, to send.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendItem {
+    /// Offset of the first byte in the caller's data buffer.
+    pub(crate) offset: usize,
+    /// Total bytes (all segments).
+    pub(crate) len: usize,
+    /// GSO segment size, `None` to send the bytes as one datagram.
+    pub(crate) segment: Option<u16>,
+    /// IPv4 TOS / IPv6 traffic class for this item, `None` for the socket default.
+    pub(crate) tos: Option<u8>,
+    /// Index into the caller's address table.
+    pub(crate) addr: usize,
+}
+
+/// Sends `items` with one `sendmmsg` call (at most `MAX_MMSG` of them) and returns how many
+/// the kernel took. `ipv6` chooses the TOS control message's level.
+pub(crate) fn send_mmsg(
+    fd: RawFd,
+    data: &[u8],
+    addrs: &[RawAddr],
+    items: &[SendItem],
+    ipv6: bool,
+) -> io::Result<usize> {
+    let n = items.len().min(MAX_MMSG);
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: plain old data, all-zero is valid; every entry used is filled in below.
+    let mut iovs: [libc::iovec; MAX_MMSG] = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: as above.
+    let mut hdrs: [libc::mmsghdr; MAX_MMSG] = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut cmsgs = [CmsgBuf::default(); MAX_MMSG];
+    for (i, item) in items[..n].iter().enumerate() {
+        let Some(bytes) = data.get(item.offset..item.offset + item.len) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "send item outside buffer",
+            ));
+        };
+        let Some(addr) = addrs.get(item.addr) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "send item without address",
+            ));
+        };
+        // The kernel only reads through this pointer (sendmmsg never writes the payload).
+        iovs[i].iov_base = bytes.as_ptr() as *mut libc::c_void;
+        iovs[i].iov_len = bytes.len();
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = (&addr.storage as *const libc::sockaddr_storage) as *mut libc::c_void;
+        h.msg_namelen = addr.len;
+        h.msg_iov = &mut iovs[i];
+        h.msg_iovlen = 1;
+        let mut used = 0usize;
+        let buf = &mut cmsgs[i].0;
+        if let Some(seg) = item.segment {
+            used += write_cmsg(
+                &mut buf[used..],
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                &seg.to_ne_bytes(),
+            );
+        }
+        if let Some(tos) = item.tos {
+            let (level, name) = if ipv6 {
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+            } else {
+                (libc::IPPROTO_IP, libc::IP_TOS)
+            };
+            used += write_cmsg(&mut buf[used..], level, name, &i32::from(tos).to_ne_bytes());
+        }
+        if used > 0 {
+            h.msg_control = buf.as_mut_ptr().cast();
+            h.msg_controllen = used as _;
+        }
+    }
+    // SAFETY: hdrs[..n] reference iovecs, addresses, payload bytes and control buffers that
+    // all outlive the call, with lengths matching their sizes; sendmmsg only reads them.
+    let rc =
+        unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// Writes one control message into `buf` and returns the space it took (`CMSG_SPACE`).
+fn write_cmsg(buf: &mut [u8], level: i32, name: i32, payload: &[u8]) -> usize {
+    // SAFETY: CMSG_SPACE and CMSG_LEN are pure arithmetic macros.
+    let space = unsafe { libc::CMSG_SPACE(payload.len() as u32) } as usize;
+    // SAFETY: as above.
+    let len = unsafe { libc::CMSG_LEN(payload.len() as u32) } as usize;
+    let header = cmsg_header_len();
+    if buf.len() < space {
+        return 0;
+    }
+    // SAFETY: cmsghdr is plain old data; all-zero is valid.
+    let mut h: libc::cmsghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    h.cmsg_len = len as _;
+    h.cmsg_level = level;
+    h.cmsg_type = name;
+    // SAFETY: buf has at least `space` >= size_of::<cmsghdr>() bytes; write_unaligned makes
+    // no alignment assumption (the buffers are 8-aligned at every CMSG_SPACE step anyway).
+    unsafe { std::ptr::write_unaligned(buf.as_mut_ptr().cast::<libc::cmsghdr>(), h) };
+    buf[header..header + payload.len()].copy_from_slice(payload);
+    space
+}
+
+/// Waits until `fd` is readable (or writable with `write`), or `timeout_ms` passes
+/// (negative: forever). Returns whether it became ready.
+pub(crate) fn poll_fd(fd: RawFd, write: bool, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: if write { libc::POLLOUT } else { libc::POLLIN },
+        revents: 0,
+    };
+    loop {
+        // SAFETY: pfd is a live local and we pass a count of exactly one.
+        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if rc >= 0 {
+            return Ok(rc > 0);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
