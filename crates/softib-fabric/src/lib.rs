@@ -10,10 +10,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod counters;
+pub mod crc;
 pub mod credits;
 pub mod event;
+pub mod fabric;
+pub mod hca;
 pub mod link;
 pub mod packet;
+mod port;
 pub mod qos;
 pub mod rng;
 pub mod routing;

@@ -118,6 +118,12 @@ pub struct Packet {
     pub meta: PacketMeta,
     /// When the packet's last byte reaches the port currently holding it (cut-through).
     pub(crate) tail_at: Picos,
+    /// Earliest time the switch holding it may forward it (arrival + switch latency).
+    pub(crate) ready_at: Picos,
+    /// Output port (global index) chosen by the switch holding the packet.
+    pub(crate) out_port: u32,
+    /// Output VL chosen by SL2VL at the switch holding the packet.
+    pub(crate) out_vl: u8,
     buf: Vec<u8>,
 }
 
@@ -189,12 +195,16 @@ impl PacketPool {
             let p = &mut self.slots[idx as usize];
             p.meta = meta;
             p.tail_at = 0;
+            p.ready_at = 0;
             return Ok(PacketId(idx));
         }
         let idx = self.slots.len() as u32;
         self.slots.push(Packet {
             meta,
             tail_at: 0,
+            ready_at: 0,
+            out_port: 0,
+            out_vl: 0,
             buf: vec![0; CLASS_BYTES[class]],
         });
         Ok(PacketId(idx))
@@ -205,6 +215,25 @@ impl PacketPool {
         let class = class_of(self.slots[id.0 as usize].buf.len());
         self.free[class].push(id.0);
         self.live -= 1;
+    }
+
+    /// Moves a packet out of its slot (leaving an empty one) so it can be read while the
+    /// pool is borrowed elsewhere; pair with [`PacketPool::put_back`].
+    pub(crate) fn take(&mut self, id: PacketId) -> Packet {
+        let slot = &mut self.slots[id.0 as usize];
+        Packet {
+            meta: slot.meta,
+            tail_at: slot.tail_at,
+            ready_at: slot.ready_at,
+            out_port: slot.out_port,
+            out_vl: slot.out_vl,
+            buf: std::mem::take(&mut slot.buf),
+        }
+    }
+
+    /// Returns a packet taken with [`PacketPool::take`] to its slot.
+    pub(crate) fn put_back(&mut self, id: PacketId, p: Packet) {
+        self.slots[id.0 as usize] = p;
     }
 
     /// The packet behind `id`.

@@ -1,0 +1,161 @@
+//! The node side of an HCA port: the boundary between the fabric and whatever produces and
+//! consumes packets there.
+//!
+//! The fabric owns the port (per-VL send queues, credits, arbitration); an [`Endpoint`] owns
+//! the traffic. The transport-engine adapter (one `softib_transport::Device` per HCA port,
+//! `docs/design/engine-api.md`) implements this trait: `on_transmit_ready` pulls
+//! `Device::poll_transmit` while the send queue has room and encapsulates each transport
+//! packet (LRH, GRH when routed, via softib-wire); `on_receive` strips the encapsulation and
+//! calls `Device::handle_packet`; `next_wakeup`/`on_timer` map to
+//! `Device::poll_timeout`/`handle_timeout` (converting nanoseconds with
+//! [`crate::time::from_engine_nanos`]).
+//!
+//! Send queues are per VL (SL2VL of the HCA port picks the queue) with a fixed depth in
+//! packets, so an endpoint that produces faster than the link drains is held back at the
+//! source, as an HCA's doorbell-driven send engine is.
+
+use crate::counters::PortCounters;
+use crate::packet::{Packet, PacketError, PacketMeta, PacketPool};
+use crate::port::{Port, Source};
+use crate::time::Picos;
+use crate::vlarb::VL15;
+
+/// Bytes the fabric appends after what an endpoint writes: ICRC (4) and VCRC (2), both
+/// materialised lazily (see [`crate::packet`]).
+pub const TRAILER_BYTES: usize = 6;
+
+/// Why a packet could not be queued.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SendError {
+    /// The VL's send queue is at its depth: wait for `on_transmit_ready`.
+    #[error("send queue for VL{vl} is full")]
+    QueueFull {
+        /// The VL.
+        vl: u8,
+    },
+    /// The SL maps to a VL that is not operational on this port (or to VL15): the packet
+    /// is discarded and counted in PortXmitDiscards, as an HCA does.
+    #[error("SL{sl} maps to VL{vl}, which is not an operational data VL of this port")]
+    VlNotOperational {
+        /// The SL.
+        sl: u8,
+        /// The VL it maps to.
+        vl: u8,
+    },
+    /// The length is impossible.
+    #[error(transparent)]
+    Packet(#[from] PacketError),
+}
+
+/// What an endpoint may do with its port during a callback.
+pub struct HcaTx<'a> {
+    pub(crate) now: Picos,
+    pub(crate) lid: u16,
+    pub(crate) depth: usize,
+    pub(crate) pool: &'a mut PacketPool,
+    pub(crate) port: &'a mut Port,
+}
+
+impl HcaTx<'_> {
+    /// Current simulated time.
+    pub fn now(&self) -> Picos {
+        self.now
+    }
+
+    /// This port's LID (the SLID of what it sends).
+    pub fn lid(&self) -> u16 {
+        self.lid
+    }
+
+    /// The VL packets of `sl` go out on.
+    pub fn vl_for(&self, sl: u8) -> u8 {
+        self.port.sl2vl.vl(sl)
+    }
+
+    /// Whether a packet of `sl` can be queued now.
+    pub fn has_room(&self, sl: u8) -> bool {
+        let vl = self.vl_for(sl);
+        vl < self.port.op_vls && self.port.out_q[vl as usize].len() < self.depth
+    }
+
+    /// Whether a VL15 (subnet management) packet can be queued now.
+    pub fn has_management_room(&self) -> bool {
+        self.port.out_q[VL15 as usize].len() < self.depth
+    }
+
+    /// Queues a data packet of `len` bytes LRH through VCRC for `dlid` on `sl`. `write`
+    /// fills the first `len - 6` bytes (LRH through pad); ICRC and VCRC are the fabric's.
+    /// `flow` tags the packet for statistics.
+    pub fn send(
+        &mut self,
+        dlid: u16,
+        sl: u8,
+        len: usize,
+        flow: u32,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<(), SendError> {
+        let vl = self.vl_for(sl);
+        if vl >= self.port.op_vls {
+            self.port.counters.port_xmit_discards += 1;
+            return Err(SendError::VlNotOperational { sl, vl });
+        }
+        self.queue(dlid, sl, vl, len, flow, write)
+    }
+
+    /// Queues a subnet-management packet on VL15 (not flow-controlled, may be dropped by a
+    /// full receiver: VL15Dropped).
+    pub fn send_management(
+        &mut self,
+        dlid: u16,
+        len: usize,
+        flow: u32,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<(), SendError> {
+        self.queue(dlid, 0, VL15, len, flow, write)
+    }
+
+    fn queue(
+        &mut self,
+        dlid: u16,
+        sl: u8,
+        vl: u8,
+        len: usize,
+        flow: u32,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<(), SendError> {
+        if self.port.out_q[vl as usize].len() >= self.depth {
+            return Err(SendError::QueueFull { vl });
+        }
+        let mut meta = PacketMeta::new(dlid, self.lid, sl, vl, len);
+        meta.flow = flow;
+        meta.injected_at = self.now;
+        let id = self.pool.alloc(meta)?;
+        let bytes = self.pool.get_mut(id).bytes_mut();
+        let body = bytes.len() - TRAILER_BYTES;
+        write(&mut bytes[..body]);
+        self.port.enqueue(vl, Source::Local(id));
+        Ok(())
+    }
+
+    /// This port's counters so far (waits as of the last state change).
+    pub fn counters(&self) -> &PortCounters {
+        &self.port.counters
+    }
+}
+
+/// Producer and consumer of the packets of one HCA port.
+pub trait Endpoint {
+    /// The port's send queues have room (called at start and whenever a queued packet
+    /// starts transmission). Queue packets with [`HcaTx::send`].
+    fn on_transmit_ready(&mut self, tx: &mut HcaTx<'_>);
+
+    /// A packet arrived intact (its CRCs checked if it was ever corrupted). The buffer goes
+    /// back to the pool after the call.
+    fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>);
+
+    /// When the endpoint next wants [`Endpoint::on_timer`], if ever.
+    fn next_wakeup(&self) -> Option<Picos>;
+
+    /// The time from `next_wakeup` has come.
+    fn on_timer(&mut self, tx: &mut HcaTx<'_>);
+}

@@ -1,0 +1,169 @@
+//! One physical port: the transmit side (per-VL output queues, credits, VL arbiter,
+//! flow-control scheduling, transmit-wait accounting) and the receive side (per-VL buffers
+//! with their credit state, input FIFOs of a switch port).
+
+use crate::counters::PortCounters;
+use crate::credits::{RxCredits, TxCredits};
+use crate::link::LinkRate;
+use crate::packet::PacketId;
+use crate::qos::Sl2Vl;
+use crate::time::Picos;
+use crate::vlarb::VlArbiter;
+use std::collections::VecDeque;
+
+/// Data VLs a port can have (VL0..VL14).
+pub const DATA_VLS: usize = 15;
+/// "No peer" marker.
+pub(crate) const NO_PEER: u32 = u32::MAX;
+/// "Not waiting" marker for wait-since timestamps.
+pub(crate) const NOT_WAITING: Picos = Picos::MAX;
+
+/// Where the packet an output queue entry stands for is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// In this (HCA) port's own send queue.
+    Local(PacketId),
+    /// At the head of a switch input port's FIFO for that input VL.
+    Input { port: u32, vl: u8 },
+}
+
+pub(crate) struct Port {
+    pub node: u32,
+    pub num: u8,
+    /// Switch index if this is a switch port.
+    pub switch: Option<u32>,
+    /// HCA index if this is an HCA port.
+    pub hca: Option<u32>,
+    pub peer: u32,
+    pub rate: LinkRate,
+    pub delay: Picos,
+    /// Operational data VLs (VL0..op_vls-1).
+    pub op_vls: u8,
+    /// SL2VL of an HCA port (switches keep theirs per (in, out) pair).
+    pub sl2vl: Sl2Vl,
+
+    // Transmit side.
+    pub busy: bool,
+    pub tx: [TxCredits; DATA_VLS],
+    pub out_q: [VecDeque<Source>; 16],
+    pub nonempty: u16,
+    pub arb: VlArbiter,
+    pub fc_pending: u16,
+    pub fc_last: [Picos; DATA_VLS],
+    pub fc_interval: Picos,
+    pub xbar_retry_at: Picos,
+    pub wait_since: Picos,
+    pub vl_wait_since: [Picos; 16],
+    /// A local packet left the send queue: the HCA endpoint may refill.
+    pub refill: bool,
+
+    // Receive side.
+    pub rx: [RxCredits; DATA_VLS],
+    pub vl15_held: u32,
+    pub vl15_cap: u32,
+    pub in_q: [VecDeque<PacketId>; 16],
+    pub xbar_free_at: Picos,
+
+    pub counters: PortCounters,
+}
+
+impl Port {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        node: u32,
+        num: u8,
+        rate: LinkRate,
+        delay: Picos,
+        op_vls: u8,
+        rx_blocks: u32,
+        vl15_cap: u32,
+        arb: VlArbiter,
+        sl2vl: Sl2Vl,
+    ) -> Self {
+        let mut rx = [RxCredits::new(0); DATA_VLS];
+        for r in rx.iter_mut().take(op_vls as usize) {
+            *r = RxCredits::new(rx_blocks);
+        }
+        Port {
+            node,
+            num,
+            switch: None,
+            hca: None,
+            peer: NO_PEER,
+            rate,
+            delay,
+            op_vls,
+            sl2vl,
+            busy: false,
+            tx: [TxCredits::new(); DATA_VLS],
+            out_q: Default::default(),
+            nonempty: 0,
+            arb,
+            fc_pending: 0,
+            fc_last: [0; DATA_VLS],
+            fc_interval: 0,
+            xbar_retry_at: NOT_WAITING,
+            wait_since: NOT_WAITING,
+            vl_wait_since: [NOT_WAITING; 16],
+            refill: false,
+            rx,
+            vl15_held: 0,
+            vl15_cap,
+            in_q: Default::default(),
+            xbar_free_at: 0,
+            counters: PortCounters::default(),
+        }
+    }
+
+    /// Mask of the operational data VLs.
+    pub fn data_vl_mask(&self) -> u16 {
+        ((1u32 << self.op_vls) - 1) as u16
+    }
+
+    pub fn enqueue(&mut self, vl: u8, s: Source) {
+        self.out_q[vl as usize].push_back(s);
+        self.nonempty |= 1 << vl;
+    }
+
+    /// Starts the waiting clocks of every queued VL (and of the port) that are not running.
+    pub fn start_waits(&mut self, now: Picos, except: u16) {
+        if self.wait_since == NOT_WAITING && except == 0 && self.nonempty != 0 {
+            self.wait_since = now;
+        }
+        let mut m = self.nonempty & !except;
+        while m != 0 {
+            let v = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.vl_wait_since[v] == NOT_WAITING {
+                self.vl_wait_since[v] = now;
+            }
+        }
+    }
+
+    /// Stops the port's and `vl`'s waiting clocks: a data packet of `vl` starts now.
+    pub fn stop_waits(&mut self, now: Picos, vl: u8) {
+        if self.wait_since != NOT_WAITING {
+            self.counters.xmit_wait_ps += now - self.wait_since;
+            self.wait_since = NOT_WAITING;
+        }
+        let v = vl as usize;
+        if self.vl_wait_since[v] != NOT_WAITING {
+            self.counters.vl_xmit_wait_ps[v] += now - self.vl_wait_since[v];
+            self.vl_wait_since[v] = NOT_WAITING;
+        }
+    }
+
+    /// Counters as of `now`, with running waits included.
+    pub fn counters_at(&self, now: Picos) -> PortCounters {
+        let mut c = self.counters.clone();
+        if self.wait_since != NOT_WAITING {
+            c.xmit_wait_ps += now - self.wait_since;
+        }
+        for v in 0..16 {
+            if self.vl_wait_since[v] != NOT_WAITING {
+                c.vl_xmit_wait_ps[v] += now - self.vl_wait_since[v];
+            }
+        }
+        c
+    }
+}
