@@ -102,18 +102,23 @@ fn finish(mut hasher: Hasher, transport: &[u8]) -> u32 {
 /// `transport` the BTH through the pad (without the ICRC). Fields the ICRC treats as variant
 /// may hold anything.
 pub fn icrc_rocev2_ipv4(ip_header: &[u8; 20], udp_header: &[u8; 8], transport: &[u8]) -> u32 {
-    let mut h = [0u8; 28];
+    // IP + UDP + BTH masked in one buffer: one short CRC update instead of three.
+    let mut h = [0u8; 20 + 8 + BTH_LEN];
     h[..20].copy_from_slice(ip_header);
-    h[20..].copy_from_slice(udp_header);
+    h[20..28].copy_from_slice(udp_header);
     h[1] = 0xFF; // type of service (DSCP + ECN)
     h[8] = 0xFF; // TTL
     h[10] = 0xFF; // header checksum
     h[11] = 0xFF;
     h[26] = 0xFF; // UDP checksum
     h[27] = 0xFF;
+    let mut bth = [0u8; BTH_LEN];
+    let n = masked_bth(transport, &mut bth);
+    h[28..28 + n].copy_from_slice(&bth[..n]);
     let mut hasher = hasher_after_lrh_standin();
-    hasher.update(&h);
-    finish(hasher, transport)
+    hasher.update(&h[..28 + n]);
+    hasher.update(&transport[n..]);
+    hasher.finalize()
 }
 
 /// ICRC of a RoCEv2 packet over IPv6 (Annex A17.3.3).

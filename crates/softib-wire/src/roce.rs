@@ -404,6 +404,16 @@ pub fn emit_ip(ip: &IpInfo, udp: &UdpInfo, transport: &[u8], buf: &mut [u8]) -> 
     Ok(needed)
 }
 
+/// [`emit_ip`] for IPv4: header checksum filled in, UDP checksum 0, ICRC appended.
+pub fn emit_ipv4(ip: &Ipv4Info, udp: &UdpInfo, transport: &[u8], buf: &mut [u8]) -> Result<usize> {
+    emit_ip(&IpInfo::V4(*ip), udp, transport, buf)
+}
+
+/// [`emit_ip`] for IPv6: UDP checksum 0, ICRC appended.
+pub fn emit_ipv6(ip: &Ipv6Info, udp: &UdpInfo, transport: &[u8], buf: &mut [u8]) -> Result<usize> {
+    emit_ip(&IpInfo::V6(*ip), udp, transport, buf)
+}
+
 /// Like [`emit_ip`], behind an Ethernet header (its EtherType is set from the IP version).
 pub fn emit_ethernet(
     eth: &EthernetRepr,
@@ -743,7 +753,12 @@ mod tests {
         let udp = UdpInfo::for_qps(17, 18);
         let transport: Vec<u8> = (0..40u8).collect();
         let mut buf = vec![0u8; ip_buffer_len(&ip, transport.len())];
-        emit_ip(&ip, &udp, &transport, &mut buf).unwrap();
+        let IpInfo::V6(v6) = ip else { unreachable!() };
+        assert_eq!(
+            emit_ipv6(&v6, &udp, &transport, &mut buf).unwrap(),
+            48 + 40 + 4
+        );
+        assert!(emit_ipv6(&v6, &udp, &transport, &mut buf[..91]).is_err());
         let f = RoceFrame::parse_ip(&buf).unwrap();
         assert!(f.icrc_ok());
         assert_eq!(f.ip_info(), ip);

@@ -16,7 +16,8 @@
 
 use crate::icrc::CRC32_POLY_REFLECTED as POLY;
 
-/// `a(x) * b(x) mod P(x)` in the reflected representation.
+/// `a(x) * b(x) mod P(x)` in the reflected representation, one bit of `a` at a time. Only
+/// used at compile time to build the tables; the run-time path uses [`mulmod_fast`].
 const fn mulmod(a: u32, mut b: u32) -> u32 {
     let mut product = 0u32;
     let mut bit = 0;
@@ -30,6 +31,47 @@ const fn mulmod(a: u32, mut b: u32) -> u32 {
         bit += 1;
     }
     product
+}
+
+/// `TIMES_X8[n]` = n(x) * x^8 mod P for the low byte n: the CRC-32 byte table, since
+/// multiplying by x^8 is what the CRC register does for each zero byte.
+static TIMES_X8: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut n = 0;
+    while n < 256 {
+        let mut c = n as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = (c >> 1) ^ (POLY & 0u32.wrapping_sub(c & 1));
+            k += 1;
+        }
+        t[n] = c;
+        n += 1;
+    }
+    t
+};
+
+/// `a(x) * b(x) mod P(x)`, Horner's rule over the four bytes of `a` (highest degree first):
+/// the eight products `b * x^s` are formed once, each byte of `a` selects a sum of them, and
+/// the running product is multiplied by x^8 with the CRC byte table.
+fn mulmod_fast(a: u32, b: u32) -> u32 {
+    let mut bx = [0u32; 8];
+    bx[0] = b;
+    for s in 1..8 {
+        let prev = bx[s - 1];
+        bx[s] = (prev >> 1) ^ (POLY & 0u32.wrapping_sub(prev & 1));
+    }
+    let mut p = 0u32;
+    for j in 0..4 {
+        // Byte j of `a` holds x^(31-8j) (bit 0) down to x^(24-8j) (bit 7).
+        let digit = a >> (8 * j);
+        let mut sum = 0u32;
+        for (t, &m) in bx.iter().rev().enumerate() {
+            sum ^= m & 0u32.wrapping_sub((digit >> t) & 1);
+        }
+        p = (p >> 8) ^ TIMES_X8[(p & 0xFF) as usize] ^ sum;
+    }
+    p
 }
 
 /// x^0.
@@ -85,8 +127,11 @@ static HIGH: [u32; 256] = {
 /// for which the CRCs agree, or `None` if no value of the field explains the syndrome.
 pub(crate) fn field_difference(syndrome: u32, trailing: u16) -> Option<u16> {
     let k = usize::from(trailing);
-    let shift = mulmod(LOW[k & 0xFF], HIGH[k >> 8]);
-    let m = mulmod(shift, syndrome);
+    let shift = match k >> 8 {
+        0 => LOW[k],
+        hi => mulmod_fast(LOW[k & 0xFF], HIGH[hi]),
+    };
+    let m = mulmod_fast(shift, syndrome);
     if m & 0xFFFF != 0 {
         return None;
     }
@@ -98,6 +143,18 @@ pub(crate) fn field_difference(syndrome: u32, trailing: u16) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_multiplication_agrees_with_bitwise() {
+        let mut a = 0x8765_4321u32;
+        let mut b = 0x0F1E_2D3Cu32;
+        for _ in 0..1000 {
+            assert_eq!(mulmod_fast(a, b), mulmod(a, b));
+            a = a.rotate_left(5) ^ b.wrapping_mul(0x9E37_79B9);
+            b = b.rotate_right(3) ^ a;
+        }
+        assert_eq!(mulmod_fast(ONE, 0x1234_5678), 0x1234_5678);
+    }
 
     #[test]
     fn inverse_of_x_is_an_inverse() {
