@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod dissect;
 pub mod error;
 
 // Link and network layer (LRH, GRH, Ethernet/IP/UDP, CRCs, encapsulation, pcap).
