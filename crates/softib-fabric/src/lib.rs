@@ -22,6 +22,7 @@ mod port;
 pub mod qos;
 pub mod rng;
 pub mod routing;
+pub mod scenario;
 pub mod time;
 pub mod topology;
 pub mod vlarb;
