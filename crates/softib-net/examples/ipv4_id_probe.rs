@@ -30,8 +30,12 @@ fn main() {
     let mut batch = TxBatch::new(64 * 1024, 8, false);
     for i in 0..3u8 {
         batch
-            .push_with(dest, None, 100, |b| {
+            .push_with(dest, None, 100, |b, oracle| {
                 b.fill(i);
+                println!(
+                    "single datagram {i}: predicted IPv4 ident {}",
+                    oracle.ipv4_ident(100)
+                );
                 100
             })
             .expect("room");
@@ -40,8 +44,12 @@ fn main() {
 
     let mut gso = TxBatch::new(64 * 1024, 8, tx.stats().gso);
     for i in 0..4u8 {
-        gso.push_with(dest, None, 1000, |b| {
+        gso.push_with(dest, None, 1000, |b, oracle| {
             b.fill(0x10 + i);
+            println!(
+                "GSO segment {i}: predicted IPv4 ident {}",
+                oracle.ipv4_ident(1000)
+            );
             1000
         })
         .expect("room");

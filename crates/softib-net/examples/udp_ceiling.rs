@@ -86,7 +86,7 @@ fn stream(mode: Mode, size: usize, secs: f64) -> (f64, f64, f64) {
     let mut seq = 0u32;
     while start.elapsed().as_secs_f64() < secs {
         while batch
-            .push_with(dest, None, size, |b| {
+            .push_with(dest, None, size, |b, _| {
                 b[..4].copy_from_slice(&seq.to_be_bytes());
                 size
             })
@@ -135,7 +135,7 @@ fn pingpong(busy: bool, rounds: usize) -> (f64, f64) {
             for d in rxb.iter() {
                 let n = d.payload.len();
                 let p = d.payload;
-                txb.push_with(addr_a, None, n, |buf| {
+                txb.push_with(addr_a, None, n, |buf, _| {
                     buf[..n].copy_from_slice(p);
                     n
                 })
@@ -150,7 +150,7 @@ fn pingpong(busy: bool, rounds: usize) -> (f64, f64) {
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let t = Instant::now();
-        txb.push_with(addr_b, None, 64, |_| 64).expect("room");
+        txb.push_with(addr_b, None, 64, |_, _| 64).expect("room");
         a.send(&mut txb).expect("send");
         loop {
             if a.recv(&mut rxb).expect("recv") > 0 {

@@ -11,5 +11,7 @@
 
 mod sys;
 
+pub mod inject;
 pub mod oob;
 pub mod socket;
+pub mod tap;

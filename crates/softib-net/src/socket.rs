@@ -287,6 +287,11 @@ impl RoceSocket {
                     // The device cannot segment: fall back for good, resend this item.
                     self.stats.gso = false;
                     self.stats.gso_disabled_at_runtime = true;
+                    // Later datagrams are no longer grouped, so their Identification is 0
+                    // again; the groups already queued go out split, their later segments
+                    // with an ICRC computed for another Identification (a one-off loss
+                    // the transport recovers from, counted by the receiver as ICRC errors).
+                    batch.gso = false;
                 }
                 Err(_) => {
                     // This datagram (or group) is refused (EMSGSIZE, ENETUNREACH, ...): a
@@ -443,6 +448,38 @@ impl RxBatch {
     }
 }
 
+/// Which IPv4 Identification the kernel will write into a datagram being queued.
+///
+/// softib's socket is unconnected and sets DF, so Linux writes Identification 0 into each
+/// datagram it sends on its own, and 0, 1, 2, ... into the segments of a UDP GSO group (the
+/// GSO engine increments it per segment; see docs/design/net.md for the capture that shows
+/// it). The RoCEv2 ICRC covers the field (IBA Annex A17.3.3), so the ICRC of a datagram
+/// that joins a GSO group must be computed with its segment index.
+#[derive(Clone, Copy, Debug)]
+pub struct IdentOracle {
+    open: bool,
+    segment: usize,
+    segments: usize,
+    group_len: usize,
+}
+
+impl IdentOracle {
+    /// The number of segments the group will have if a datagram of `len` bytes joins it,
+    /// or `None` if it starts a new datagram.
+    fn group_segments(&self, len: usize) -> Option<usize> {
+        (self.open
+            && len <= self.segment
+            && self.segments < MAX_GSO_SEGMENTS
+            && self.group_len + len <= MAX_SUPER_DATAGRAM)
+            .then_some(self.segments + 1)
+    }
+
+    /// The IPv4 Identification a datagram of `len` bytes (UDP payload) will carry.
+    pub fn ipv4_ident(&self, len: usize) -> u16 {
+        self.group_segments(len).map_or(0, |n| (n - 1) as u16)
+    }
+}
+
 /// Preallocated send queue: datagrams are written in place and grouped for GSO.
 pub struct TxBatch {
     data: Vec<u8>,
@@ -505,12 +542,14 @@ impl TxBatch {
 
     /// Queues one datagram to `dest` with traffic class `tos` (`None`: the socket default):
     /// `fill` writes it into the slice it is given (`max_len` bytes) and returns its length.
+    /// The [`IdentOracle`] tells `fill` which IPv4 Identification the kernel will give the
+    /// datagram for a given length, which the RoCEv2 ICRC covers (see [`IdentOracle`]).
     pub fn push_with(
         &mut self,
         dest: SocketAddr,
         tos: Option<u8>,
         max_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> usize,
+        fill: impl FnOnce(&mut [u8], IdentOracle) -> usize,
     ) -> Result<usize, TxFull> {
         if self.sent > 0 && self.sent >= self.items.len() {
             self.clear();
@@ -519,13 +558,19 @@ impl TxBatch {
             return Err(TxFull::Full);
         }
         let start = self.used;
-        let len = fill(&mut self.data[start..start + max_len]).min(max_len);
+        let oracle = self.oracle(dest, tos, start);
+        let len = fill(&mut self.data[start..start + max_len], oracle).min(max_len);
         if len == 0 {
             return Ok(0);
         }
-        if self.try_extend_group(dest, tos, start, len) {
-            self.used += len;
-            return Ok(len);
+        if let Some(segments) = oracle.group_segments(len) {
+            if let Some(last) = self.items.last_mut() {
+                last.segment = Some(oracle.segment as u16);
+                last.len += len;
+                debug_assert!(segments >= 1);
+                self.used += len;
+                return Ok(len);
+            }
         }
         if self.items.len() >= self.max_items {
             return Err(TxFull::Full);
@@ -549,41 +594,33 @@ impl TxBatch {
         Ok(len)
     }
 
-    /// Appends the datagram at `start` to the last item as one more GSO segment, if it has
-    /// the same peer and class, follows it directly in the buffer, and the group is still
-    /// open (all segments so far full-size, this one not larger).
-    fn try_extend_group(
-        &mut self,
-        dest: SocketAddr,
-        tos: Option<u8>,
-        start: usize,
-        len: usize,
-    ) -> bool {
+    /// Whether a datagram at `start` may join the last item as one more GSO segment: same
+    /// peer and class, directly after it in the buffer, and the group still open (all
+    /// segments so far full-size).
+    fn oracle(&self, dest: SocketAddr, tos: Option<u8>, start: usize) -> IdentOracle {
+        let closed = IdentOracle {
+            open: false,
+            segment: 0,
+            segments: 0,
+            group_len: 0,
+        };
         if !self.gso {
-            return false;
+            return closed;
         }
-        let Some(last) = self.items.last_mut() else {
-            return false;
+        let Some(last) = self.items.last() else {
+            return closed;
         };
         if self.peers[last.addr] != dest || last.tos != tos || last.offset + last.len != start {
-            return false;
+            return closed;
         }
         let seg = last.segment.map(usize::from).unwrap_or(last.len);
-        let segments = last.len.div_ceil(seg);
-        let closed = last.len % seg != 0;
-        if closed
-            || len > seg
-            || segments >= MAX_GSO_SEGMENTS
-            || last.len + len > MAX_SUPER_DATAGRAM
-        {
-            return false;
+        let open = last.len % seg == 0 && u16::try_from(seg).is_ok();
+        IdentOracle {
+            open,
+            segment: seg,
+            segments: last.len.div_ceil(seg),
+            group_len: last.len,
         }
-        let Ok(seg16) = u16::try_from(seg) else {
-            return false;
-        };
-        last.segment = Some(seg16);
-        last.len += len;
-        true
     }
 
     /// Drops the first unsent item (the kernel refused it).
@@ -600,5 +637,40 @@ impl TxBatch {
         self.peers.clear();
         self.sent = 0;
         self.split_progress = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idents(gso: bool, lens: &[usize]) -> Vec<u16> {
+        let dest: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+        let mut b = TxBatch::new(1 << 20, 64, gso);
+        let mut out = Vec::new();
+        for &len in lens {
+            b.push_with(dest, None, len, |_, o| {
+                out.push(o.ipv4_ident(len));
+                len
+            })
+            .unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn ident_counts_segments_of_a_gso_group_and_restarts_after_it_closes() {
+        // A shorter datagram is the group's last segment; a longer one starts a new group.
+        assert_eq!(
+            idents(true, &[100, 100, 100, 40, 100, 200, 200]),
+            [0, 1, 2, 3, 0, 0, 1]
+        );
+        assert_eq!(idents(false, &[100, 100, 100]), [0, 0, 0]);
+        let many = idents(true, &[10; 70]);
+        assert_eq!(many[63], 63);
+        assert_eq!(
+            many[64], 0,
+            "a group holds at most {MAX_GSO_SEGMENTS} segments"
+        );
     }
 }

@@ -35,7 +35,7 @@ fn send_numbered(tx: &mut RoceSocket, batch_gso: bool, dest: SocketAddr, sizes: 
     let mut batch = TxBatch::new(256 * 1024, 64, batch_gso);
     for (i, &len) in sizes.iter().enumerate() {
         batch
-            .push_with(dest, None, len, |b| {
+            .push_with(dest, None, len, |b, _| {
                 b[..len].fill(i as u8);
                 b[..4].copy_from_slice(&(i as u32).to_be_bytes());
                 len
@@ -99,9 +99,9 @@ fn traffic_class_is_sent_and_reported() {
     let mut tx = open([127, 0, 0, 1], false, false, ECN_ECT0);
     let dest = rx.local_addr();
     let mut batch = TxBatch::new(4096, 4, false);
-    batch.push_with(dest, None, 10, |_| 10).unwrap();
+    batch.push_with(dest, None, 10, |_, _| 10).unwrap();
     batch
-        .push_with(dest, Some(0x68 | ECN_CE), 10, |_| 10)
+        .push_with(dest, Some(0x68 | ECN_CE), 10, |_, _| 10)
         .unwrap();
     tx.send(&mut batch).unwrap();
     let got = collect(&mut rx, 2);
