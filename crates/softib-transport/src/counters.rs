@@ -1,0 +1,109 @@
+//! Per-QP and per-device counters (issue 3's list; CNP/ECN ones feed issue 6).
+
+/// Counters of one QP. Every field counts events since the QP was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// Transport packets handed to the driver.
+    pub packets_sent: u64,
+    /// Payload bytes in them.
+    pub bytes_sent: u64,
+    /// Transport packets accepted for this QP.
+    pub packets_received: u64,
+    /// Payload bytes in them.
+    pub bytes_received: u64,
+    /// Packets sent again (go-back-N after a timeout or NAK, or re-requested reads).
+    pub retransmitted_packets: u64,
+    /// Local ACK timer expiries that caused a retry.
+    pub local_ack_timeouts: u64,
+    /// PSN-sequence NAKs this responder sent.
+    pub seq_naks_sent: u64,
+    /// PSN-sequence NAKs this requester received.
+    pub seq_naks_received: u64,
+    /// RNR NAKs this responder sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs this requester received.
+    pub rnr_naks_received: u64,
+    /// Duplicate requests the responder received (re-ACKed, replayed or answered from saved state).
+    pub duplicates_received: u64,
+    /// Packets dropped because their PSN was ahead of the expected PSN (or a UC gap).
+    pub out_of_sequence_drops: u64,
+    /// Remote access errors (NAKs sent as responder, or received as requester).
+    pub remote_access_errors: u64,
+    /// Invalid request errors (NAKs sent as responder, or received as requester).
+    pub invalid_requests: u64,
+    /// Remote operational errors (sent or received).
+    pub remote_operational_errors: u64,
+    /// ACK / response packets the requester ignored (stale, ghost or duplicate).
+    pub stale_responses: u64,
+    /// Packets received with the FECN bit set.
+    pub fecn_received: u64,
+    /// Packets received with the BECN bit set.
+    pub becn_received: u64,
+    /// Congestion notification packets sent.
+    pub cnps_sent: u64,
+    /// Congestion notification packets received.
+    pub cnps_received: u64,
+    /// Packets dropped because the QP was in a state that does not accept them.
+    pub wrong_state_drops: u64,
+    /// Packets dropped for a P_Key mismatch.
+    pub bad_pkey_drops: u64,
+    /// UD packets dropped for a Q_Key mismatch.
+    pub bad_qkey_drops: u64,
+}
+
+impl QpCounters {
+    /// Adds every field of `other` to `self`.
+    pub fn accumulate(&mut self, other: &QpCounters) {
+        macro_rules! add {
+            ($($f:ident),*) => { $( self.$f += other.$f; )* };
+        }
+        add!(
+            packets_sent, bytes_sent, packets_received, bytes_received, retransmitted_packets,
+            local_ack_timeouts, seq_naks_sent, seq_naks_received, rnr_naks_sent,
+            rnr_naks_received, duplicates_received, out_of_sequence_drops, remote_access_errors,
+            invalid_requests, remote_operational_errors, stale_responses, fecn_received,
+            becn_received, cnps_sent, cnps_received, wrong_state_drops, bad_pkey_drops,
+            bad_qkey_drops
+        );
+    }
+}
+
+/// Why the driver dropped a packet before the engine saw it (it reports these through
+/// `Device::count_driver_drop` so `softib counters` shows one table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DriverDrop {
+    /// ICRC mismatch.
+    Icrc,
+    /// VCRC mismatch (native IB).
+    Vcrc,
+    /// A header below the BTH was malformed (IP, UDP, LRH, GRH).
+    Format,
+}
+
+/// Device-wide counters: the sum of all QPs' counters (also of destroyed ones) plus drops
+/// that belong to no QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Sum over every QP (live and destroyed).
+    pub qp: QpCounters,
+    /// Packets whose transport headers did not parse (bad opcode, truncated, bad pad).
+    pub malformed_drops: u64,
+    /// Packets for a QPN with no QP.
+    pub unknown_qp_drops: u64,
+    /// Packets whose P_Key matched no entry of the QP (also counted per QP).
+    pub bad_pkey_drops: u64,
+    /// UD packets with a wrong Q_Key (also counted per QP).
+    pub bad_qkey_drops: u64,
+    /// Packets for a QP in a state that does not accept them (also counted per QP).
+    pub wrong_state_drops: u64,
+    /// Opcodes of a service the destination QP does not run (e.g. UC opcode to an RC QP).
+    pub wrong_service_drops: u64,
+    /// ICRC failures reported by the driver.
+    pub icrc_drops: u64,
+    /// VCRC failures reported by the driver.
+    pub vcrc_drops: u64,
+    /// Malformed lower headers reported by the driver.
+    pub format_drops: u64,
+    /// Completions lost to full CQs (each also raised `AsyncEvent::CqOverflow`).
+    pub cq_overflows: u64,
+}

@@ -1,0 +1,1015 @@
+//! The `Device`: one HCA port. Owns the QP, MR, CQ, SRQ and AH tables, demultiplexes
+//! incoming packets by DestQP, schedules transmission round-robin over QPs with work, and
+//! keeps a min-heap of per-QP timers.
+//!
+//! Methods fall into four kinds (quinn-proto's `Connection`): getters, commands (verbs),
+//! `handle_*` for input and `poll_*` for output. See docs/design/engine-api.md.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use softib_wire::{PacketRepr, Service};
+
+use crate::counters::{DeviceCounters, DriverDrop, QpCounters};
+use crate::cq::CompletionQueue;
+use crate::error::VerbsError;
+use crate::events::AsyncEvent;
+use crate::memory::{Memory, MrTable};
+use crate::qp::recv_queue::RecvWqe;
+use crate::qp::send_queue::{SendWqe, UdTarget};
+use crate::qp::{Qp, TimerKind};
+use crate::srq::SharedRecvQueue;
+use crate::time::Nanos;
+use crate::verbs::{
+    AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr,
+    QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle,
+    VendorErr, WcStatus, WorkCompletion, WrOpcode,
+};
+
+/// First QPN handed out; 0 and 1 are the special QPs (SMI, GSI) of IBA 10.2.5.
+pub const FIRST_QPN: u32 = 0x11;
+
+/// Device configuration and limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Port GID 0 (RoCEv2: the IPv6 or IPv4-mapped address).
+    pub gid: [u8; 16],
+    /// Port LID (native IB).
+    pub lid: u16,
+    /// Largest path MTU the port supports.
+    pub max_mtu: Mtu,
+    /// P_Key table; `pkey_index` indexes it.
+    pub pkeys: Vec<u16>,
+    /// QPs the device can hold (created over its lifetime; QPNs are not reused).
+    pub max_qp: u32,
+    /// CQs.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Shared receive queues.
+    pub max_srq: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// WRs per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per WR.
+    pub max_sge: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+    /// Upper bound for max_rd_atomic / max_dest_rd_atomic.
+    pub max_qp_rd_atom: u8,
+    /// RC send window: PSNs a requester may have unacknowledged.
+    pub max_unacked_psns: u32,
+    /// The requester sets AckReq at least every this many packets within a long message.
+    pub ack_req_interval: u32,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            gid: [0; 16],
+            lid: 1,
+            max_mtu: Mtu::M4096,
+            pkeys: vec![0xFFFF],
+            max_qp: 1 << 16,
+            max_cq: 1 << 16,
+            max_cqe: 1 << 20,
+            max_mr: 1 << 20,
+            max_pd: 1 << 16,
+            max_srq: 1 << 12,
+            max_ah: 1 << 16,
+            max_qp_wr: 1 << 14,
+            max_sge: 32,
+            max_inline_data: 1024,
+            max_qp_rd_atom: 16,
+            max_unacked_psns: 256,
+            ack_req_interval: 64,
+        }
+    }
+}
+
+/// What the driver saw below the BTH of a received packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxMeta {
+    /// Source LID (native IB; 0 for RoCE).
+    pub slid: u16,
+    /// Service level (native IB; for RoCE the driver may derive it from DSCP).
+    pub sl: u8,
+    /// The GRH (native IB with GRH, or the IP header mapped to GRH fields for RoCEv2).
+    pub grh: Option<RxGrh>,
+    /// The packet carried an ECN Congestion Experienced mark.
+    pub ecn_ce: bool,
+}
+
+/// GRH fields of a received packet (IBA 8.3); for RoCEv2 the IP header's equivalents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxGrh {
+    /// Source GID.
+    pub sgid: [u8; 16],
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+    /// Hop limit.
+    pub hop_limit: u8,
+}
+
+/// Where a transmitted packet goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathInfo {
+    /// Destination LID (native IB).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// GRH fields (RoCEv2: destination address, DSCP, flow label).
+    pub grh: Option<GlobalRoute>,
+}
+
+/// One packet `poll_transmit` wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written to the buffer (BTH through pad, no ICRC).
+    pub len: usize,
+    /// Sending QP.
+    pub src_qpn: u32,
+    /// Destination QP (also in the BTH).
+    pub dest_qpn: u32,
+    /// Where it goes.
+    pub path: PathInfo,
+    /// May be marked ECT in the IP header (RoCEv2).
+    pub ecn_capable: bool,
+}
+
+/// Device state the QPs share: everything except the QP table, so a QP can be borrowed
+/// mutably next to it.
+pub(crate) struct Shared {
+    pub config: DeviceConfig,
+    pub mrs: MrTable,
+    pub cqs: Vec<Option<CompletionQueue>>,
+    pub srqs: Vec<Option<SharedRecvQueue>>,
+    pub ahs: Vec<Option<(PdHandle, AhAttr)>>,
+    pub events: VecDeque<AsyncEvent>,
+    pub counters: DeviceCounters,
+}
+
+impl Shared {
+    /// Adds a completion to a CQ, raising overflow / notification events.
+    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+        let Some(Some(q)) = self.cqs.get_mut(cq.0 as usize) else {
+            return;
+        };
+        let out = q.push(wc);
+        if out.overflow {
+            self.counters.cq_overflows += 1;
+            self.events.push_back(AsyncEvent::CqOverflow(cq));
+        }
+        if out.notify {
+            self.events.push_back(AsyncEvent::CqNotify(cq));
+        }
+    }
+
+    pub fn take_srq_wqe(&mut self, srq: SrqHandle) -> Option<RecvWqe> {
+        let s = self.srqs.get_mut(srq.0 as usize)?.as_mut()?;
+        let (wqe, fire) = s.take()?;
+        if fire {
+            self.events.push_back(AsyncEvent::SrqLimitReached(srq));
+        }
+        Some(wqe)
+    }
+
+    pub fn return_srq_wqe(&mut self, srq: SrqHandle, wqe: RecvWqe) {
+        if let Some(Some(s)) = self.srqs.get_mut(srq.0 as usize) {
+            s.queue.push_front(wqe);
+        }
+    }
+}
+
+/// One HCA port running the transport engine. See the module documentation.
+pub struct Device {
+    sh: Shared,
+    qps: Vec<Option<Qp>>,
+    /// Counters of destroyed QPs, so device totals never go backwards.
+    retired: QpCounters,
+    pds: u32,
+    rng: ChaCha8Rng,
+    /// Round-robin of QP indexes that may have something to send.
+    ready: VecDeque<u32>,
+    /// (deadline, QP index, timer kind); entries may be stale (lazy invalidation).
+    timers: BinaryHeap<Reverse<(Nanos, u32, u8)>>,
+}
+
+fn unknown(kind: &'static str, value: u32) -> VerbsError {
+    VerbsError::UnknownHandle { kind, value }
+}
+
+impl Device {
+    /// A device with `config`; `seed` drives the only randomness (key bytes, initial PSNs).
+    pub fn new(config: DeviceConfig, seed: u64) -> Device {
+        Device {
+            sh: Shared {
+                config,
+                mrs: MrTable::default(),
+                cqs: Vec::new(),
+                srqs: Vec::new(),
+                ahs: Vec::new(),
+                events: VecDeque::new(),
+                counters: DeviceCounters::default(),
+            },
+            qps: Vec::new(),
+            retired: QpCounters::default(),
+            pds: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+        }
+    }
+
+    // ----- getters -----
+
+    /// The configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.sh.config
+    }
+
+    /// Device-wide counters: the sum over all QPs (also destroyed ones) plus device drops.
+    /// Computed on each call (O(QPs)); the engine-api.md signature returns it by value.
+    pub fn counters(&self) -> DeviceCounters {
+        let mut c = self.sh.counters;
+        c.qp = self.retired;
+        for qp in self.qps.iter().flatten() {
+            c.qp.accumulate(&qp.counters);
+        }
+        c
+    }
+
+    /// Counters of one QP.
+    pub fn qp_counters(&self, qpn: u32) -> Option<&QpCounters> {
+        self.qp(qpn).map(|q| &q.counters)
+    }
+
+    /// A random initial PSN from the device's seeded RNG (for callers that do not choose one).
+    pub fn random_psn(&mut self) -> u32 {
+        self.rng.next_u32() & crate::psn::PSN_MASK
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqHandle) -> usize {
+        self.cq(cq).map_or(0, |q| q.len())
+    }
+
+    /// Completions a CQ lost to overflow.
+    pub fn cq_overflows(&self, cq: CqHandle) -> u64 {
+        self.cq(cq).map_or(0, |q| q.overflows)
+    }
+
+    /// QPNs of live QPs, ascending.
+    pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.iter().flatten().map(|q| q.qpn)
+    }
+
+    /// The state of a QP.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qp(qpn).map(|q| q.state())
+    }
+
+    fn cq(&self, cq: CqHandle) -> Option<&CompletionQueue> {
+        self.sh.cqs.get(cq.0 as usize)?.as_ref()
+    }
+
+    fn qp_index(&self, qpn: u32) -> Option<usize> {
+        let i = qpn.checked_sub(FIRST_QPN)? as usize;
+        self.qps.get(i)?.as_ref()?;
+        Some(i)
+    }
+
+    fn qp(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(qpn.checked_sub(FIRST_QPN)? as usize)?.as_ref()
+    }
+
+    // ----- commands (verbs) -----
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> PdHandle {
+        self.pds += 1;
+        PdHandle(self.pds)
+    }
+
+    fn check_pd(&self, pd: PdHandle) -> Result<(), VerbsError> {
+        if pd.0 == 0 || pd.0 > self.pds {
+            return Err(unknown("PD", pd.0));
+        }
+        Ok(())
+    }
+
+    /// Registers `memory` as a region starting at virtual address `iova`.
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<dyn Memory>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MrKeys, VerbsError> {
+        self.check_pd(pd)?;
+        if self.sh.mrs.live() >= self.sh.config.max_mr {
+            return Err(VerbsError::LimitReached {
+                limit: "max_mr",
+                max: self.sh.config.max_mr,
+            });
+        }
+        // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic requires local write.
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "access",
+                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
+            });
+        }
+        if iova.checked_add(memory.len() as u64).is_none() {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "iova",
+                reason: "iova + length overflows 64 bits".into(),
+            });
+        }
+        let key_byte = (self.rng.next_u32() & 0xFF) as u8;
+        let key = self
+            .sh
+            .mrs
+            .insert(pd, memory, iova, access, key_byte)
+            .ok_or(VerbsError::LimitReached {
+                limit: "24-bit MR index",
+                max: 1 << 24,
+            })?;
+        Ok(MrKeys { lkey: key, rkey: key })
+    }
+
+    /// Deregisters a region and hands its memory back.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<Box<dyn Memory>, VerbsError> {
+        self.sh
+            .mrs
+            .remove(lkey)
+            .map(|mr| mr.memory)
+            .ok_or(unknown("lkey", lkey))
+    }
+
+    /// The memory of a region (the application reads its buffers).
+    pub fn memory(&self, lkey: u32) -> Option<&dyn Memory> {
+        self.sh.mrs.get(lkey).map(|mr| &*mr.memory)
+    }
+
+    /// Mutable memory of a region (the application fills its buffers).
+    pub fn memory_mut(&mut self, lkey: u32) -> Option<&mut dyn Memory> {
+        match self.sh.mrs.get_mut(lkey) {
+            Some(mr) => Some(&mut *mr.memory),
+            None => None,
+        }
+    }
+
+    /// Creates a CQ of `cqe` entries.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqHandle, VerbsError> {
+        if cqe == 0 || cqe > self.sh.config.max_cqe {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "cqe",
+                reason: format!("{cqe} is not in 1..={}", self.sh.config.max_cqe),
+            });
+        }
+        let live = self.sh.cqs.iter().flatten().count() as u32;
+        if live >= self.sh.config.max_cq {
+            return Err(VerbsError::LimitReached {
+                limit: "max_cq",
+                max: self.sh.config.max_cq,
+            });
+        }
+        self.sh.cqs.push(Some(CompletionQueue::new(cqe)));
+        Ok(CqHandle(self.sh.cqs.len() as u32 - 1))
+    }
+
+    /// Destroys a CQ no QP uses.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), VerbsError> {
+        let q = self
+            .sh
+            .cqs
+            .get_mut(cq.0 as usize)
+            .and_then(|c| c.as_mut())
+            .ok_or(unknown("CQ", cq.0))?;
+        if q.users > 0 {
+            return Err(VerbsError::InUse {
+                kind: "CQ",
+                value: cq.0,
+                reason: "QPs still use it; destroy them first",
+            });
+        }
+        self.sh.cqs[cq.0 as usize] = None;
+        Ok(())
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(&mut self, pd: PdHandle, attr: SrqAttr) -> Result<SrqHandle, VerbsError> {
+        self.check_pd(pd)?;
+        let cfg = &self.sh.config;
+        if attr.max_wr == 0 || attr.max_wr > cfg.max_qp_wr {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "max_wr",
+                reason: format!("{} is not in 1..={}", attr.max_wr, cfg.max_qp_wr),
+            });
+        }
+        if attr.max_sge == 0 || attr.max_sge > cfg.max_sge {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "max_sge",
+                reason: format!("{} is not in 1..={}", attr.max_sge, cfg.max_sge),
+            });
+        }
+        if self.sh.srqs.iter().flatten().count() as u32 >= cfg.max_srq {
+            return Err(VerbsError::LimitReached {
+                limit: "max_srq",
+                max: cfg.max_srq,
+            });
+        }
+        self.sh.srqs.push(Some(SharedRecvQueue::new(
+            pd,
+            attr.max_wr,
+            attr.max_sge,
+            attr.srq_limit,
+        )));
+        Ok(SrqHandle(self.sh.srqs.len() as u32 - 1))
+    }
+
+    /// Arms the SRQ limit: `SrqLimitReached` fires once when fewer than `srq_limit` WRs remain.
+    pub fn modify_srq(&mut self, srq: SrqHandle, srq_limit: u32) -> Result<(), VerbsError> {
+        let s = self
+            .sh
+            .srqs
+            .get_mut(srq.0 as usize)
+            .and_then(|s| s.as_mut())
+            .ok_or(unknown("SRQ", srq.0))?;
+        if srq_limit > s.queue.depth() {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "srq_limit",
+                reason: format!("{srq_limit} exceeds the SRQ depth {}", s.queue.depth()),
+            });
+        }
+        s.limit = srq_limit;
+        Ok(())
+    }
+
+    /// Creates an address handle for UD sends.
+    pub fn create_ah(&mut self, pd: PdHandle, attr: AhAttr) -> Result<AhHandle, VerbsError> {
+        self.check_pd(pd)?;
+        if self.sh.ahs.len() as u32 >= self.sh.config.max_ah {
+            return Err(VerbsError::LimitReached {
+                limit: "max_ah",
+                max: self.sh.config.max_ah,
+            });
+        }
+        if attr.sl > 15 {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "sl",
+                reason: format!("{} does not fit 4 bits", attr.sl),
+            });
+        }
+        self.sh.ahs.push(Some((pd, attr)));
+        Ok(AhHandle(self.sh.ahs.len() as u32 - 1))
+    }
+
+    /// Creates a QP in RESET and returns its QPN.
+    pub fn create_qp(&mut self, pd: PdHandle, init: QpInitAttr) -> Result<u32, VerbsError> {
+        self.check_pd(pd)?;
+        let cfg = &self.sh.config;
+        let cap = init.cap;
+        let check = |attr: &'static str, v: u32, lo: u32, hi: u32| {
+            if v < lo || v > hi {
+                Err(VerbsError::InvalidAttribute {
+                    attr,
+                    reason: format!("{v} is not in {lo}..={hi}"),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        check("cap.max_send_wr", cap.max_send_wr, 1, cfg.max_qp_wr)?;
+        check("cap.max_send_sge", cap.max_send_sge, 1, cfg.max_sge)?;
+        check("cap.max_inline_data", cap.max_inline_data, 0, cfg.max_inline_data)?;
+        if init.srq.is_none() {
+            check("cap.max_recv_wr", cap.max_recv_wr, 1, cfg.max_qp_wr)?;
+            check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            self.cq(cq).ok_or(unknown("CQ", cq.0))?;
+        }
+        if let Some(srq) = init.srq {
+            let s = self
+                .sh
+                .srqs
+                .get(srq.0 as usize)
+                .and_then(|s| s.as_ref())
+                .ok_or(unknown("SRQ", srq.0))?;
+            if s.pd != pd {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "srq",
+                    reason: "the SRQ belongs to another protection domain".into(),
+                });
+            }
+            if init.qp_type == QpType::Uc && false {
+                unreachable!()
+            }
+        }
+        if self.qps.len() as u32 >= cfg.max_qp.min(0x00FF_FFFF - FIRST_QPN) {
+            return Err(VerbsError::LimitReached {
+                limit: "max_qp",
+                max: cfg.max_qp,
+            });
+        }
+        let qpn = FIRST_QPN + self.qps.len() as u32;
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
+                q.users += 1;
+            }
+        }
+        if let Some(srq) = init.srq {
+            if let Some(Some(s)) = self.sh.srqs.get_mut(srq.0 as usize) {
+                s.users += 1;
+            }
+        }
+        self.qps.push(Some(Qp::new(qpn, pd, &init)));
+        if self.ready.capacity() < self.qps.len() {
+            self.ready.reserve(self.qps.len().max(64));
+        }
+        Ok(qpn)
+    }
+
+    /// `ibv_modify_qp`: see `qp/modify.rs` for the rules.
+    pub fn modify_qp(
+        &mut self,
+        now: Nanos,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), VerbsError> {
+        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let qp = self.qps[i].as_mut().expect("index checked");
+        qp.modify(now, attr, mask, &mut self.sh)?;
+        self.after_qp(i);
+        Ok(())
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
+        let qp = self.qp(qpn).ok_or(unknown("QP", qpn))?;
+        let mut a = qp.attr;
+        a.cur_qp_state = a.qp_state;
+        a.sq_psn = qp.req.sq_psn;
+        a.rq_psn = qp.resp.epsn;
+        Ok(a)
+    }
+
+    /// Destroys a QP (its outstanding WRs vanish without completions, as in ibv_destroy_qp).
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let qp = self.qps[i].take().expect("index checked");
+        self.retired.accumulate(&qp.counters);
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
+                q.users = q.users.saturating_sub(1);
+            }
+        }
+        if let Some(srq) = qp.srq {
+            if let Some(Some(s)) = self.sh.srqs.get_mut(srq.0 as usize) {
+                s.users = s.users.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts a send WR. Malformed WRs are refused here; protection problems of the SGEs
+    /// surface as error completions when the WR executes (as on hardware).
+    pub fn post_send(&mut self, now: Nanos, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
+        let _ = now;
+        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let wqe = {
+            let qp = self.qps[i].as_ref().expect("index checked");
+            self.build_send_wqe(qp, wr)?
+        };
+        let qp = self.qps[i].as_mut().expect("index checked");
+        if qp.state() == QpState::Err {
+            // Linux completes WRs posted in ERR with a flush status.
+            qp.complete_send(&mut self.sh, &wqe, WcStatus::WrFlushErr, VendorErr::Flushed);
+            return Ok(());
+        }
+        qp.sq.wqes.push_back(wqe);
+        self.after_qp(i);
+        Ok(())
+    }
+
+    fn build_send_wqe(&self, qp: &Qp, wr: &SendWr) -> Result<SendWqe, VerbsError> {
+        let state = qp.state();
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(VerbsError::WrongState {
+                qpn: qp.qpn,
+                state,
+                queue: "send",
+                wr_id: wr.wr_id,
+            });
+        }
+        if qp.sq.is_full() {
+            return Err(VerbsError::QueueFull {
+                queue: "send",
+                owner: format!("QP {:#x}", qp.qpn),
+                depth: qp.sq.depth(),
+                wr_id: wr.wr_id,
+            });
+        }
+        let supported = match qp.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+            ),
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !supported {
+            return Err(VerbsError::OpcodeNotSupported {
+                wr_id: wr.wr_id,
+                opcode: wr.opcode,
+                qp_type: qp.qp_type,
+            });
+        }
+        let invalid = |reason: String| VerbsError::InvalidWr {
+            wr_id: wr.wr_id,
+            reason,
+        };
+        if wr.sg_list.len() > qp.attr.cap.max_send_sge as usize {
+            return Err(VerbsError::TooManySge {
+                wr_id: wr.wr_id,
+                given: wr.sg_list.len(),
+                max: qp.attr.cap.max_send_sge,
+            });
+        }
+        let length: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
+        if length > (1 << 31) {
+            return Err(invalid(format!("message of {length} bytes exceeds 2^31")));
+        }
+        let has_imm = matches!(wr.opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
+        if has_imm && wr.imm_data.is_none() {
+            return Err(invalid(format!("{} needs imm_data", wr.opcode.name())));
+        }
+        if wr.opcode.is_atomic() && length != 8 {
+            return Err(invalid(format!(
+                "{} needs exactly 8 bytes of local buffer, got {length}",
+                wr.opcode.name()
+            )));
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if inline {
+            if !matches!(
+                wr.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+            ) {
+                return Err(invalid(format!("{} cannot be INLINE", wr.opcode.name())));
+            }
+            if length > qp.attr.cap.max_inline_data as u64 {
+                return Err(invalid(format!(
+                    "{length} inline bytes exceed max_inline_data {}",
+                    qp.attr.cap.max_inline_data
+                )));
+            }
+        }
+        let mut ud = None;
+        if qp.qp_type == QpType::Ud {
+            let dest = wr
+                .ud
+                .ok_or_else(|| invalid("a UD send needs `ud` (address handle, QPN, Q_Key)".into()))?;
+            let (ah_pd, ah) = self
+                .sh
+                .ahs
+                .get(dest.ah.0 as usize)
+                .and_then(|a| *a)
+                .ok_or(unknown("AH", dest.ah.0))?;
+            if ah_pd != qp.pd {
+                return Err(invalid("the address handle belongs to another PD".into()));
+            }
+            if length > self.sh.config.max_mtu.bytes() as u64 {
+                return Err(invalid(format!(
+                    "UD message of {length} bytes exceeds the MTU {} (IBA 9.8.3: one packet)",
+                    self.sh.config.max_mtu.bytes()
+                )));
+            }
+            // IBA 10.2.5: a WR Q_Key with the high bit set means "use the QP's Q_Key".
+            let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+                qp.attr.qkey
+            } else {
+                dest.remote_qkey
+            };
+            ud = Some(UdTarget {
+                path: PathInfo {
+                    dlid: ah.dlid,
+                    sl: ah.sl,
+                    grh: ah.grh,
+                },
+                qpn: dest.remote_qpn & crate::psn::PSN_MASK,
+                qkey,
+            });
+        }
+        let inline_data = if inline {
+            // Inline data is read at post time; the lkeys are not used (ibv_post_send(3)).
+            let mut data = vec![0u8; length as usize];
+            let mut at = 0usize;
+            for sge in &wr.sg_list {
+                let Some(mr) = self.sh.mrs.get(sge.lkey) else {
+                    return Err(unknown("lkey", sge.lkey));
+                };
+                let off = sge
+                    .addr
+                    .checked_sub(mr.iova)
+                    .filter(|o| o + sge.length as u64 <= mr.memory.len() as u64)
+                    .ok_or_else(|| invalid(format!("inline SGE at {:#x} leaves its region", sge.addr)))?;
+                mr.memory
+                    .read(off as usize, &mut data[at..at + sge.length as usize]);
+                at += sge.length as usize;
+            }
+            Some(data)
+        } else {
+            None
+        };
+        Ok(SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            sges: if inline { Vec::new() } else { wr.sg_list.clone() },
+            inline: inline_data,
+            signaled: wr.flags.contains(SendFlags::SIGNALED),
+            solicited: wr.flags.contains(SendFlags::SOLICITED),
+            fence: wr.flags.contains(SendFlags::FENCE),
+            imm: wr.imm_data,
+            inv_rkey: wr.invalidate_rkey,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud,
+            length,
+            first_psn: 0,
+            npsn: 0,
+            read_done: 0,
+        })
+    }
+
+    /// Posts a receive WR to a QP's own receive queue.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
+        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let qp = self.qps[i].as_mut().expect("index checked");
+        if qp.srq.is_some() {
+            return Err(VerbsError::InvalidWr {
+                wr_id: wr.wr_id,
+                reason: format!("QP {qpn:#x} uses an SRQ; post to the SRQ"),
+            });
+        }
+        if qp.state() == QpState::Reset {
+            return Err(VerbsError::WrongState {
+                qpn,
+                state: QpState::Reset,
+                queue: "receive",
+                wr_id: wr.wr_id,
+            });
+        }
+        if wr.sg_list.len() > qp.attr.cap.max_recv_sge as usize {
+            return Err(VerbsError::TooManySge {
+                wr_id: wr.wr_id,
+                given: wr.sg_list.len(),
+                max: qp.attr.cap.max_recv_sge,
+            });
+        }
+        if qp.rq.is_full() {
+            return Err(VerbsError::QueueFull {
+                queue: "receive",
+                owner: format!("QP {qpn:#x}"),
+                depth: qp.rq.depth(),
+                wr_id: wr.wr_id,
+            });
+        }
+        let wqe = RecvWqe::new(wr.wr_id, &wr.sg_list);
+        if qp.state() == QpState::Err {
+            qp.rq.push(wqe);
+            qp.flush_recv(&mut self.sh);
+            return Ok(());
+        }
+        qp.rq.push(wqe);
+        self.after_qp(i);
+        Ok(())
+    }
+
+    /// Posts a receive WR to a shared receive queue.
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<(), VerbsError> {
+        let s = self
+            .sh
+            .srqs
+            .get_mut(srq.0 as usize)
+            .and_then(|s| s.as_mut())
+            .ok_or(unknown("SRQ", srq.0))?;
+        if wr.sg_list.len() > s.max_sge as usize {
+            return Err(VerbsError::TooManySge {
+                wr_id: wr.wr_id,
+                given: wr.sg_list.len(),
+                max: s.max_sge,
+            });
+        }
+        if s.queue.is_full() {
+            return Err(VerbsError::QueueFull {
+                queue: "shared receive",
+                owner: format!("SRQ {}", srq.0),
+                depth: s.queue.depth(),
+                wr_id: wr.wr_id,
+            });
+        }
+        s.queue.push(RecvWqe::new(wr.wr_id, &wr.sg_list));
+        Ok(())
+    }
+
+    /// Moves up to `out.len()` completions out of a CQ; returns how many.
+    pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [WorkCompletion]) -> usize {
+        match self.sh.cqs.get_mut(cq.0 as usize) {
+            Some(Some(q)) => q.poll(out),
+            _ => 0,
+        }
+    }
+
+    /// Arms a CQ: the next (solicited, if asked) completion raises `AsyncEvent::CqNotify`.
+    pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) {
+        if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
+            q.arm(solicited_only);
+        }
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.sh.events.pop_front()
+    }
+
+    /// The driver dropped a packet before the engine saw it; counted in `counters()`.
+    pub fn count_driver_drop(&mut self, why: DriverDrop) {
+        let c = &mut self.sh.counters;
+        match why {
+            DriverDrop::Icrc => c.icrc_drops += 1,
+            DriverDrop::Vcrc => c.vcrc_drops += 1,
+            DriverDrop::Format => c.format_drops += 1,
+        }
+    }
+
+    // ----- input -----
+
+    /// A transport packet (BTH through pad, ICRC already checked and stripped) arrived.
+    /// Anything malformed or unexpected is dropped and counted, never a panic.
+    pub fn handle_packet(&mut self, now: Nanos, meta: &RxMeta, packet: &[u8]) {
+        let Ok(pkt) = PacketRepr::parse(packet) else {
+            self.sh.counters.malformed_drops += 1;
+            return;
+        };
+        let dest = pkt.bth.dest_qp;
+        let Some(i) = self.qp_index(dest) else {
+            self.sh.counters.unknown_qp_drops += 1;
+            return;
+        };
+        let qp = self.qps[i].as_mut().expect("index checked");
+        let service_ok = match (qp.qp_type, pkt.bth.opcode.service()) {
+            (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc) | (QpType::Ud, Service::Ud) => true,
+            (_, Service::Cnp) => true,
+            _ => false,
+        };
+        if !service_ok {
+            self.sh.counters.wrong_service_drops += 1;
+            return;
+        }
+        if !qp.pkey_matches(&self.sh, pkt.bth.pkey) {
+            qp.counters.bad_pkey_drops += 1;
+            self.sh.counters.bad_pkey_drops += 1;
+            return;
+        }
+        if !matches!(
+            qp.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            qp.counters.wrong_state_drops += 1;
+            self.sh.counters.wrong_state_drops += 1;
+            return;
+        }
+        qp.counters.packets_received += 1;
+        qp.counters.bytes_received += pkt.payload.len() as u64;
+        if pkt.bth.fecn {
+            qp.counters.fecn_received += 1;
+        }
+        if pkt.bth.becn {
+            qp.counters.becn_received += 1;
+        }
+        if pkt.bth.opcode.service() == Service::Cnp {
+            qp.counters.cnps_received += 1;
+        } else {
+            match qp.qp_type {
+                QpType::Rc => qp.rc_handle_packet(now, meta, &pkt, &mut self.sh),
+                QpType::Uc => qp.uc_handle_packet(meta, &pkt, &mut self.sh),
+                QpType::Ud => {
+                    if qp.ud_handle_packet(meta, &pkt, &mut self.sh).is_err() {
+                        self.sh.counters.bad_qkey_drops += 1;
+                    }
+                }
+            }
+        }
+        self.after_qp(i);
+    }
+
+    /// Runs every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(&Reverse((t, i, k))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let kind = TimerKind::ALL[k as usize];
+            let Some(Some(qp)) = self.qps.get_mut(i as usize) else {
+                continue;
+            };
+            if qp.heap_time[k as usize] == Some(t) {
+                qp.heap_time[k as usize] = None;
+            }
+            match qp.timer(kind) {
+                Some(d) if d <= now => {
+                    qp.handle_timer(now, kind, &mut self.sh);
+                    self.after_qp(i as usize);
+                }
+                Some(_) => self.sync_timers(i as usize),
+                None => {}
+            }
+        }
+    }
+
+    // ----- output -----
+
+    /// Writes the next packet into `buf` (at least MTU + 64 bytes). Round-robin over QPs
+    /// with work, in a deterministic order.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        let rounds = self.ready.len();
+        for _ in 0..rounds {
+            let i = self.ready.pop_front()? as usize;
+            let Some(Some(qp)) = self.qps.get_mut(i) else {
+                continue;
+            };
+            qp.scheduled = false;
+            let out = qp.poll_transmit(now, buf, &mut self.sh);
+            if let Some(t) = &out {
+                qp.counters.packets_sent += 1;
+                qp.counters.bytes_sent += t.len as u64;
+            }
+            self.after_qp(i);
+            if out.is_some() {
+                return out;
+            }
+        }
+        None
+    }
+
+    /// The earliest timer deadline (possibly one that turns out to have been cancelled:
+    /// calling `handle_timeout` then does nothing).
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.timers.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// True when no QP has anything to transmit right now.
+    pub fn is_idle(&self) -> bool {
+        self.ready.is_empty()
+    }
+
+    /// After any change to a QP: (re)schedule it for transmission and publish its timers.
+    fn after_qp(&mut self, i: usize) {
+        let Some(Some(qp)) = self.qps.get_mut(i) else {
+            return;
+        };
+        if !qp.scheduled && qp.has_work(&self.sh) {
+            qp.scheduled = true;
+            self.ready.push_back(i as u32);
+        }
+        self.sync_timers(i);
+    }
+
+    fn sync_timers(&mut self, i: usize) {
+        let Some(Some(qp)) = self.qps.get_mut(i) else {
+            return;
+        };
+        for k in 0..TimerKind::COUNT {
+            if let Some(d) = qp.timers[k] {
+                if qp.heap_time[k].is_none_or(|h| d < h) {
+                    qp.heap_time[k] = Some(d);
+                    self.timers.push(Reverse((d, i as u32, k as u8)));
+                }
+            }
+        }
+    }
+}
