@@ -58,11 +58,28 @@ impl QpCounters {
             ($($f:ident),*) => { $( self.$f += other.$f; )* };
         }
         add!(
-            packets_sent, bytes_sent, packets_received, bytes_received, retransmitted_packets,
-            local_ack_timeouts, seq_naks_sent, seq_naks_received, rnr_naks_sent,
-            rnr_naks_received, duplicates_received, out_of_sequence_drops, remote_access_errors,
-            invalid_requests, remote_operational_errors, stale_responses, fecn_received,
-            becn_received, cnps_sent, cnps_received, wrong_state_drops, bad_pkey_drops,
+            packets_sent,
+            bytes_sent,
+            packets_received,
+            bytes_received,
+            retransmitted_packets,
+            local_ack_timeouts,
+            seq_naks_sent,
+            seq_naks_received,
+            rnr_naks_sent,
+            rnr_naks_received,
+            duplicates_received,
+            out_of_sequence_drops,
+            remote_access_errors,
+            invalid_requests,
+            remote_operational_errors,
+            stale_responses,
+            fecn_received,
+            becn_received,
+            cnps_sent,
+            cnps_received,
+            wrong_state_drops,
+            bad_pkey_drops,
             bad_qkey_drops
         );
     }

@@ -348,7 +348,10 @@ impl Device {
                 limit: "24-bit MR index",
                 max: 1 << 24,
             })?;
-        Ok(MrKeys { lkey: key, rkey: key })
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
     }
 
     /// Deregisters a region and hands its memory back.
@@ -496,7 +499,12 @@ impl Device {
         };
         check("cap.max_send_wr", cap.max_send_wr, 1, cfg.max_qp_wr)?;
         check("cap.max_send_sge", cap.max_send_sge, 1, cfg.max_sge)?;
-        check("cap.max_inline_data", cap.max_inline_data, 0, cfg.max_inline_data)?;
+        check(
+            "cap.max_inline_data",
+            cap.max_inline_data,
+            0,
+            cfg.max_inline_data,
+        )?;
         if init.srq.is_none() {
             check("cap.max_recv_wr", cap.max_recv_wr, 1, cfg.max_qp_wr)?;
             check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
@@ -516,9 +524,6 @@ impl Device {
                     attr: "srq",
                     reason: "the SRQ belongs to another protection domain".into(),
                 });
-            }
-            if init.qp_type == QpType::Uc && false {
-                unreachable!()
             }
         }
         if self.qps.len() as u32 >= cfg.max_qp.min(0x00FF_FFFF - FIRST_QPN) {
@@ -630,7 +635,10 @@ impl Device {
             QpType::Rc => true,
             QpType::Uc => matches!(
                 wr.opcode,
-                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
         };
@@ -656,7 +664,10 @@ impl Device {
         if length > (1 << 31) {
             return Err(invalid(format!("message of {length} bytes exceeds 2^31")));
         }
-        let has_imm = matches!(wr.opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
+        let has_imm = matches!(
+            wr.opcode,
+            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+        );
         if has_imm && wr.imm_data.is_none() {
             return Err(invalid(format!("{} needs imm_data", wr.opcode.name())));
         }
@@ -687,9 +698,9 @@ impl Device {
         }
         let mut ud = None;
         if qp.qp_type == QpType::Ud {
-            let dest = wr
-                .ud
-                .ok_or_else(|| invalid("a UD send needs `ud` (address handle, QPN, Q_Key)".into()))?;
+            let dest = wr.ud.ok_or_else(|| {
+                invalid("a UD send needs `ud` (address handle, QPN, Q_Key)".into())
+            })?;
             let (ah_pd, ah) = self
                 .sh
                 .ahs
@@ -733,7 +744,9 @@ impl Device {
                     .addr
                     .checked_sub(mr.iova)
                     .filter(|o| o + sge.length as u64 <= mr.memory.len() as u64)
-                    .ok_or_else(|| invalid(format!("inline SGE at {:#x} leaves its region", sge.addr)))?;
+                    .ok_or_else(|| {
+                        invalid(format!("inline SGE at {:#x} leaves its region", sge.addr))
+                    })?;
                 mr.memory
                     .read(off as usize, &mut data[at..at + sge.length as usize]);
                 at += sge.length as usize;
@@ -745,7 +758,11 @@ impl Device {
         Ok(SendWqe {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
-            sges: if inline { Vec::new() } else { wr.sg_list.clone() },
+            sges: if inline {
+                Vec::new()
+            } else {
+                wr.sg_list.clone()
+            },
             inline: inline_data,
             signaled: wr.flags.contains(SendFlags::SIGNALED),
             solicited: wr.flags.contains(SendFlags::SOLICITED),
@@ -880,11 +897,13 @@ impl Device {
             return;
         };
         let qp = self.qps[i].as_mut().expect("index checked");
-        let service_ok = match (qp.qp_type, pkt.bth.opcode.service()) {
-            (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc) | (QpType::Ud, Service::Ud) => true,
-            (_, Service::Cnp) => true,
-            _ => false,
-        };
+        let service_ok = matches!(
+            (qp.qp_type, pkt.bth.opcode.service()),
+            (QpType::Rc, Service::Rc)
+                | (QpType::Uc, Service::Uc)
+                | (QpType::Ud, Service::Ud)
+                | (_, Service::Cnp)
+        );
         if !service_ok {
             self.sh.counters.wrong_service_drops += 1;
             return;

@@ -31,8 +31,8 @@ use crate::device::{Device, DeviceConfig, RxGrh, RxMeta, Transmit};
 use crate::memory::VecMemory;
 use crate::time::Nanos;
 use crate::verbs::{
-    AccessFlags, AhAttr, CqHandle, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, QpState, QpType, SrqHandle, WorkCompletion,
+    AccessFlags, AhAttr, CqHandle, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, QpType, SrqHandle, WorkCompletion,
 };
 
 /// Fault probabilities (each 0.0..=1.0, drawn independently per packet from the seeded RNG).
@@ -266,7 +266,7 @@ impl Pair {
             trace_log: Vec::new(),
             stats: LinkStats::default(),
             filter: None,
-            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_1ink),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0001_1c4e),
             queue: BinaryHeap::new(),
             packets: std::collections::HashMap::new(),
             seq: 0,
@@ -350,7 +350,8 @@ impl Pair {
                         | QpAttrMask::MIN_RNR_TIMER
                 }
             };
-            dev.modify_qp(0, me.qpn, &attr, rtr_mask).expect("INIT->RTR");
+            dev.modify_qp(0, me.qpn, &attr, rtr_mask)
+                .expect("INIT->RTR");
             attr.qp_state = QpState::Rts;
             attr.sq_psn = sq_psn;
             attr.timeout = o.timeout;
@@ -380,7 +381,12 @@ impl Pair {
         let recv_cq = dev.create_cq(o.cq_depth).expect("CQ");
         let addr = o.addr + side as u64 * 0x1000_0000;
         let keys = dev
-            .reg_mr(pd, Box::new(VecMemory::zeroed(o.buf_len)), addr, o.access | AccessFlags::LOCAL_WRITE)
+            .reg_mr(
+                pd,
+                Box::new(VecMemory::zeroed(o.buf_len)),
+                addr,
+                o.access | AccessFlags::LOCAL_WRITE,
+            )
             .expect("MR");
         let srq = o.srq.then(|| {
             dev.create_srq(
@@ -469,7 +475,8 @@ impl Pair {
             Some(f) => f(from, self.now, &self.buf[..len]),
             None => Verdict::Pass,
         };
-        let mut r = |rng: &mut ChaCha8Rng, p: f64| p > 0.0 && (rng.next_u64() as f64 / u64::MAX as f64) < p;
+        let r =
+            |rng: &mut ChaCha8Rng, p: f64| p > 0.0 && (rng.next_u64() as f64 / u64::MAX as f64) < p;
         if verdict == Verdict::Pass && r(&mut self.rng, self.faults.drop) {
             verdict = Verdict::Drop;
         }
@@ -598,7 +605,10 @@ impl Pair {
             }
         }
         for side in 0..2 {
-            if self.devices[side].poll_timeout().is_some_and(|t| t <= self.now) {
+            if self.devices[side]
+                .poll_timeout()
+                .is_some_and(|t| t <= self.now)
+            {
                 self.devices[side].handle_timeout(self.now);
             }
         }
@@ -614,7 +624,11 @@ impl Pair {
     }
 
     /// Runs until `done(self)` holds (true) or nothing is left to do before `deadline` (false).
-    pub fn drive_until(&mut self, deadline: Nanos, mut done: impl FnMut(&mut Pair) -> bool) -> bool {
+    pub fn drive_until(
+        &mut self,
+        deadline: Nanos,
+        mut done: impl FnMut(&mut Pair) -> bool,
+    ) -> bool {
         loop {
             if done(self) {
                 return true;

@@ -206,7 +206,12 @@ impl MrTable {
 
     /// Checks a local SGE for a QP in `pd`; `write` when the HCA writes into it.
     /// Returns the offset into the region.
-    pub fn check_local(&self, sge: &Sge, pd: PdHandle, write: bool) -> Result<usize, LocalAccessFault> {
+    pub fn check_local(
+        &self,
+        sge: &Sge,
+        pd: PdHandle,
+        write: bool,
+    ) -> Result<usize, LocalAccessFault> {
         let mr = self.get(sge.lkey).ok_or(LocalAccessFault::BadLkey)?;
         let need = if write {
             AccessFlags::LOCAL_WRITE
@@ -311,11 +316,26 @@ mod tests {
         assert_eq!(key & 0xff, 0xab);
         let r = AccessFlags::REMOTE_READ;
         assert_eq!(t.check_remote(key, PdHandle(1), 0x1010, 16, r), Ok(0x10));
-        assert_eq!(t.check_remote(key ^ 1, PdHandle(1), 0x1010, 16, r), Err(RemoteAccessFault::BadRkey));
-        assert_eq!(t.check_remote(key, PdHandle(2), 0x1010, 16, r), Err(RemoteAccessFault::PdMismatch));
-        assert_eq!(t.check_remote(key, PdHandle(1), 0x1039, 8, r), Err(RemoteAccessFault::OutOfBounds));
-        assert_eq!(t.check_remote(key, PdHandle(1), 0xfff, 1, r), Err(RemoteAccessFault::OutOfBounds));
-        assert_eq!(t.check_remote(key, PdHandle(1), u64::MAX, 2, r), Err(RemoteAccessFault::OutOfBounds));
+        assert_eq!(
+            t.check_remote(key ^ 1, PdHandle(1), 0x1010, 16, r),
+            Err(RemoteAccessFault::BadRkey)
+        );
+        assert_eq!(
+            t.check_remote(key, PdHandle(2), 0x1010, 16, r),
+            Err(RemoteAccessFault::PdMismatch)
+        );
+        assert_eq!(
+            t.check_remote(key, PdHandle(1), 0x1039, 8, r),
+            Err(RemoteAccessFault::OutOfBounds)
+        );
+        assert_eq!(
+            t.check_remote(key, PdHandle(1), 0xfff, 1, r),
+            Err(RemoteAccessFault::OutOfBounds)
+        );
+        assert_eq!(
+            t.check_remote(key, PdHandle(1), u64::MAX, 2, r),
+            Err(RemoteAccessFault::OutOfBounds)
+        );
         assert_eq!(
             t.check_remote(key, PdHandle(1), 0x1000, 8, AccessFlags::REMOTE_WRITE),
             Err(RemoteAccessFault::AccessDenied)
@@ -325,9 +345,21 @@ mod tests {
     #[test]
     fn sge_walk_splits_a_range_across_elements() {
         let sges = [
-            Sge { addr: 0, length: 10, lkey: 1 },
-            Sge { addr: 100, length: 5, lkey: 2 },
-            Sge { addr: 200, length: 20, lkey: 3 },
+            Sge {
+                addr: 0,
+                length: 10,
+                lkey: 1,
+            },
+            Sge {
+                addr: 100,
+                length: 5,
+                lkey: 2,
+            },
+            Sge {
+                addr: 200,
+                length: 20,
+                lkey: 3,
+            },
         ];
         let mut pieces = Vec::new();
         for_each_sge_piece(&sges, 8, 10, |s, o, l| pieces.push((s.lkey, o, l)));

@@ -10,7 +10,9 @@ use crate::emit;
 use crate::psn;
 use crate::qp::{InMessage, Qp};
 use crate::rc::requester::{local_vendor, packets_for};
-use crate::verbs::{AccessFlags, QpState, QpType, VendorErr, WcFlags, WcOpcode, WcStatus, WrOpcode};
+use crate::verbs::{
+    AccessFlags, QpState, QpType, VendorErr, WcFlags, WcOpcode, WcStatus, WrOpcode,
+};
 
 impl Qp {
     pub(crate) fn unreliable_has_work(&self) -> bool {
@@ -32,11 +34,19 @@ impl Qp {
     }
 
     /// Next UC or UD packet.
-    pub(crate) fn unreliable_poll_send(&mut self, buf: &mut [u8], sh: &mut Shared) -> Option<Transmit> {
+    pub(crate) fn unreliable_poll_send(
+        &mut self,
+        buf: &mut [u8],
+        sh: &mut Shared,
+    ) -> Option<Transmit> {
         if !self.unreliable_has_work() {
             return None;
         }
-        let service = if self.qp_type == QpType::Ud { Service::Ud } else { Service::Uc };
+        let service = if self.qp_type == QpType::Ud {
+            Service::Ud
+        } else {
+            Service::Uc
+        };
         if self.sq.started == 0 {
             let w = &self.sq.wqes[0];
             if let Err(f) = dma::check_sges(&sh.mrs, self.pd, &w.sges, false) {
@@ -151,13 +161,23 @@ impl Qp {
     }
 
     /// A UC request packet.
-    pub(crate) fn uc_handle_packet(&mut self, meta: &RxMeta, pkt: &PacketRepr<'_>, sh: &mut Shared) {
+    pub(crate) fn uc_handle_packet(
+        &mut self,
+        meta: &RxMeta,
+        pkt: &PacketRepr<'_>,
+        sh: &mut Shared,
+    ) {
         use Operation as O;
         let p = pkt.bth.psn;
         let op = pkt.bth.opcode.operation();
         let starts = matches!(
             op,
-            O::SendFirst | O::SendOnly | O::SendOnlyImm | O::WriteFirst | O::WriteOnly | O::WriteOnlyImm
+            O::SendFirst
+                | O::SendOnly
+                | O::SendOnlyImm
+                | O::WriteFirst
+                | O::WriteOnly
+                | O::WriteOnlyImm
         );
         if p != self.resp.epsn {
             // IBA 9.8.2.2: a gap ends the current message; wait for the next FIRST/ONLY.
@@ -168,8 +188,13 @@ impl Qp {
         self.resp.epsn = psn::add(p, 1);
         let continuing = matches!(
             (&self.resp.msg, op),
-            (Some(InMessage::Send { .. }), O::SendMiddle | O::SendLast | O::SendLastImm)
-                | (Some(InMessage::Write { .. }), O::WriteMiddle | O::WriteLast | O::WriteLastImm)
+            (
+                Some(InMessage::Send { .. }),
+                O::SendMiddle | O::SendLast | O::SendLastImm
+            ) | (
+                Some(InMessage::Write { .. }),
+                O::WriteMiddle | O::WriteLast | O::WriteLastImm
+            )
         );
         if starts {
             self.uc_abort_message(sh);
@@ -180,7 +205,10 @@ impl Qp {
         }
         let mtu = self.attr.path_mtu.bytes() as usize;
         let len = pkt.payload.len();
-        let ends = !matches!(op, O::SendFirst | O::SendMiddle | O::WriteFirst | O::WriteMiddle);
+        let ends = !matches!(
+            op,
+            O::SendFirst | O::SendMiddle | O::WriteFirst | O::WriteMiddle
+        );
         let length_ok = if !ends { len == mtu } else { len <= mtu };
         if !length_ok {
             self.counters.invalid_requests += 1;
@@ -190,7 +218,12 @@ impl Qp {
         }
         let is_send = matches!(
             op,
-            O::SendFirst | O::SendMiddle | O::SendLast | O::SendLastImm | O::SendOnly | O::SendOnlyImm
+            O::SendFirst
+                | O::SendMiddle
+                | O::SendLast
+                | O::SendLastImm
+                | O::SendOnly
+                | O::SendOnlyImm
         );
         if is_send {
             if starts {
@@ -205,18 +238,33 @@ impl Qp {
                 return;
             };
             let l = len as u64;
-            if *offset + l > wqe.capacity
+            let too_long = *offset + l > wqe.capacity;
+            if too_long
                 || dma::scatter(&mut sh.mrs, self.pd, &wqe.sges, *offset, pkt.payload).is_err()
             {
                 // The receive WQE completes in error; UC reports it locally only.
                 let Some(InMessage::Send { wqe, .. }) = self.resp.msg.take() else {
                     return;
                 };
-                let status = if *(&wqe.capacity) < l { WcStatus::LocLenErr } else { WcStatus::LocLenErr };
+                let (status, vendor) = if too_long {
+                    (WcStatus::LocLenErr, VendorErr::RecvBufferTooSmall)
+                } else {
+                    (WcStatus::LocProtErr, VendorErr::NoLocalWrite)
+                };
                 let src = self.attr.dest_qp_num;
                 self.complete_recv(
-                    sh, wqe.wr_id, status, WcOpcode::Recv, 0, WcFlags::empty(), None, None, src,
-                    meta.slid, meta.sl, VendorErr::RecvBufferTooSmall,
+                    sh,
+                    wqe.wr_id,
+                    status,
+                    WcOpcode::Recv,
+                    0,
+                    WcFlags::empty(),
+                    None,
+                    None,
+                    src,
+                    meta.slid,
+                    meta.sl,
+                    vendor,
                 );
                 return;
             }
@@ -235,8 +283,18 @@ impl Qp {
                 self.resp.msn = psn::add(self.resp.msn, 1);
                 let src = self.attr.dest_qp_num;
                 self.complete_recv(
-                    sh, wqe.wr_id, WcStatus::Success, WcOpcode::Recv, offset as u32, flags,
-                    pkt.immdt, None, src, meta.slid, meta.sl, VendorErr::None,
+                    sh,
+                    wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::Recv,
+                    offset as u32,
+                    flags,
+                    pkt.immdt,
+                    None,
+                    src,
+                    meta.slid,
+                    meta.sl,
+                    VendorErr::None,
                 );
             }
             return;
@@ -245,17 +303,24 @@ impl Qp {
         if starts {
             let Some(reth) = pkt.reth else { return };
             let total = reth.dma_len as u64;
-            if !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE) {
+            if !self
+                .attr
+                .qp_access_flags
+                .contains(AccessFlags::REMOTE_WRITE)
+            {
                 self.counters.invalid_requests += 1;
                 return;
             }
             let offset = if total == 0 {
                 0
             } else {
-                match sh
-                    .mrs
-                    .check_remote(reth.rkey, self.pd, reth.va, total, AccessFlags::REMOTE_WRITE)
-                {
+                match sh.mrs.check_remote(
+                    reth.rkey,
+                    self.pd,
+                    reth.va,
+                    total,
+                    AccessFlags::REMOTE_WRITE,
+                ) {
                     Ok(o) => o as u64,
                     Err(_) => {
                         // IBA 9.8.2.2 / class D: UC drops the message silently.
@@ -321,8 +386,18 @@ impl Qp {
                     flags |= WcFlags::SOLICITED;
                 }
                 self.complete_recv(
-                    sh, wqe.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total as u32,
-                    flags, pkt.immdt, None, src, meta.slid, meta.sl, VendorErr::None,
+                    sh,
+                    wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    total as u32,
+                    flags,
+                    pkt.immdt,
+                    None,
+                    src,
+                    meta.slid,
+                    meta.sl,
+                    VendorErr::None,
                 );
             }
         } else {

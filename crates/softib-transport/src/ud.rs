@@ -64,8 +64,18 @@ impl Qp {
         let src = deth.src_qp;
         if total > wqe.capacity {
             self.complete_recv(
-                sh, wqe.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0, flags, None, None, src,
-                meta.slid, meta.sl, VendorErr::RecvBufferTooSmall,
+                sh,
+                wqe.wr_id,
+                WcStatus::LocLenErr,
+                WcOpcode::Recv,
+                0,
+                flags,
+                None,
+                None,
+                src,
+                meta.slid,
+                meta.sl,
+                VendorErr::RecvBufferTooSmall,
             );
             return Ok(());
         }
@@ -76,12 +86,28 @@ impl Qp {
             placed = dma::scatter(&mut sh.mrs, self.pd, &wqe.sges, 0, &bytes);
         }
         if placed.is_ok() {
-            placed = dma::scatter(&mut sh.mrs, self.pd, &wqe.sges, GRH_AREA as u64, pkt.payload);
+            placed = dma::scatter(
+                &mut sh.mrs,
+                self.pd,
+                &wqe.sges,
+                GRH_AREA as u64,
+                pkt.payload,
+            );
         }
         if placed.is_err() {
             self.complete_recv(
-                sh, wqe.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0, flags, None, None, src,
-                meta.slid, meta.sl, VendorErr::NoLocalWrite,
+                sh,
+                wqe.wr_id,
+                WcStatus::LocProtErr,
+                WcOpcode::Recv,
+                0,
+                flags,
+                None,
+                None,
+                src,
+                meta.slid,
+                meta.sl,
+                VendorErr::NoLocalWrite,
             );
             return Ok(());
         }

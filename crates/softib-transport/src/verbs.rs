@@ -302,9 +302,10 @@ bit_flags! {
 }
 
 /// The operation of a send WR (`ibv_wr_opcode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum WrOpcode {
     /// SEND.
+    #[default]
     Send,
     /// SEND with immediate data.
     SendWithImm,
@@ -347,7 +348,10 @@ impl WrOpcode {
 
     /// True for the atomics.
     pub fn is_atomic(self) -> bool {
-        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
     }
 
     /// The completion opcode.
@@ -412,9 +416,9 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
 }
 
-impl Default for WrOpcode {
-    fn default() -> Self {
-        WrOpcode::Send
+impl core::fmt::Display for WrOpcode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

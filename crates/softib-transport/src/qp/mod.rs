@@ -83,7 +83,11 @@ pub(crate) enum InMessage {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Response {
     /// ACK, NAK or RNR NAK for `psn`.
-    Ack { psn: u32, syndrome: Syndrome, msn: u32 },
+    Ack {
+        psn: u32,
+        syndrome: Syndrome,
+        msn: u32,
+    },
     /// A stream of read response packets: next PSN `psn`, last `last_psn`, from region
     /// `key` at `offset` (`remaining` bytes left); `first` if the next one starts the stream.
     Read {
@@ -165,7 +169,11 @@ impl Qp {
             sq_sig_all: init.sq_sig_all,
             attr,
             sq: SendQueue::new(init.cap.max_send_wr),
-            rq: RecvQueue::new(if init.srq.is_some() { 0 } else { init.cap.max_recv_wr }),
+            rq: RecvQueue::new(if init.srq.is_some() {
+                0
+            } else {
+                init.cap.max_recv_wr
+            }),
             req: Requester::default(),
             resp: Responder::default(),
             counters: QpCounters::default(),
@@ -209,7 +217,12 @@ impl Qp {
     }
 
     /// Produces the next packet of this QP into `buf`.
-    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8], sh: &mut Shared) -> Option<Transmit> {
+    pub fn poll_transmit(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        sh: &mut Shared,
+    ) -> Option<Transmit> {
         if self.qp_type == QpType::Rc {
             if let Some(t) = self.rc_poll_response(buf, sh) {
                 return Some(t);
@@ -232,7 +245,13 @@ impl Qp {
     }
 
     /// Posts a completion for a send WQE (when signaled, or always for errors).
-    pub fn complete_send(&mut self, sh: &mut Shared, wqe: &SendWqe, status: WcStatus, vendor: VendorErr) {
+    pub fn complete_send(
+        &mut self,
+        sh: &mut Shared,
+        wqe: &SendWqe,
+        status: WcStatus,
+        vendor: VendorErr,
+    ) {
         if status == WcStatus::Success && !(wqe.signaled || self.sq_sig_all) {
             return;
         }
@@ -240,7 +259,11 @@ impl Qp {
             wr_id: wqe.wr_id,
             status,
             opcode: wqe.opcode.wc_opcode(),
-            byte_len: if status == WcStatus::Success { wqe.length as u32 } else { 0 },
+            byte_len: if status == WcStatus::Success {
+                wqe.length as u32
+            } else {
+                0
+            },
             imm_data: None,
             invalidated_rkey: None,
             qp_num: self.qpn,
@@ -316,7 +339,9 @@ impl Qp {
         self.flush_recv(sh);
         // Only pending ACK/NAKs may still leave (a class C NAK tells the requester why);
         // read responses and atomics stop.
-        self.resp.queue.retain(|r| matches!(r, Response::Ack { .. }));
+        self.resp
+            .queue
+            .retain(|r| matches!(r, Response::Ack { .. }));
         self.timers = [None; TimerKind::COUNT];
         if fatal {
             sh.events.push_back(AsyncEvent::QpFatal(self.qpn));

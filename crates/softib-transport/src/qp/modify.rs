@@ -29,7 +29,11 @@ impl Qp {
         sh: &mut Shared,
     ) -> Result<(), VerbsError> {
         let from = self.state();
-        let to = if mask.contains(M::STATE) { attr.qp_state } else { from };
+        let to = if mask.contains(M::STATE) {
+            attr.qp_state
+        } else {
+            from
+        };
         if mask.contains(M::CUR_STATE) && attr.cur_qp_state != from {
             return Err(VerbsError::CurrentStateMismatch {
                 qpn: self.qpn,
@@ -37,11 +41,12 @@ impl Qp {
                 actual: from,
             });
         }
-        let rule = transition_rule(self.qp_type, from, to).ok_or(VerbsError::InvalidTransition {
-            qpn: self.qpn,
-            from,
-            to,
-        })?;
+        let rule =
+            transition_rule(self.qp_type, from, to).ok_or(VerbsError::InvalidTransition {
+                qpn: self.qpn,
+                from,
+                to,
+            })?;
         let given = mask.difference(M::STATE);
         if let Some(missing) = rule.required.difference(given).names().next() {
             return Err(VerbsError::MissingAttribute {
@@ -86,49 +91,84 @@ impl Qp {
         if m.contains(M::PKEY_INDEX) && a.pkey_index as usize >= cfg.pkeys.len() {
             return Err(bad(
                 "pkey_index",
-                format!("{} is beyond the P_Key table of {} entries", a.pkey_index, cfg.pkeys.len()),
+                format!(
+                    "{} is beyond the P_Key table of {} entries",
+                    a.pkey_index,
+                    cfg.pkeys.len()
+                ),
             ));
         }
         if m.contains(M::PORT) && a.port_num != 1 {
-            return Err(bad("port_num", format!("{} (the device has port 1 only)", a.port_num)));
+            return Err(bad(
+                "port_num",
+                format!("{} (the device has port 1 only)", a.port_num),
+            ));
         }
         if m.contains(M::PATH_MTU) && a.path_mtu > cfg.max_mtu {
             return Err(bad(
                 "path_mtu",
-                format!("{} exceeds the port MTU {}", a.path_mtu.bytes(), cfg.max_mtu.bytes()),
+                format!(
+                    "{} exceeds the port MTU {}",
+                    a.path_mtu.bytes(),
+                    cfg.max_mtu.bytes()
+                ),
             ));
         }
         if m.contains(M::DEST_QPN) && a.dest_qp_num > MAX_24 {
-            return Err(bad("dest_qp_num", format!("{:#x} is wider than 24 bits", a.dest_qp_num)));
+            return Err(bad(
+                "dest_qp_num",
+                format!("{:#x} is wider than 24 bits", a.dest_qp_num),
+            ));
         }
         if m.contains(M::RQ_PSN) && a.rq_psn > MAX_24 {
-            return Err(bad("rq_psn", format!("{:#x} is wider than 24 bits", a.rq_psn)));
+            return Err(bad(
+                "rq_psn",
+                format!("{:#x} is wider than 24 bits", a.rq_psn),
+            ));
         }
         if m.contains(M::SQ_PSN) && a.sq_psn > MAX_24 {
-            return Err(bad("sq_psn", format!("{:#x} is wider than 24 bits", a.sq_psn)));
+            return Err(bad(
+                "sq_psn",
+                format!("{:#x} is wider than 24 bits", a.sq_psn),
+            ));
         }
         if m.contains(M::TIMEOUT) && a.timeout > 31 {
             return Err(bad("timeout", format!("{} does not fit 5 bits", a.timeout)));
         }
         if m.contains(M::RETRY_CNT) && a.retry_cnt > 7 {
-            return Err(bad("retry_cnt", format!("{} does not fit 3 bits", a.retry_cnt)));
+            return Err(bad(
+                "retry_cnt",
+                format!("{} does not fit 3 bits", a.retry_cnt),
+            ));
         }
         if m.contains(M::RNR_RETRY) && a.rnr_retry > 7 {
-            return Err(bad("rnr_retry", format!("{} does not fit 3 bits", a.rnr_retry)));
+            return Err(bad(
+                "rnr_retry",
+                format!("{} does not fit 3 bits", a.rnr_retry),
+            ));
         }
         if m.contains(M::MIN_RNR_TIMER) && a.min_rnr_timer > 31 {
-            return Err(bad("min_rnr_timer", format!("{} does not fit 5 bits", a.min_rnr_timer)));
+            return Err(bad(
+                "min_rnr_timer",
+                format!("{} does not fit 5 bits", a.min_rnr_timer),
+            ));
         }
         if m.contains(M::MAX_QP_RD_ATOMIC) && a.max_rd_atomic > cfg.max_qp_rd_atom {
             return Err(bad(
                 "max_rd_atomic",
-                format!("{} exceeds the device limit {}", a.max_rd_atomic, cfg.max_qp_rd_atom),
+                format!(
+                    "{} exceeds the device limit {}",
+                    a.max_rd_atomic, cfg.max_qp_rd_atom
+                ),
             ));
         }
         if m.contains(M::MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > cfg.max_qp_rd_atom {
             return Err(bad(
                 "max_dest_rd_atomic",
-                format!("{} exceeds the device limit {}", a.max_dest_rd_atomic, cfg.max_qp_rd_atom),
+                format!(
+                    "{} exceeds the device limit {}",
+                    a.max_dest_rd_atomic, cfg.max_qp_rd_atom
+                ),
             ));
         }
         if m.contains(M::AV) {
@@ -138,12 +178,17 @@ impl Qp {
                 }
             }
             if a.ah_attr.sl > 15 {
-                return Err(bad("ah_attr.sl", format!("{} does not fit 4 bits", a.ah_attr.sl)));
+                return Err(bad(
+                    "ah_attr.sl",
+                    format!("{} does not fit 4 bits", a.ah_attr.sl),
+                ));
             }
         }
         if m.contains(M::ACCESS_FLAGS) && self.qp_type == QpType::Uc {
             use crate::verbs::AccessFlags as F;
-            if a.qp_access_flags.intersects(F::REMOTE_READ | F::REMOTE_ATOMIC) {
+            if a.qp_access_flags
+                .intersects(F::REMOTE_READ | F::REMOTE_ATOMIC)
+            {
                 return Err(bad(
                     "qp_access_flags",
                     "UC QPs accept neither RDMA READ nor atomics (IBA 9.8.2)",

@@ -61,7 +61,12 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
             T::Ud => rule(m(&[A::SQ_PSN]), m(&[A::CUR_STATE, A::QKEY])),
             T::Uc => rule(
                 m(&[A::SQ_PSN]),
-                m(&[A::CUR_STATE, A::ACCESS_FLAGS, A::ALT_PATH, A::PATH_MIG_STATE]),
+                m(&[
+                    A::CUR_STATE,
+                    A::ACCESS_FLAGS,
+                    A::ALT_PATH,
+                    A::PATH_MIG_STATE,
+                ]),
             ),
             T::Rc => rule(
                 m(&[
@@ -84,7 +89,12 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
             T::Ud => rule(none, m(&[A::CUR_STATE, A::QKEY])),
             T::Uc => rule(
                 none,
-                m(&[A::CUR_STATE, A::ACCESS_FLAGS, A::ALT_PATH, A::PATH_MIG_STATE]),
+                m(&[
+                    A::CUR_STATE,
+                    A::ACCESS_FLAGS,
+                    A::ALT_PATH,
+                    A::PATH_MIG_STATE,
+                ]),
             ),
             T::Rc if from == S::Sqe => return None,
             T::Rc => rule(
@@ -103,7 +113,13 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
             T::Ud => rule(none, m(&[A::PKEY_INDEX, A::QKEY])),
             T::Uc => rule(
                 none,
-                m(&[A::AV, A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX, A::PATH_MIG_STATE]),
+                m(&[
+                    A::AV,
+                    A::ALT_PATH,
+                    A::ACCESS_FLAGS,
+                    A::PKEY_INDEX,
+                    A::PATH_MIG_STATE,
+                ]),
             ),
             T::Rc => rule(
                 none,
@@ -134,7 +150,14 @@ mod tests {
     #[test]
     fn rc_init_to_rtr_requires_the_connection_attributes() {
         let r = transition_rule(T::Rc, S::Init, S::Rtr).unwrap();
-        for a in [M::AV, M::PATH_MTU, M::DEST_QPN, M::RQ_PSN, M::MAX_DEST_RD_ATOMIC, M::MIN_RNR_TIMER] {
+        for a in [
+            M::AV,
+            M::PATH_MTU,
+            M::DEST_QPN,
+            M::RQ_PSN,
+            M::MAX_DEST_RD_ATOMIC,
+            M::MIN_RNR_TIMER,
+        ] {
             assert!(r.required.contains(a));
         }
         assert!(!r.required.contains(M::SQ_PSN));

@@ -4,9 +4,7 @@
 //! fences, read-response placement with partial-read retry, atomic responses, and error
 //! completions.
 
-use softib_wire::{
-    AtomicEthRepr, NakCode, Operation, PacketRepr, RethRepr, Service, Syndrome,
-};
+use softib_wire::{AtomicEthRepr, NakCode, Operation, PacketRepr, RethRepr, Service, Syndrome};
 
 use crate::device::{Shared, Transmit};
 use crate::dma;
@@ -181,10 +179,8 @@ impl Qp {
         // AckReq on the last packet of a message, periodically within long ones, and when
         // the window is about to close so the ACK that reopens it is never withheld.
         let window_closing = psn::diff(next_psn, self.req.una) as i64 >= window as i64;
-        repr.bth.ack_req = last
-            || is_read_or_atomic
-            || self.req.since_ack_req + 1 >= interval
-            || window_closing;
+        repr.bth.ack_req =
+            last || is_read_or_atomic || self.req.since_ack_req + 1 >= interval || window_closing;
         repr.bth.solicited = last && w.solicited;
         let sent_psn = repr.bth.psn;
         let (head, slot) = emit::layout(buf, &repr, payload_len)?;
@@ -468,9 +464,15 @@ impl Qp {
         };
         let op = pkt.bth.opcode.operation();
         let op_ok = if is_last {
-            matches!(op, Operation::ReadResponseLast | Operation::ReadResponseOnly)
+            matches!(
+                op,
+                Operation::ReadResponseLast | Operation::ReadResponseOnly
+            )
         } else {
-            matches!(op, Operation::ReadResponseFirst | Operation::ReadResponseMiddle)
+            matches!(
+                op,
+                Operation::ReadResponseFirst | Operation::ReadResponseMiddle
+            )
         };
         if !op_ok || pkt.payload.len() as u64 != want_len {
             self.fail_head(sh, WcStatus::BadRespErr, VendorErr::ReadResponseLength);
@@ -501,7 +503,9 @@ impl Qp {
             return;
         }
         let w = &self.sq.wqes[0];
-        let Some(ack) = pkt.atomic_ack_eth else { return };
+        let Some(ack) = pkt.atomic_ack_eth else {
+            return;
+        };
         if !w.opcode.is_atomic() || w.first_psn != p {
             self.counters.stale_responses += 1;
             return;

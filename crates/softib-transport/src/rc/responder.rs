@@ -100,7 +100,12 @@ impl Qp {
     }
 
     /// A request packet (anything but a response) for this RC QP.
-    pub(crate) fn rc_handle_request(&mut self, meta: &RxMeta, pkt: &PacketRepr<'_>, sh: &mut Shared) {
+    pub(crate) fn rc_handle_request(
+        &mut self,
+        meta: &RxMeta,
+        pkt: &PacketRepr<'_>,
+        sh: &mut Shared,
+    ) {
         if self.state() == QpState::Rtr && !self.resp.established {
             self.resp.established = true;
             sh.events.push_back(AsyncEvent::CommEstablished(self.qpn));
@@ -127,8 +132,13 @@ impl Qp {
         use Operation as O;
         let op = pkt.bth.opcode.operation();
         let sequence_ok = match (&self.resp.msg, op) {
-            (Some(InMessage::Send { .. }), O::SendMiddle | O::SendLast | O::SendLastImm | O::SendLastInv) => true,
-            (Some(InMessage::Write { .. }), O::WriteMiddle | O::WriteLast | O::WriteLastImm) => true,
+            (
+                Some(InMessage::Send { .. }),
+                O::SendMiddle | O::SendLast | O::SendLastImm | O::SendLastInv,
+            ) => true,
+            (Some(InMessage::Write { .. }), O::WriteMiddle | O::WriteLast | O::WriteLastImm) => {
+                true
+            }
             (None, o) => matches!(
                 o,
                 O::SendFirst
@@ -166,9 +176,19 @@ impl Qp {
             return;
         }
         match op {
-            O::SendFirst | O::SendMiddle | O::SendLast | O::SendLastImm | O::SendLastInv
-            | O::SendOnly | O::SendOnlyImm | O::SendOnlyInv => self.rc_send(meta, pkt, sh),
-            O::WriteFirst | O::WriteMiddle | O::WriteLast | O::WriteLastImm | O::WriteOnly
+            O::SendFirst
+            | O::SendMiddle
+            | O::SendLast
+            | O::SendLastImm
+            | O::SendLastInv
+            | O::SendOnly
+            | O::SendOnlyImm
+            | O::SendOnlyInv => self.rc_send(meta, pkt, sh),
+            O::WriteFirst
+            | O::WriteMiddle
+            | O::WriteLast
+            | O::WriteLastImm
+            | O::WriteOnly
             | O::WriteOnlyImm => self.rc_write(meta, pkt, sh),
             O::ReadRequest => self.rc_read_request(pkt, sh),
             O::CompareSwap | O::FetchAdd => self.rc_atomic(pkt, sh),
@@ -181,7 +201,17 @@ impl Qp {
         if let Some(InMessage::Send { wqe, .. }) = self.resp.msg.take() {
             let src = self.attr.dest_qp_num;
             self.complete_recv(
-                sh, wqe.wr_id, status, WcOpcode::Recv, 0, WcFlags::empty(), None, None, src, 0, 0,
+                sh,
+                wqe.wr_id,
+                status,
+                WcOpcode::Recv,
+                0,
+                WcFlags::empty(),
+                None,
+                None,
+                src,
+                0,
+                0,
                 VendorErr::RemoteNak,
             );
         }
@@ -200,7 +230,10 @@ impl Qp {
         use Operation as O;
         let p = pkt.bth.psn;
         let op = pkt.bth.opcode.operation();
-        if matches!(op, O::SendFirst | O::SendOnly | O::SendOnlyImm | O::SendOnlyInv) {
+        if matches!(
+            op,
+            O::SendFirst | O::SendOnly | O::SendOnlyImm | O::SendOnlyInv
+        ) {
             let Some(wqe) = self.take_recv(sh) else {
                 self.rnr_nak(p);
                 return;
@@ -224,7 +257,12 @@ impl Qp {
         *offset += len;
         if matches!(
             op,
-            O::SendLast | O::SendLastImm | O::SendLastInv | O::SendOnly | O::SendOnlyImm | O::SendOnlyInv
+            O::SendLast
+                | O::SendLastImm
+                | O::SendLastInv
+                | O::SendOnly
+                | O::SendOnlyImm
+                | O::SendOnlyInv
         ) {
             let Some(InMessage::Send { wqe, offset }) = self.resp.msg.take() else {
                 return;
@@ -248,8 +286,18 @@ impl Qp {
                     _ => {
                         let src = self.attr.dest_qp_num;
                         self.complete_recv(
-                            sh, wqe.wr_id, WcStatus::LocQpOpErr, WcOpcode::Recv, 0, flags, None,
-                            None, src, meta.slid, meta.sl, VendorErr::RemoteNak,
+                            sh,
+                            wqe.wr_id,
+                            WcStatus::LocQpOpErr,
+                            WcOpcode::Recv,
+                            0,
+                            flags,
+                            None,
+                            None,
+                            src,
+                            meta.slid,
+                            meta.sl,
+                            VendorErr::RemoteNak,
                         );
                         self.nak_fatal(sh, p, NakCode::InvalidRequest);
                         return;
@@ -281,10 +329,17 @@ impl Qp {
         let p = pkt.bth.psn;
         let op = pkt.bth.opcode.operation();
         let starts = matches!(op, O::WriteFirst | O::WriteOnly | O::WriteOnlyImm);
-        let ends = matches!(op, O::WriteLast | O::WriteLastImm | O::WriteOnly | O::WriteOnlyImm);
+        let ends = matches!(
+            op,
+            O::WriteLast | O::WriteLastImm | O::WriteOnly | O::WriteOnlyImm
+        );
         let imm = matches!(op, O::WriteLastImm | O::WriteOnlyImm);
         if starts {
-            if !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE) {
+            if !self
+                .attr
+                .qp_access_flags
+                .contains(AccessFlags::REMOTE_WRITE)
+            {
                 self.nak_fatal(sh, p, NakCode::InvalidRequest);
                 return;
             }
@@ -300,10 +355,13 @@ impl Qp {
             let offset = if total == 0 {
                 0
             } else {
-                match sh
-                    .mrs
-                    .check_remote(reth.rkey, self.pd, reth.va, total, AccessFlags::REMOTE_WRITE)
-                {
+                match sh.mrs.check_remote(
+                    reth.rkey,
+                    self.pd,
+                    reth.va,
+                    total,
+                    AccessFlags::REMOTE_WRITE,
+                ) {
                     Ok(o) => o as u64,
                     Err(f) => {
                         self.fault_nak(sh, p, f);
@@ -444,7 +502,11 @@ impl Qp {
 
     fn rc_atomic(&mut self, pkt: &PacketRepr<'_>, sh: &mut Shared) {
         let p = pkt.bth.psn;
-        if !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_ATOMIC) {
+        if !self
+            .attr
+            .qp_access_flags
+            .contains(AccessFlags::REMOTE_ATOMIC)
+        {
             self.nak_fatal(sh, p, NakCode::InvalidRequest);
             return;
         }
@@ -468,7 +530,9 @@ impl Qp {
                 return;
             }
         };
-        let Some(mr) = sh.mrs.get_mut(a.rkey) else { return };
+        let Some(mr) = sh.mrs.get_mut(a.rkey) else {
+            return;
+        };
         // The engine is single-threaded, so this is atomic with respect to every other
         // atomic on the device (IBA 9.4.5 "atomicity").
         let orig = if pkt.bth.opcode.operation() == Operation::CompareSwap {
@@ -495,9 +559,10 @@ impl Qp {
                 // Replay from the requested PSN, re-checking the (possibly shortened) request.
                 let Some(reth) = pkt.reth else { return };
                 let found = self.resp.resources.iter().rev().find_map(|r| match *r {
-                    Resource::Read { first_psn, last_psn }
-                        if psn::diff(p, first_psn) >= 0 && psn::diff(p, last_psn) <= 0 =>
-                    {
+                    Resource::Read {
+                        first_psn,
+                        last_psn,
+                    } if psn::diff(p, first_psn) >= 0 && psn::diff(p, last_psn) <= 0 => {
                         Some(last_psn)
                     }
                     _ => None,
@@ -507,7 +572,7 @@ impl Qp {
                 let npsn = packets_for(total, self.attr.path_mtu.bytes());
                 let new_last = psn::add(p, npsn - 1);
                 if psn::diff(new_last, last_psn) > 0
-                    || self.pending_rd_atomic() >= (self.attr.max_dest_rd_atomic as usize).max(1) + 1
+                    || self.pending_rd_atomic() > (self.attr.max_dest_rd_atomic as usize).max(1)
                 {
                     return;
                 }
@@ -544,7 +609,9 @@ impl Qp {
                 });
                 if let Some(orig) = saved {
                     let msn = self.resp.msn;
-                    self.resp.queue.push_back(Response::Atomic { psn: p, orig, msn });
+                    self.resp
+                        .queue
+                        .push_back(Response::Atomic { psn: p, orig, msn });
                 }
             }
             _ => {
