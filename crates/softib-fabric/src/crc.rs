@@ -49,7 +49,8 @@ pub fn materialize(p: &mut Packet) {
         let icrc_at = len - ICRC_LEN - VCRC_LEN;
         bytes[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
         let v = vcrc(&bytes[..len - VCRC_LEN]);
-        bytes[len - VCRC_LEN..].copy_from_slice(&v.to_be_bytes());
+        // Least-significant byte first, as softib-wire defines it (IBA 7.8.2).
+        bytes[len - VCRC_LEN..].copy_from_slice(&v.to_le_bytes());
     }
     p.meta.crc = CrcState::Materialized;
 }
@@ -71,8 +72,7 @@ pub fn crcs_valid(p: &Packet) -> bool {
             .try_into()
             .expect("4 bytes"),
     );
-    let stored_vcrc = u16::from_be_bytes([bytes[len - 2], bytes[len - 1]]);
-    stored_icrc == icrc && stored_vcrc == vcrc(&bytes[..len - VCRC_LEN])
+    stored_icrc == icrc && softib_wire::vcrc::check(bytes).is_ok()
 }
 
 /// Flips bit `bit` (counted from the first LRH bit) of a packet, materialising its CRCs
@@ -83,5 +83,63 @@ pub fn flip_bit(p: &mut Packet, bit: usize) {
     if let Some(b) = bytes.get_mut(bit / 8) {
         *b ^= 0x80 >> (bit % 8);
         p.meta.crc = CrcState::Corrupted;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::{PacketMeta, PacketPool};
+    use softib_wire::lrh::LrhRepr;
+
+    fn packet(pool: &mut PacketPool, vl: u8) -> crate::packet::PacketId {
+        let len = 8 + 12 + 64 + 6;
+        let id = pool.alloc(PacketMeta::new(5, 9, 0, vl, len)).unwrap();
+        let b = pool.get_mut(id).bytes_mut();
+        LrhRepr {
+            vl: 0,
+            lver: 0,
+            sl: 0,
+            lnh: Lnh::Bth,
+            dlid: 5,
+            pkt_len_words: ((len - 2) / 4) as u16,
+            slid: 9,
+        }
+        .emit(&mut LrhPacket::new_unchecked(&mut b[..]))
+        .unwrap();
+        for (i, x) in b[8..len - 6].iter_mut().enumerate() {
+            *x = i as u8;
+        }
+        id
+    }
+
+    #[test]
+    fn materialised_crcs_check_and_a_flipped_bit_is_caught() {
+        let mut pool = PacketPool::new();
+        let id = packet(&mut pool, 3);
+        let p = pool.get_mut(id);
+        assert!(crcs_valid(p), "implicit CRCs are valid by construction");
+        materialize(p);
+        assert_eq!(p.meta.crc, CrcState::Materialized);
+        assert!(crcs_valid(p));
+        assert_eq!(p.bytes()[0] >> 4, 3, "VL nibble written from meta");
+        softib_wire::vcrc::check(p.bytes()).unwrap();
+        flip_bit(p, 8 * 30 + 2);
+        assert_eq!(p.meta.crc, CrcState::Corrupted);
+        assert!(!crcs_valid(p));
+    }
+
+    #[test]
+    fn vl_change_keeps_icrc_but_changes_vcrc() {
+        let mut pool = PacketPool::new();
+        let a = packet(&mut pool, 0);
+        let b = packet(&mut pool, 7);
+        materialize(pool.get_mut(a));
+        materialize(pool.get_mut(b));
+        let (pa, pb) = (pool.get(a).bytes().to_vec(), pool.get(b).bytes().to_vec());
+        let n = pa.len();
+        // ICRC masks the VL (IBA 7.8.1), the VCRC covers it.
+        assert_eq!(pa[n - 6..n - 2], pb[n - 6..n - 2]);
+        assert_ne!(pa[n - 2..], pb[n - 2..]);
     }
 }

@@ -102,8 +102,10 @@ pub enum TopologyKind {
     /// `hosts` HCAs on one switch of `switch_ports` ports.
     SingleSwitch,
     /// Two-level fat tree of `switch_ports`-port switches with `hosts` hosts.
+    #[serde(rename = "fat-tree-2")]
     FatTree2,
     /// Three-level fat tree of `switch_ports`-port switches (k^3/4 hosts).
+    #[serde(rename = "fat-tree-3")]
     FatTree3,
     /// `nodes` and `links` as listed.
     Explicit,

@@ -141,3 +141,66 @@ impl Endpoint for Sink {
     }
     fn on_timer(&mut self, _tx: &mut HcaTx<'_>) {}
 }
+
+/// Sends `per_dest` packets to each of `dlids`, cycling through them.
+pub struct SprayingSource {
+    pub dlids: Vec<u16>,
+    pub payload: usize,
+    pub next: usize,
+    pub remaining: u64,
+    pub flow: u32,
+    pub log: Shared,
+}
+
+impl SprayingSource {
+    pub fn new(dlids: Vec<u16>, payload: usize, per_dest: u64, flow: u32, log: Shared) -> Self {
+        let remaining = per_dest * dlids.len() as u64;
+        SprayingSource {
+            dlids,
+            payload,
+            next: 0,
+            remaining,
+            flow,
+            log,
+        }
+    }
+}
+
+impl Endpoint for SprayingSource {
+    fn on_transmit_ready(&mut self, tx: &mut HcaTx<'_>) {
+        let len = self.payload + OVERHEAD;
+        while self.remaining > 0 && tx.has_room(0) {
+            let dlid = self.dlids[self.next % self.dlids.len()];
+            self.next += 1;
+            let slid = tx.lid();
+            let lrh = LrhRepr {
+                vl: 0,
+                lver: 0,
+                sl: 0,
+                lnh: Lnh::Bth,
+                dlid,
+                pkt_len_words: ((len - 2) / 4) as u16,
+                slid,
+            };
+            tx.send(dlid, 0, len, self.flow, |b| {
+                lrh.emit(&mut LrhPacket::new_unchecked(&mut b[..])).unwrap();
+            })
+            .expect("room was checked");
+            self.remaining -= 1;
+            self.log.borrow_mut().sent += 1;
+        }
+    }
+    fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>) {
+        self.log.borrow_mut().rx.push(Rx {
+            at: tx.now(),
+            flow: packet.meta.flow,
+            len: packet.meta.len,
+            vl: packet.meta.vl,
+            injected_at: packet.meta.injected_at,
+        });
+    }
+    fn next_wakeup(&self) -> Option<Picos> {
+        None
+    }
+    fn on_timer(&mut self, _tx: &mut HcaTx<'_>) {}
+}
