@@ -7,6 +7,13 @@
 //! takes pcapng files (Wireshark's default) and any other link type, which it reports as
 //! [`LinkType::Other`] so a decoder can skip and count those frames.
 //!
+//! Wireshark 4.0's pcap reader does not map link type 247 to its InfiniBand dissector
+//! ("network type 247 unknown or unsupported"); `softib decode` reads such files itself. To
+//! look at native packets in that Wireshark, write them with `LinkType::Other(147)`
+//! (`LINKTYPE_USER0`) and run it with
+//! `-o 'uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0",""'` (the conformance test
+//! `tests/wireshark_encap.rs` does exactly that).
+//!
 //! A damaged file gives a [`PcapError`] that names the record and what is wrong; the reader
 //! never panics and stops after the first error. Reading is not on the per-packet fast path
 //! and may allocate; writing allocates nothing per packet.
