@@ -5,7 +5,7 @@
 //! Needs `tshark` (`.ci/run` installs it).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ const USER0: u32 = 147;
 const USER_DLT_TO_IB: &str = r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#;
 
 /// Runs tshark over `path` and returns one line per packet of comma-separated `fields`.
-fn tshark_fields(path: &PathBuf, fields: &[&str]) -> Vec<String> {
+fn tshark_fields(path: &Path, fields: &[&str]) -> Vec<String> {
     let mut args = vec![
         "-r".to_string(),
         path.display().to_string(),
@@ -94,7 +94,7 @@ fn tshark_fields(path: &PathBuf, fields: &[&str]) -> Vec<String> {
 }
 
 /// Packets tshark flags as malformed or with an error-level expert item.
-fn tshark_problems(path: &PathBuf) -> Vec<String> {
+fn tshark_problems(path: &Path) -> Vec<String> {
     let out = Command::new("tshark")
         .args([
             "-r",
