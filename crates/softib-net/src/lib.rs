@@ -13,5 +13,6 @@ mod sys;
 
 pub mod inject;
 pub mod oob;
+pub mod roce;
 pub mod socket;
 pub mod tap;
