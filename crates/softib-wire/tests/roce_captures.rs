@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use softib_wire::pcap::{CaptureReader, LinkType};
 use softib_wire::roce::{
     emit_ethernet, udp_source_port, udp_source_port_ud, verify_datagram, IcrcMatch, IpInfo,
-    Ipv4IdentPolicy, RoceFrame,
+    Ipv4IdentPolicy, Ipv4Info, RoceFrame,
 };
 use softib_wire::{BthPacket, Error, PacketRepr};
 
@@ -24,6 +24,9 @@ struct Tally {
     /// (source IP, destination IP) -> BTH DestQPs seen.
     dest_qps: BTreeMap<(String, String), BTreeSet<u32>>,
     ud_ports_checked: usize,
+    /// (source IP, destination IP) -> last IPv4 identification seen.
+    last_ident: BTreeMap<(String, String), u16>,
+    near_window_hits: usize,
 }
 
 fn repr_deth_src_qp(transport: &[u8]) -> Option<u32> {
@@ -104,6 +107,19 @@ fn check_capture(path: &Path) -> Tally {
             frame.ip_info().src().to_string(),
             frame.ip_info().dst().to_string(),
         );
+        // A receiver that expects the sender's next identification (last + 1) accepts with a
+        // small window: rxe numbers packets per destination.
+        if let Some(last) = t.last_ident.get(&key) {
+            let expect = IpInfo::V4(Ipv4Info {
+                ident: last.wrapping_add(1),
+                ..blind
+            });
+            let near = Ipv4IdentPolicy::Near { window: 64 };
+            if verify_datagram(&expect, &frame.udp_info(), datagram, near).is_ok() {
+                t.near_window_hits += 1;
+            }
+        }
+        t.last_ident.insert(key.clone(), real_ident);
         t.ports
             .entry(key.clone())
             .or_default()
@@ -175,6 +191,7 @@ fn bundled_write_bw_capture_verifies_recovers_and_reemits() {
     assert_eq!(t.roce, 500);
     assert!(t.not_roce > 0, "the capture holds the TCP exchange too");
     assert!(t.idents_recovered > 0);
+    assert_eq!(t.near_window_hits, t.roce - t.last_ident.len());
     assert_rc_source_ports(&t);
 }
 
@@ -216,13 +233,16 @@ fn all_shared_rxe_captures() {
         let t = check_capture(&path);
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         eprintln!(
-            "{name}: {} RoCEv2 frames, {} other frames, {} IPv4 idents recovered",
-            t.roce, t.not_roce, t.idents_recovered
+            "{name}: {} RoCEv2 frames, {} other frames, {} IPv4 idents recovered, \
+             {} within 64 after the previous one",
+            t.roce, t.not_roce, t.idents_recovered, t.near_window_hits
         );
         if let Some(want) = expected.get(name) {
             assert_eq!(t.roce, *want, "{name}");
         }
         assert!(t.not_roce > 0, "{name}");
+        // Every packet but each direction's first falls in the window after its predecessor.
+        assert_eq!(t.near_window_hits, t.roce - t.last_ident.len(), "{name}");
         if name.contains("ud") {
             continue;
         }
