@@ -77,6 +77,22 @@ fn bench(c: &mut Criterion) {
             black_box(PacketRepr::parse(t).unwrap());
         })
     });
+    // The pieces, to see where the time goes.
+    let frame = RoceFrame::parse_ip(&pkt).unwrap();
+    let h4: [u8; 20] = pkt[..20].try_into().unwrap();
+    let hu: [u8; 8] = pkt[20..28].try_into().unwrap();
+    g.bench_function("piece_icrc_only", |b| {
+        b.iter(|| {
+            black_box(softib_wire::icrc::icrc_rocev2_ipv4(
+                &h4,
+                &hu,
+                black_box(frame.transport),
+            ))
+        })
+    });
+    g.bench_function("piece_packet_repr_only", |b| {
+        b.iter(|| black_box(PacketRepr::parse(black_box(frame.transport)).unwrap()))
+    });
     g.finish();
     let mut crc = c.benchmark_group("crc32fast_4k");
     crc.throughput(Throughput::Bytes(datagram.len() as u64));

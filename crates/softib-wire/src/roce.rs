@@ -830,6 +830,63 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn emit_parse_identity(v6: bool, src: [u8; 16], dst: [u8; 16], tos: u8, ttl: u8,
+                               ident: u16, df: bool, flow in 0u32..0x10_0000, sport: u16,
+                               words in 3usize..40, seed: u8, vlan: Option<u16>) {
+            let ip = if v6 {
+                IpInfo::V6(Ipv6Info { src: src.into(), dst: dst.into(), traffic_class: tos,
+                                      flow_label: flow, hop_limit: ttl })
+            } else {
+                let (s4, d4) = ([src[0], src[1], src[2], src[3]], [dst[0], dst[1], dst[2], dst[3]]);
+                IpInfo::V4(Ipv4Info { src: s4.into(), dst: d4.into(), tos, ttl, ident, dont_frag: df })
+            };
+            let udp = UdpInfo { src_port: sport, dst_port: ROCEV2_UDP_PORT };
+            let transport: Vec<u8> = (0..words * 4).map(|i| (i as u8).wrapping_mul(seed | 1)).collect();
+            let eth = EthernetRepr {
+                dst_addr: [2, 0, 0, 0, 0, 2],
+                src_addr: [2, 0, 0, 0, 0, 1],
+                vlan: vlan.map(|v| crate::ethernet::VlanTag { pcp: (v >> 13) as u8, dei: false, vid: v & 0xFFF }),
+                ethertype: 0,
+            };
+            let mut buf = vec![0u8; 18 + ip_buffer_len(&ip, transport.len())];
+            let n = emit_ethernet(&eth, &ip, &udp, &transport, &mut buf).unwrap();
+            let f = RoceFrame::parse_ethernet(&buf[..n]).unwrap();
+            proptest::prop_assert!(f.icrc_ok());
+            proptest::prop_assert_eq!(f.ip_info(), ip);
+            proptest::prop_assert_eq!(f.udp_info(), udp);
+            proptest::prop_assert_eq!(f.transport, &transport[..]);
+            proptest::prop_assert_eq!(f.ethernet.unwrap().vlan, eth.vlan);
+            proptest::prop_assert_eq!(icrc_from_parts(&ip, &udp, &transport), f.icrc);
+        }
+
+        #[test]
+        fn mutated_real_frames_never_panic(flips in proptest::collection::vec((0usize..62, proptest::prelude::any::<u8>()), 1..6),
+                                           cut in 0usize..63) {
+            let mut b = ACK_FRAME.to_vec();
+            for (at, x) in flips {
+                b[at] ^= x;
+            }
+            b.truncate(cut.max(1));
+            if let Ok(f) = RoceFrame::parse_ethernet(&b) {
+                let _ = f.check_icrc();
+                let _ = f.ip_info();
+            }
+            let _ = RoceFrame::parse_ip(&b);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120)) {
+            let _ = RoceFrame::parse_ethernet(&b);
+            let _ = RoceFrame::parse_ip(&b);
+            let ip = IpInfo::V4(Ipv4Info::new(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST));
+            let udp = UdpInfo::for_qps(1, 2);
+            let _ = verify_datagram(&ip, &udp, &b, Ipv4IdentPolicy::Recover);
+            let _ = verify_datagram(&ip, &udp, &b, Ipv4IdentPolicy::Near { window: 100 });
+        }
+    }
+
     #[test]
     fn every_truncation_is_an_error_not_a_panic() {
         for n in 0..ACK_FRAME.len() {
