@@ -349,6 +349,7 @@ impl Qp {
     /// Forward progress: reset the retry counters, restart the ACK timer, and move a cursor
     /// that fell behind the acknowledged point.
     fn progress(&mut self, now: Nanos) {
+        self.req.recovering = false;
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
         if psn::diff(self.req.tx_psn, self.req.una) < 0 {
@@ -363,8 +364,15 @@ impl Qp {
         self.set_timer(TimerKind::Retransmit, t);
     }
 
-    /// Points the transmit cursor at PSN `p` (go-back-N; IBA 9.7.5.1.3).
+    /// Points the transmit cursor at PSN `p` (go-back-N; IBA 9.7.5.1.3), but never past
+    /// the oldest unacknowledged PSN: a NAK for a later PSN cannot skip an earlier READ
+    /// whose responses are still missing.
     fn rewind_to(&mut self, p: u32) {
+        let p = if psn::diff(p, self.req.una) > 0 {
+            self.req.una
+        } else {
+            p
+        };
         for i in 0..self.sq.started {
             let w = &self.sq.wqes[i];
             let d = psn::diff(p, w.first_psn);
