@@ -17,6 +17,26 @@
 //! 5. PadCnt is at most the number of bytes after the headers ([`Error::BadPad`]).
 //!
 //! Pad bytes are not checked: the sender writes zeros and the receiver ignores them.
+//!
+//! ```
+//! use softib_wire::{CreditCode, Opcode, PacketRepr, Syndrome};
+//!
+//! // An RC acknowledge as Linux Soft-RoCE sends it (BTH + AETH, ICRC not included).
+//! let bytes = [
+//!     0x11, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x13, 0x00, 0xA4, 0x2F, 0xF1,
+//!     0x1F, 0x00, 0x00, 0x01,
+//! ];
+//! let packet = PacketRepr::parse(&bytes)?;
+//! assert_eq!(packet.opcode(), Opcode::RC_ACKNOWLEDGE);
+//! assert_eq!(packet.bth.dest_qp, 0x13);
+//! let aeth = packet.aeth.expect("an acknowledge carries an AETH");
+//! assert_eq!(aeth.syndrome, Syndrome::Ack { credit: CreditCode::UNLIMITED });
+//!
+//! let mut out = [0u8; 16];
+//! assert_eq!(packet.emit(&mut out)?, packet.buffer_len());
+//! assert_eq!(out, bytes);
+//! # Ok::<(), softib_wire::Error>(())
+//! ```
 
 use crate::aeth::AethRepr;
 use crate::atomic_ack_eth::AtomicAckEthRepr;
