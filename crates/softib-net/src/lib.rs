@@ -11,6 +11,8 @@
 
 mod sys;
 
+pub mod context;
+pub mod driver;
 pub mod inject;
 pub mod oob;
 pub mod roce;

@@ -48,6 +48,31 @@ pub fn ib_mtu_for_interface(interface_mtu: u32) -> Option<u32> {
         .find(|&m| m <= room)
 }
 
+/// The interface holding `ip` and its MTU (from `/sys/class/net/NAME/mtu`), as rxe reads
+/// its netdev's MTU.
+pub fn interface_mtu(ip: IpAddr) -> std::io::Result<(String, u32)> {
+    // Linux routes all of 127.0.0.0/8 to the loopback interface, which holds only
+    // 127.0.0.1: any loopback address is on the interface holding the canonical one.
+    let holder = match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        other => other,
+    };
+    let name = crate::sys::interface_of(holder)?.ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no network interface has the address {ip}"),
+        )
+    })?;
+    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))?;
+    let mtu = text.trim().parse().map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("MTU of {name} is {text:?}"),
+        )
+    })?;
+    Ok((name, mtu))
+}
+
 /// The IP header information of a datagram this device sends to `dest`.
 fn tx_ip(local: IpAddr, dest: IpAddr, tos: u8, ident: u16) -> Option<IpInfo> {
     match (local, dest) {
@@ -119,6 +144,17 @@ pub enum Ipv4IdPolicy {
     Zero,
 }
 
+/// Why [`RxCheck::check`] dropped a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxDrop {
+    /// No acceptable IP header makes the ICRC correct.
+    Icrc,
+    /// Too short to hold a BTH and an ICRC.
+    Runt,
+    /// From the other address family than the device's.
+    WrongFamily,
+}
+
 /// Receive-side drop and recovery counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxCounters {
@@ -182,8 +218,8 @@ impl RxCheck {
         self.counters
     }
 
-    /// Verifies one datagram's ICRC; `None` (and a counter) if it must be dropped.
-    pub fn check<'a>(&mut self, d: &RxDatagram<'a>) -> Option<Received<'a>> {
+    /// Verifies one datagram's ICRC; the reason (also counted) if it must be dropped.
+    pub fn check<'a>(&mut self, d: &RxDatagram<'a>) -> Result<Received<'a>, RxDrop> {
         let tos = d.tos.unwrap_or(0);
         let ip = match (d.source.ip(), self.local.ip()) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => IpInfo::V4(Ipv4Info {
@@ -202,7 +238,7 @@ impl RxCheck {
             }
             _ => {
                 self.counters.wrong_family += 1;
-                return None;
+                return Err(RxDrop::WrongFamily);
             }
         };
         let udp = UdpInfo {
@@ -211,7 +247,7 @@ impl RxCheck {
         };
         if d.payload.len() < softib_wire::BTH_LEN + ICRC_LEN {
             self.counters.runts += 1;
-            return None;
+            return Err(RxDrop::Runt);
         }
         let wire_policy = match self.policy {
             Ipv4IdPolicy::Zero => Ipv4IdentPolicy::Exact,
@@ -221,7 +257,7 @@ impl RxCheck {
             Ok(ok) => ok,
             Err(_) => {
                 self.counters.icrc_errors += 1;
-                return None;
+                return Err(RxDrop::Icrc);
             }
         };
         let ip = match (how, ip) {
@@ -229,7 +265,7 @@ impl RxCheck {
             (IcrcMatch::RecoveredIpv4Ident(id), IpInfo::V4(v4)) => {
                 if self.policy == Ipv4IdPolicy::SoftibPeers && id >= 64 {
                     self.counters.icrc_errors += 1;
-                    return None;
+                    return Err(RxDrop::Icrc);
                 }
                 self.counters.ipv4_ident_recovered += 1;
                 IpInfo::V4(Ipv4Info { ident: id, ..v4 })
@@ -239,7 +275,7 @@ impl RxCheck {
         let ecn_ce = d.ecn_ce();
         self.counters.accepted += 1;
         self.counters.ecn_ce += u64::from(ecn_ce);
-        Some(Received {
+        Ok(Received {
             transport,
             datagram: d.payload,
             sgid: gid_from_ip(ip.src()),
@@ -265,6 +301,14 @@ mod tests {
         assert_eq!(ib_mtu_for_interface(2127), Some(1024));
         assert_eq!(ib_mtu_for_interface(335), None);
         assert_eq!(ib_mtu_for_interface(65536), Some(4096));
+    }
+
+    #[test]
+    fn loopback_interface_and_mtu_are_found() {
+        let (name, mtu) = interface_mtu("127.0.0.1".parse().unwrap()).unwrap();
+        assert_eq!(name, "lo");
+        assert!(mtu >= 1500, "{mtu}");
+        assert!(interface_mtu("192.0.2.77".parse().unwrap()).is_err());
     }
 
     #[test]

@@ -199,6 +199,10 @@ impl RoceSocket {
         })
     }
 
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_raw_fd()
+    }
+
     /// The bound address (with the port the kernel chose if the config said 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
@@ -480,6 +484,42 @@ impl IdentOracle {
     }
 }
 
+/// Whether a datagram at `start` may join the last item as one more GSO segment: same peer
+/// and class, directly after it in the buffer, and the group still open (all segments so
+/// far full-size).
+fn oracle(
+    items: &[SendItem],
+    peers: &[SocketAddr],
+    gso: bool,
+    dest: SocketAddr,
+    tos: Option<u8>,
+    start: usize,
+) -> IdentOracle {
+    let closed = IdentOracle {
+        open: false,
+        segment: 0,
+        segments: 0,
+        group_len: 0,
+    };
+    if !gso {
+        return closed;
+    }
+    let Some(last) = items.last() else {
+        return closed;
+    };
+    if peers[last.addr] != dest || last.tos != tos || last.offset + last.len != start {
+        return closed;
+    }
+    let seg = last.segment.map(usize::from).unwrap_or(last.len);
+    let open = last.len % seg == 0 && u16::try_from(seg).is_ok();
+    IdentOracle {
+        open,
+        segment: seg,
+        segments: last.len.div_ceil(seg),
+        group_len: last.len,
+    }
+}
+
 /// Preallocated send queue: datagrams are written in place and grouped for GSO.
 pub struct TxBatch {
     data: Vec<u8>,
@@ -558,16 +598,63 @@ impl TxBatch {
             return Err(TxFull::Full);
         }
         let start = self.used;
-        let oracle = self.oracle(dest, tos, start);
+        let oracle = oracle(&self.items, &self.peers, self.gso, dest, tos, start);
         let len = fill(&mut self.data[start..start + max_len], oracle).min(max_len);
+        self.commit(dest, tos, start, len)
+    }
+
+    /// Like [`TxBatch::push_with`] for a datagram whose destination is known only after it
+    /// is written (the engine's `poll_transmit` decides both). `fill` writes into the slot
+    /// and returns `(dest, tos, len)`, or `None` to queue nothing; the function it is given
+    /// answers which IPv4 Identification the kernel will write for `(dest, tos, len)`.
+    pub fn push_deferred(
+        &mut self,
+        max_len: usize,
+        fill: impl FnOnce(
+            &mut [u8],
+            &dyn Fn(SocketAddr, Option<u8>, usize) -> u16,
+        ) -> Option<(SocketAddr, Option<u8>, usize)>,
+    ) -> Result<usize, TxFull> {
+        if self.sent > 0 && self.sent >= self.items.len() {
+            self.clear();
+        }
+        if self.used + max_len > self.data.len() || self.items.len() >= self.max_items {
+            return Err(TxFull::Full);
+        }
+        let start = self.used;
+        let (items, peers, gso) = (&self.items, &self.peers, self.gso);
+        let ident = move |dest: SocketAddr, tos: Option<u8>, len: usize| {
+            oracle(items, peers, gso, dest, tos, start).ipv4_ident(len)
+        };
+        let Some((dest, tos, len)) = fill(&mut self.data[start..start + max_len], &ident) else {
+            return Ok(0);
+        };
+        self.commit(dest, tos, start, len.min(max_len))
+    }
+
+    /// Whether there is room for one more datagram of `max_len` bytes.
+    pub fn has_room(&self, max_len: usize) -> bool {
+        let drained = self.sent > 0 && self.sent >= self.items.len();
+        drained || (self.used + max_len <= self.data.len() && self.items.len() < self.max_items)
+    }
+
+    /// Queues the `len` bytes written at `start`: as one more segment of the last GSO
+    /// group if they may join it, else as a new item.
+    fn commit(
+        &mut self,
+        dest: SocketAddr,
+        tos: Option<u8>,
+        start: usize,
+        len: usize,
+    ) -> Result<usize, TxFull> {
         if len == 0 {
             return Ok(0);
         }
-        if let Some(segments) = oracle.group_segments(len) {
+        let oracle = oracle(&self.items, &self.peers, self.gso, dest, tos, start);
+        if oracle.group_segments(len).is_some() {
             if let Some(last) = self.items.last_mut() {
                 last.segment = Some(oracle.segment as u16);
                 last.len += len;
-                debug_assert!(segments >= 1);
                 self.used += len;
                 return Ok(len);
             }
@@ -592,35 +679,6 @@ impl TxBatch {
         });
         self.used += len;
         Ok(len)
-    }
-
-    /// Whether a datagram at `start` may join the last item as one more GSO segment: same
-    /// peer and class, directly after it in the buffer, and the group still open (all
-    /// segments so far full-size).
-    fn oracle(&self, dest: SocketAddr, tos: Option<u8>, start: usize) -> IdentOracle {
-        let closed = IdentOracle {
-            open: false,
-            segment: 0,
-            segments: 0,
-            group_len: 0,
-        };
-        if !self.gso {
-            return closed;
-        }
-        let Some(last) = self.items.last() else {
-            return closed;
-        };
-        if self.peers[last.addr] != dest || last.tos != tos || last.offset + last.len != start {
-            return closed;
-        }
-        let seg = last.segment.map(usize::from).unwrap_or(last.len);
-        let open = last.len % seg == 0 && u16::try_from(seg).is_ok();
-        IdentOracle {
-            open,
-            segment: seg,
-            segments: last.len.div_ceil(seg),
-            group_len: last.len,
-        }
     }
 
     /// Drops the first unsent item (the kernel refused it).

@@ -433,3 +433,81 @@ pub(crate) fn poll_fd(fd: RawFd, write: bool, timeout_ms: i32) -> io::Result<boo
         }
     }
 }
+
+/// Waits until `a` or `b` is readable, or `timeout_ms` passes (negative: forever). Returns
+/// (a readable, b readable).
+pub(crate) fn poll_two(a: RawFd, b: RawFd, timeout_ms: i32) -> io::Result<(bool, bool)> {
+    let mut pfds = [
+        libc::pollfd {
+            fd: a,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: b,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: pfds is a live local array and the count passed is its length.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+        if rc >= 0 {
+            return Ok((pfds[0].revents != 0, pfds[1].revents != 0));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// The name of the network interface that holds `ip`, if any (getifaddrs(3)).
+pub(crate) fn interface_of(ip: std::net::IpAddr) -> io::Result<Option<String>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a pointer to a list it allocates into `head`, a live local.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is a non-null node of the list getifaddrs returned, valid until
+        // freeifaddrs below.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            let mut raw = RawAddr::default();
+            // SAFETY: ifa_addr points to a sockaddr whose family says its size; we copy at
+            // most the size of that family's struct, which the kernel allocated in full.
+            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            let size = match family {
+                libc::AF_INET => size_of::<libc::sockaddr_in>(),
+                libc::AF_INET6 => size_of::<libc::sockaddr_in6>(),
+                _ => 0,
+            };
+            if size > 0 {
+                // SAFETY: copies `size` bytes from the kernel's sockaddr into storage, which
+                // is larger than any sockaddr (see above for the source's validity).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        ifa.ifa_addr.cast::<u8>(),
+                        (&mut raw.storage as *mut libc::sockaddr_storage).cast::<u8>(),
+                        size,
+                    )
+                };
+                raw.len = size as libc::socklen_t;
+                if raw.socket_addr().map(|a| a.ip()) == Some(ip) && !ifa.ifa_name.is_null() {
+                    // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+                    let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+                    found = Some(name.to_string_lossy().into_owned());
+                    break;
+                }
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: head came from a successful getifaddrs and is freed exactly once; no
+    // reference into the list outlives this point (the name was copied).
+    unsafe { libc::freeifaddrs(head) };
+    Ok(found)
+}

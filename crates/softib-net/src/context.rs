@@ -1,0 +1,553 @@
+//! A first verbs-style API over a [`Driver`] and its device thread.
+//!
+//! [`Context::open`] opens a device and starts its thread, which runs the driver loop
+//! (docs/design/net.md, "Threading model") in the [`WaitMode`] the application chose.
+//! Verbs lock the driver for the duration of the call; a verb that makes packets ready
+//! sends them itself, and wakes the device thread only when it moved the next timer
+//! earlier than the thread's current sleep. Completions are polled ([`Context::poll_cq`],
+//! which also makes progress itself, so a polling application needs no thread hand-off) or
+//! waited for ([`Context::wait_cq`], which sleeps on a condition variable the device thread
+//! signals).
+//!
+//! Names follow libibverbs / rust-ibverbs where they apply; the engine's types
+//! (`SendWr`, `QpAttr`, `WorkCompletion`, ...) are used as they are.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use softib_transport::{
+    AccessFlags, AhAttr, CqHandle, DeviceCounters, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr,
+    QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr, VecMemory, VerbsError, WorkCompletion,
+};
+
+use crate::driver::{Driver, DriverCounters, NetConfig, NetError, Waker};
+use crate::oob::endpoint::{Endpoint, RemoteRegion};
+use crate::roce;
+
+/// How the device thread waits when there is nothing to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Never sleep: lowest latency, one core busy.
+    Polling,
+    /// Spin for `spin` after the last activity, then sleep in `poll(2)` until a datagram,
+    /// a wake-up or the next timer: an idle device costs no CPU.
+    Blocking {
+        /// How long to keep spinning after the last datagram.
+        spin: Duration,
+    },
+}
+
+impl Default for WaitMode {
+    fn default() -> Self {
+        WaitMode::Blocking {
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// A registered memory region owned by the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRegion {
+    /// Local and remote keys.
+    pub keys: MrKeys,
+    /// Virtual address of the first byte (what RDMA peers put in the RETH).
+    pub addr: u64,
+    /// Length, bytes.
+    pub len: u64,
+}
+
+impl MemoryRegion {
+    /// What a peer needs to access the region remotely.
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion {
+            addr: self.addr,
+            rkey: self.keys.rkey,
+            len: self.len,
+        }
+    }
+}
+
+/// Connection parameters for [`Context::connect`] (RESET to RTS in one call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Path MTU (capped at the device's).
+    pub mtu: Mtu,
+    /// What the peer may do to our memory through this QP (a UC QP keeps only the local
+    /// and remote write bits, IBA 9.8.2).
+    pub access: AccessFlags,
+    /// Local ACK timeout exponent (IBA 9.7.6.1.3).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = forever).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code we advertise.
+    pub min_rnr_timer: u8,
+    /// Outstanding RDMA READ / atomics we may issue.
+    pub max_rd_atomic: u8,
+    /// RDMA READ / atomics we accept.
+    pub max_dest_rd_atomic: u8,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Traffic class of our packets (DSCP << 2).
+    pub traffic_class: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            mtu: Mtu::M4096,
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            qkey: 0x1111_1111,
+            traffic_class: 0,
+        }
+    }
+}
+
+struct Shared {
+    driver: Mutex<Driver>,
+    /// Signalled when the device thread received something (completions may be ready).
+    activity: Condvar,
+    stop: AtomicBool,
+    /// Engine time until which the device thread sleeps (u64::MAX: forever, 0: awake).
+    sleeping_until: AtomicU64,
+    waker: Waker,
+    next_iova: AtomicU64,
+}
+
+/// An open softib device with its device thread.
+pub struct Context {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    local: SocketAddr,
+    gid: [u8; 16],
+    mtu: Mtu,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("local", &self.local)
+            .field("mtu", &self.mtu)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Opens a device and starts its thread.
+    pub fn open(config: NetConfig, mode: WaitMode) -> Result<Context, NetError> {
+        let driver = Driver::open(config)?;
+        let waker = driver.waker().map_err(NetError::Wake)?;
+        let (local, gid, mtu) = (driver.local_addr(), driver.gid(), driver.mtu());
+        let shared = Arc::new(Shared {
+            driver: Mutex::new(driver),
+            activity: Condvar::new(),
+            stop: AtomicBool::new(false),
+            sleeping_until: AtomicU64::new(0),
+            waker,
+            next_iova: AtomicU64::new(0x10_0000),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("softib {local}"))
+            .spawn(move || device_loop(&s, mode))
+            .map_err(NetError::Wake)?;
+        Ok(Context {
+            shared,
+            thread: Some(thread),
+            local,
+            gid,
+            mtu,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Driver> {
+        // A panic in another verb leaves the engine consistent (verbs are transactional in
+        // the engine), so a poisoned lock is still usable.
+        self.shared.driver.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the driver, sends what it made ready, and wakes the device thread if the
+    /// next timer moved before its sleep.
+    fn with_driver<T>(&self, f: impl FnOnce(&mut Driver) -> T) -> T {
+        let mut d = self.lock();
+        let out = f(&mut d);
+        let _ = d.flush();
+        let next = d.next_deadline().unwrap_or(u64::MAX);
+        drop(d);
+        if next < self.shared.sleeping_until.load(Ordering::Acquire) {
+            self.shared.waker.wake();
+        }
+        out
+    }
+
+    /// The device's UDP address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The device's GID (its IPv6 address or IPv4-mapped address).
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// The device's largest path MTU.
+    pub fn mtu(&self) -> Mtu {
+        self.mtu
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> PdHandle {
+        self.with_driver(|d| d.engine_mut().alloc_pd())
+    }
+
+    /// Registers a zeroed buffer of `len` bytes owned by the device.
+    pub fn reg_mr(
+        &self,
+        pd: PdHandle,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, VerbsError> {
+        // Distinct, page-aligned virtual addresses, as a real process's buffers would have.
+        let span = (len as u64).div_ceil(4096).max(1) * 4096 + 4096;
+        let addr = self.shared.next_iova.fetch_add(span, Ordering::Relaxed);
+        let keys = self.with_driver(|d| {
+            d.engine_mut()
+                .reg_mr(pd, Box::new(VecMemory::zeroed(len)), addr, access)
+        })?;
+        Ok(MemoryRegion {
+            keys,
+            addr,
+            len: len as u64,
+        })
+    }
+
+    /// Copies `src` into a region at `offset`. Errors if the region does not exist or the
+    /// range is outside it.
+    pub fn write_mr(&self, mr: &MemoryRegion, offset: usize, src: &[u8]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            let m = d
+                .engine_mut()
+                .memory_mut(mr.keys.lkey)
+                .ok_or(VerbsError::UnknownHandle {
+                    kind: "lkey",
+                    value: mr.keys.lkey,
+                })?;
+            check_range(offset, src.len(), m.len())?;
+            m.write(offset, src);
+            Ok(())
+        })
+    }
+
+    /// Copies from a region at `offset` into `dst`.
+    pub fn read_mr(
+        &self,
+        mr: &MemoryRegion,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), VerbsError> {
+        let d = self.lock();
+        let m = d
+            .engine()
+            .memory(mr.keys.lkey)
+            .ok_or(VerbsError::UnknownHandle {
+                kind: "lkey",
+                value: mr.keys.lkey,
+            })?;
+        check_range(offset, dst.len(), m.len())?;
+        m.read(offset, dst);
+        Ok(())
+    }
+
+    /// Creates a completion queue of `cqe` entries.
+    pub fn create_cq(&self, cqe: u32) -> Result<CqHandle, VerbsError> {
+        self.with_driver(|d| d.engine_mut().create_cq(cqe))
+    }
+
+    /// Creates a QP and returns its number.
+    pub fn create_qp(&self, pd: PdHandle, init: QpInitAttr) -> Result<u32, VerbsError> {
+        self.with_driver(|d| d.engine_mut().create_qp(pd, init))
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            let now = d.now();
+            d.engine_mut().modify_qp(now, qpn, attr, mask)
+        })
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
+        self.lock().engine().query_qp(qpn)
+    }
+
+    /// Creates an address handle.
+    pub fn create_ah(
+        &self,
+        pd: PdHandle,
+        attr: AhAttr,
+    ) -> Result<softib_transport::AhHandle, VerbsError> {
+        self.with_driver(|d| d.engine_mut().create_ah(pd, attr))
+    }
+
+    /// Posts send WRs in order; stops at the first error (the WRs before it are posted).
+    pub fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            let now = d.now();
+            wrs.iter()
+                .try_for_each(|wr| d.engine_mut().post_send(now, qpn, wr))
+        })
+    }
+
+    /// Posts receive WRs in order.
+    pub fn post_recv(&self, qpn: u32, wrs: &[RecvWr]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            wrs.iter()
+                .try_for_each(|wr| d.engine_mut().post_recv(qpn, wr))
+        })
+    }
+
+    /// Takes up to `out.len()` completions; makes progress first (receives and sends what
+    /// is waiting), so a polling caller needs no hand-off to the device thread.
+    pub fn poll_cq(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> usize {
+        let mut d = self.lock();
+        let _ = d.process();
+        d.engine_mut().poll_cq(cq, out)
+    }
+
+    /// Waits up to `timeout` for completions; returns how many were taken (0: timed out).
+    pub fn wait_cq(&self, cq: CqHandle, out: &mut [WorkCompletion], timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut d = self.lock();
+        loop {
+            let n = d.engine_mut().poll_cq(cq, out);
+            if n > 0 {
+                return n;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return 0;
+            }
+            d = match self
+                .shared
+                .activity
+                .wait_timeout(d, left.min(Duration::from_millis(10)))
+            {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// The engine's counters and the driver's.
+    pub fn counters(&self) -> (DeviceCounters, DriverCounters) {
+        let d = self.lock();
+        (d.engine().counters(), d.counters())
+    }
+
+    /// A QP's state.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.lock().engine().qp_state(qpn)
+    }
+
+    /// A random starting PSN from the engine's seeded RNG.
+    pub fn random_psn(&self) -> u32 {
+        self.with_driver(|d| d.engine_mut().random_psn())
+    }
+
+    /// Our side of a connection for the out-of-band exchange.
+    pub fn endpoint(&self, qpn: u32, psn: u32, regions: &[MemoryRegion]) -> Endpoint {
+        Endpoint {
+            qpn,
+            psn,
+            gid: std::net::Ipv6Addr::from(self.gid),
+            lid: 0,
+            udp: Some(self.local),
+            mtu: Some(self.mtu.bytes()),
+            qkey: None,
+            regions: regions.iter().map(|r| r.remote()).collect(),
+        }
+    }
+
+    /// Moves `qpn` from RESET through INIT and RTR to RTS, connected to `remote` (RC/UC), or
+    /// to RTS for UD (`remote` only gives its UDP port then). `psn` is our first PSN (the
+    /// one we announced in our endpoint). The path MTU is the smallest of the options',
+    /// ours and the peer's.
+    pub fn connect(
+        &self,
+        qpn: u32,
+        qp_type: QpType,
+        psn: u32,
+        remote: &Endpoint,
+        o: &ConnectOptions,
+    ) -> Result<(), VerbsError> {
+        let peer_gid = remote.gid.octets();
+        let mut mtu = o.mtu.min(self.mtu);
+        if let Some(m) = remote.mtu.and_then(Mtu::from_bytes) {
+            mtu = mtu.min(m);
+        }
+        self.with_driver(|d| {
+            if let Some(udp) = remote.udp {
+                let ip = roce::ip_from_gid(peer_gid);
+                if udp.ip() == ip {
+                    d.set_peer_port(ip, udp.port());
+                }
+            }
+            let now = d.now();
+            let e = d.engine_mut();
+            let mut attr = QpAttr {
+                qp_state: QpState::Init,
+                pkey_index: 0,
+                port_num: 1,
+                qkey: o.qkey,
+                // UC has neither RDMA READ nor atomics (IBA 9.8.2): keep what applies.
+                qp_access_flags: if qp_type == QpType::Uc {
+                    o.access
+                        .difference(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC)
+                } else {
+                    o.access
+                },
+                ..QpAttr::default()
+            };
+            let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+            let init_mask = if qp_type == QpType::Ud {
+                base | QpAttrMask::QKEY
+            } else {
+                base | QpAttrMask::ACCESS_FLAGS
+            };
+            e.modify_qp(now, qpn, &attr, init_mask)?;
+            attr.qp_state = QpState::Rtr;
+            attr.path_mtu = mtu;
+            attr.dest_qp_num = remote.qpn;
+            attr.rq_psn = remote.psn;
+            attr.max_dest_rd_atomic = o.max_dest_rd_atomic;
+            attr.min_rnr_timer = o.min_rnr_timer;
+            attr.ah_attr = AhAttr {
+                dlid: 0,
+                sl: 0,
+                src_path_bits: 0,
+                grh: Some(GlobalRoute {
+                    dgid: peer_gid,
+                    flow_label: 0,
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: o.traffic_class,
+                }),
+            };
+            let rtr_mask = match qp_type {
+                QpType::Ud => QpAttrMask::STATE,
+                QpType::Uc => {
+                    QpAttrMask::STATE
+                        | QpAttrMask::AV
+                        | QpAttrMask::PATH_MTU
+                        | QpAttrMask::DEST_QPN
+                        | QpAttrMask::RQ_PSN
+                }
+                QpType::Rc => {
+                    QpAttrMask::STATE
+                        | QpAttrMask::AV
+                        | QpAttrMask::PATH_MTU
+                        | QpAttrMask::DEST_QPN
+                        | QpAttrMask::RQ_PSN
+                        | QpAttrMask::MAX_DEST_RD_ATOMIC
+                        | QpAttrMask::MIN_RNR_TIMER
+                }
+            };
+            e.modify_qp(now, qpn, &attr, rtr_mask)?;
+            attr.qp_state = QpState::Rts;
+            attr.sq_psn = psn;
+            attr.timeout = o.timeout;
+            attr.retry_cnt = o.retry_cnt;
+            attr.rnr_retry = o.rnr_retry;
+            attr.max_rd_atomic = o.max_rd_atomic;
+            let rts_mask = match qp_type {
+                QpType::Rc => {
+                    QpAttrMask::STATE
+                        | QpAttrMask::SQ_PSN
+                        | QpAttrMask::TIMEOUT
+                        | QpAttrMask::RETRY_CNT
+                        | QpAttrMask::RNR_RETRY
+                        | QpAttrMask::MAX_QP_RD_ATOMIC
+                }
+                _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+            };
+            e.modify_qp(now, qpn, &attr, rts_mask)
+        })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.lock().flush_capture();
+    }
+}
+
+fn check_range(offset: usize, len: usize, region: usize) -> Result<(), VerbsError> {
+    if offset.checked_add(len).is_none_or(|end| end > region) {
+        return Err(VerbsError::InvalidAttribute {
+            attr: "offset",
+            reason: format!("{len} bytes at offset {offset} do not fit a region of {region} bytes"),
+        });
+    }
+    Ok(())
+}
+
+/// The device thread: process, then spin or sleep as the wait mode says.
+fn device_loop(s: &Shared, mode: WaitMode) {
+    let mut last_activity = Instant::now();
+    let mut woken = false;
+    while !s.stop.load(Ordering::Acquire) {
+        let mut d = s.driver.lock().unwrap_or_else(|p| p.into_inner());
+        if std::mem::take(&mut woken) {
+            d.drain_wake();
+        }
+        let progress = d.process();
+        let active = progress.as_ref().is_ok_and(|p| p.any());
+        if active {
+            last_activity = Instant::now();
+            drop(d);
+            s.activity.notify_all();
+            continue;
+        }
+        let spin = match mode {
+            WaitMode::Polling => true,
+            WaitMode::Blocking { spin } => last_activity.elapsed() < spin,
+        };
+        if spin {
+            drop(d);
+            std::hint::spin_loop();
+            std::thread::yield_now();
+            continue;
+        }
+        // Sleep without holding the lock, so verbs proceed; a verb that moves the next
+        // timer earlier than `sleeping_until` wakes us.
+        let deadline = d.next_deadline();
+        s.sleeping_until
+            .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
+        d.flush_capture();
+        let (fd, wake_fd) = d.wait_fds();
+        let timeout = deadline.map(|t| Duration::from_nanos(t.saturating_sub(d.now())));
+        drop(d);
+        woken = crate::driver::wait_on(fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
+        s.sleeping_until.store(0, Ordering::Release);
+        s.activity.notify_all();
+    }
+}

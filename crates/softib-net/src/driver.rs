@@ -1,0 +1,610 @@
+//! The device driver: one `softib_transport::Device` on one RoCEv2 socket.
+//!
+//! [`Driver::process`] is one turn of the loop docs/design/net.md describes: receive a
+//! batch, check each datagram's ICRC and hand the transport packet to the engine, fire due
+//! timers, then drain the engine's transmits into a send batch (sealing each with its
+//! ICRC, through the fault injector if one is configured, past the pcap tap) and send it.
+//! It never blocks; [`Driver::wait`] sleeps until a datagram, a wake-up or the next timer.
+//! Time is nanoseconds of the monotonic clock since the driver started. The protocol itself
+//! is the engine's: the driver only moves bytes and time.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use softib_transport::{Device, DeviceConfig, DriverDrop, Mtu, Nanos, RxGrh, RxMeta, Transmit};
+
+use crate::inject::{FaultCounters, FaultSpec, Injector};
+use crate::roce::{self, Ipv4IdPolicy, RxCheck, RxCounters, RxDrop, ICRC_LEN};
+use crate::socket::{
+    RoceSocket, RxBatch, SocketConfig, SocketError, SocketStats, TxBatch, ECN_ECT0, ROCE_V2_PORT,
+};
+use crate::tap::PcapTap;
+
+/// Room for the engine's transport packet beyond the path MTU (headers, pad), per the
+/// engine contract (`poll_transmit` needs `mtu + 64` bytes), plus the ICRC.
+const TX_HEADROOM: usize = 64 + ICRC_LEN;
+
+/// How a device is opened.
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// The device's IP address and UDP port (4791 by default). The GID is derived from it.
+    pub bind: SocketAddr,
+    /// Largest path MTU; `None` derives it from the interface MTU as rxe does.
+    pub mtu: Option<Mtu>,
+    /// Default TOS / traffic class (DSCP << 2; the ECN bits come from the engine's
+    /// `ecn_capable`).
+    pub traffic_class: u8,
+    /// Try UDP GSO.
+    pub gso: bool,
+    /// Try UDP GRO.
+    pub gro: bool,
+    /// How IPv4 Identifications are handled on receive.
+    pub ipv4_id_policy: Ipv4IdPolicy,
+    /// Fault injection on the send path.
+    pub inject: Option<FaultSpec>,
+    /// Write every datagram sent and received to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Seed of the engine's RNG (keys, PSNs).
+    pub seed: u64,
+    /// Engine limits (its `gid` and `max_mtu` are set from the fields above).
+    pub engine: DeviceConfig,
+}
+
+impl NetConfig {
+    /// Defaults for a device on `bind`: MTU from the interface, ECT(0), GSO/GRO on,
+    /// identifications recovered, no faults, no capture, seed from the clock.
+    pub fn new(bind: SocketAddr) -> NetConfig {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ u64::from(std::process::id());
+        NetConfig {
+            bind,
+            mtu: None,
+            traffic_class: 0,
+            gso: true,
+            gro: true,
+            ipv4_id_policy: Ipv4IdPolicy::Recover,
+            inject: None,
+            pcap: None,
+            seed,
+            engine: DeviceConfig::default(),
+        }
+    }
+}
+
+/// Why a device could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// The socket could not be set up.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// The interface MTU could not be found (give `--mtu`).
+    #[error(
+        "cannot find the MTU of the interface holding {addr} ({source}); set the MTU explicitly"
+    )]
+    InterfaceMtu {
+        /// The device address.
+        addr: IpAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The interface MTU is too small for RoCEv2.
+    #[error("interface MTU {0} leaves no room for even a 256-byte IB MTU (needs at least 336)")]
+    MtuTooSmall(u32),
+    /// The pcap file could not be created.
+    #[error("cannot create the capture file: {0}")]
+    Pcap(#[from] softib_wire::pcap::PcapError),
+    /// The wake-up channel could not be created.
+    #[error("cannot create the wake-up channel: {0}")]
+    Wake(io::Error),
+}
+
+/// Driver-level counters (the engine keeps its own, see `Device::counters`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// Receive checks.
+    pub rx: RxCounters,
+    /// Socket state and counters.
+    pub socket: SocketStats,
+    /// Fault injection.
+    pub faults: FaultCounters,
+    /// Datagrams handed to the socket.
+    pub tx_datagrams: u64,
+    /// Bytes handed to the socket (UDP payload).
+    pub tx_bytes: u64,
+    /// Datagrams received.
+    pub rx_datagrams: u64,
+    /// Bytes received (UDP payload).
+    pub rx_bytes: u64,
+    /// Transmits without a GRH or with an address of the other family (dropped).
+    pub tx_unroutable: u64,
+    /// Records the pcap tap could not write.
+    pub pcap_errors: u64,
+}
+
+/// What one [`Driver::process`] turn did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Datagrams received.
+    pub received: usize,
+    /// Datagrams queued for sending.
+    pub sent: usize,
+    /// The socket's send buffer was full; datagrams wait in the batch.
+    pub blocked: bool,
+}
+
+impl Progress {
+    /// Whether anything happened.
+    pub fn any(&self) -> bool {
+        self.received > 0 || self.sent > 0
+    }
+}
+
+/// One device: engine, socket, batches and the optional injector and tap.
+pub struct Driver {
+    engine: Device,
+    socket: RoceSocket,
+    rx: RxBatch,
+    tx: TxBatch,
+    check: RxCheck,
+    injector: Option<Injector>,
+    tap: Option<PcapTap>,
+    local: SocketAddr,
+    epoch: Instant,
+    mtu: Mtu,
+    default_tos: u8,
+    peer_ports: HashMap<IpAddr, u16>,
+    scratch: Vec<u8>,
+    counters: DriverCounters,
+    wake_rx: UnixDatagram,
+    wake_tx: UnixDatagram,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("local", &self.local)
+            .field("mtu", &self.mtu)
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+fn mtu_from_bytes(bytes: u32) -> Mtu {
+    match bytes {
+        4096.. => Mtu::M4096,
+        2048.. => Mtu::M2048,
+        1024.. => Mtu::M1024,
+        512.. => Mtu::M512,
+        _ => Mtu::M256,
+    }
+}
+
+impl Driver {
+    /// Opens the device: binds the socket, chooses the MTU, creates the engine.
+    pub fn open(config: NetConfig) -> Result<Driver, NetError> {
+        let mtu = match config.mtu {
+            Some(m) => m,
+            None => {
+                let (_, if_mtu) = roce::interface_mtu(config.bind.ip()).map_err(|source| {
+                    NetError::InterfaceMtu {
+                        addr: config.bind.ip(),
+                        source,
+                    }
+                })?;
+                mtu_from_bytes(
+                    roce::ib_mtu_for_interface(if_mtu).ok_or(NetError::MtuTooSmall(if_mtu))?,
+                )
+            }
+        };
+        let mut sc = SocketConfig::new(config.bind);
+        sc.traffic_class = config.traffic_class;
+        sc.gso = config.gso && config.inject.is_none();
+        sc.gro = config.gro;
+        let socket = RoceSocket::bind(&sc)?;
+        let local = socket.local_addr();
+        let max_datagram = mtu.bytes() as usize + TX_HEADROOM;
+        let rx = socket.rx_batch(32, max_datagram);
+        // With injection, datagrams are not grouped (each carries Identification 0): a
+        // duplicated or held-back datagram must not change another one's segment index.
+        let tx = TxBatch::new(64 * max_datagram.max(1024), 64, socket.stats().gso);
+        let mut engine_config = config.engine.clone();
+        engine_config.gid = roce::gid_from_ip(local.ip());
+        engine_config.max_mtu = mtu;
+        let tap = match &config.pcap {
+            Some(p) => Some(PcapTap::create(p)?),
+            None => None,
+        };
+        let (wake_rx, wake_tx) = UnixDatagram::pair().map_err(NetError::Wake)?;
+        wake_rx.set_nonblocking(true).map_err(NetError::Wake)?;
+        wake_tx.set_nonblocking(true).map_err(NetError::Wake)?;
+        Ok(Driver {
+            engine: Device::new(engine_config, config.seed),
+            check: RxCheck::new(local, config.ipv4_id_policy),
+            injector: config.inject.map(|s| Injector::new(s, max_datagram)),
+            socket,
+            rx,
+            tx,
+            tap,
+            local,
+            epoch: Instant::now(),
+            mtu,
+            default_tos: config.traffic_class,
+            peer_ports: HashMap::new(),
+            scratch: vec![0; max_datagram],
+            counters: DriverCounters::default(),
+            wake_rx,
+            wake_tx,
+        })
+    }
+
+    /// The engine, for verbs.
+    pub fn engine(&self) -> &Device {
+        &self.engine
+    }
+
+    /// The engine, for verbs that change it. Call [`Driver::flush`] after commands that
+    /// may make packets ready (`post_send`, `post_recv`, `modify_qp`).
+    pub fn engine_mut(&mut self) -> &mut Device {
+        &mut self.engine
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The device GID.
+    pub fn gid(&self) -> [u8; 16] {
+        roce::gid_from_ip(self.local.ip())
+    }
+
+    /// The largest path MTU.
+    pub fn mtu(&self) -> Mtu {
+        self.mtu
+    }
+
+    /// Sends to `ip` on `port` instead of 4791 (a peer device bound to another port).
+    pub fn set_peer_port(&mut self, ip: IpAddr, port: u16) {
+        self.peer_ports.insert(ip, port);
+    }
+
+    /// Driver counters.
+    pub fn counters(&self) -> DriverCounters {
+        DriverCounters {
+            rx: self.check.counters(),
+            socket: self.socket.stats(),
+            faults: self
+                .injector
+                .as_ref()
+                .map(|i| i.counters())
+                .unwrap_or_default(),
+            ..self.counters
+        }
+    }
+
+    /// Nanoseconds since the driver opened (the engine's clock).
+    pub fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    /// When the driver next has something to do without input: the engine's next timer or
+    /// the injector's held datagram.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        let inj = self.injector.as_ref().and_then(|i| i.poll_timeout());
+        match (self.engine.poll_timeout(), inj) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A handle other threads use to wake [`Driver::wait`].
+    pub fn waker(&self) -> io::Result<Waker> {
+        Ok(Waker(self.wake_tx.try_clone()?))
+    }
+
+    /// One turn: receive, timers, transmit. Never blocks.
+    pub fn process(&mut self) -> io::Result<Progress> {
+        let mut progress = Progress::default();
+        let now = self.now();
+        progress.received = self.receive(now)?;
+        let now = self.now();
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        let (sent, blocked) = self.flush_at(now)?;
+        progress.sent = sent;
+        progress.blocked = blocked;
+        Ok(progress)
+    }
+
+    /// Drains the engine's transmits and sends them. Returns the datagrams queued.
+    pub fn flush(&mut self) -> io::Result<usize> {
+        let now = self.now();
+        Ok(self.flush_at(now)?.0)
+    }
+
+    fn receive(&mut self, now: Nanos) -> io::Result<usize> {
+        let n = self.socket.recv(&mut self.rx)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        for d in self.rx.iter() {
+            self.counters.rx_datagrams += 1;
+            self.counters.rx_bytes += d.payload.len() as u64;
+            match self.check.check(&d) {
+                Ok(r) => {
+                    if let Some(tap) = self.tap.as_mut() {
+                        if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
+                            self.counters.pcap_errors += 1;
+                        }
+                    }
+                    let meta = RxMeta {
+                        slid: 0,
+                        sl: 0,
+                        grh: Some(RxGrh {
+                            sgid: r.sgid,
+                            dgid: r.dgid,
+                            traffic_class: r.tos,
+                            flow_label: 0,
+                            // The socket does not report the TTL; Linux senders use 64.
+                            hop_limit: 64,
+                        }),
+                        ecn_ce: r.ecn_ce,
+                    };
+                    self.engine.handle_packet(now, &meta, r.transport);
+                }
+                Err(RxDrop::Icrc) => self.engine.count_driver_drop(DriverDrop::Icrc),
+                Err(RxDrop::Runt) | Err(RxDrop::WrongFamily) => {
+                    self.engine.count_driver_drop(DriverDrop::Format)
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// The UDP destination and TOS of a transmit, or `None` if it cannot be routed.
+    fn route(&self, t: &Transmit) -> Option<(SocketAddr, u8)> {
+        route_with(self.local, &self.peer_ports, t)
+    }
+
+    fn flush_at(&mut self, now: Nanos) -> io::Result<(usize, bool)> {
+        let max = self.mtu.bytes() as usize + TX_HEADROOM;
+        let mut queued = 0;
+        if let Some(inj) = self.injector.as_mut() {
+            let (tx, tap, counters, local) =
+                (&mut self.tx, &mut self.tap, &mut self.counters, self.local);
+            let default_tos = self.default_tos;
+            inj.handle_timeout(now, &mut |dest, tos, bytes| {
+                queue_copy(tx, tap, counters, local, default_tos, dest, tos, bytes);
+            });
+        }
+        loop {
+            // Keep room for the worst case of one transmit: itself, a duplicate and a
+            // released held datagram.
+            if !self.tx.has_room(3 * max) {
+                match self.socket.send(&mut self.tx) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((queued, true)),
+                    Err(e) => return Err(e),
+                }
+            }
+            let produced = if self.injector.is_some() {
+                self.transmit_through_injector(now, max)
+            } else {
+                self.transmit_direct(now, max)
+            };
+            match produced {
+                Some(n) => queued += n,
+                None => break,
+            }
+        }
+        match self.socket.send(&mut self.tx) {
+            Ok(()) => Ok((queued, false)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok((queued, true)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lets the engine write one packet straight into the send batch. `None` when the
+    /// engine has nothing more to send.
+    fn transmit_direct(&mut self, now: Nanos, max: usize) -> Option<usize> {
+        let mut engine_empty = false;
+        let mut unroutable = false;
+        let local = self.local;
+        let default_tos = self.default_tos;
+        let (engine, tap, peer_ports) = (&mut self.engine, &mut self.tap, &self.peer_ports);
+        let mut pcap_error = false;
+        let pushed = self.tx.push_deferred(max, |slot, ident_of| {
+            let Some(t) = engine.poll_transmit(now, &mut slot[..max - ICRC_LEN]) else {
+                engine_empty = true;
+                return None;
+            };
+            let Some((dest, tos)) = route_with(local, peer_ports, &t) else {
+                unroutable = true;
+                return None;
+            };
+            let tos_opt = (tos != default_tos).then_some(tos);
+            let ident = ident_of(dest, tos_opt, t.len + ICRC_LEN);
+            let len = roce::seal(local, dest, tos, ident, slot, t.len)?;
+            if let Some(tap) = tap.as_mut() {
+                if let Some((ip, udp)) = roce::tx_headers(local, dest, tos, ident) {
+                    pcap_error |= tap.record(&ip, &udp, &slot[..len]).is_err();
+                }
+            }
+            Some((dest, tos_opt, len))
+        });
+        self.counters.pcap_errors += u64::from(pcap_error);
+        if engine_empty {
+            return None;
+        }
+        if unroutable {
+            self.counters.tx_unroutable += 1;
+            return Some(0);
+        }
+        match pushed {
+            Ok(len) => {
+                self.counters.tx_datagrams += 1;
+                self.counters.tx_bytes += len as u64;
+                Some(1)
+            }
+            // has_room was checked, so this does not happen; stop rather than spin.
+            Err(_) => None,
+        }
+    }
+
+    /// Lets the engine write one packet into the scratch buffer and passes it through the
+    /// fault injector into the send batch.
+    fn transmit_through_injector(&mut self, now: Nanos, max: usize) -> Option<usize> {
+        let t = self
+            .engine
+            .poll_transmit(now, &mut self.scratch[..max - ICRC_LEN])?;
+        let Some((dest, tos)) = self.route(&t) else {
+            self.counters.tx_unroutable += 1;
+            return Some(0);
+        };
+        let Some(len) = roce::seal(self.local, dest, tos, 0, &mut self.scratch, t.len) else {
+            self.counters.tx_unroutable += 1;
+            return Some(0);
+        };
+        let (tx, tap, counters, local) =
+            (&mut self.tx, &mut self.tap, &mut self.counters, self.local);
+        let before = counters.tx_datagrams;
+        let default_tos = self.default_tos;
+        let tos_opt = (tos != default_tos).then_some(tos);
+        if let Some(inj) = self.injector.as_mut() {
+            inj.apply(
+                now,
+                dest,
+                tos_opt,
+                &self.scratch[..len],
+                &mut |d, tos, bytes| {
+                    queue_copy(tx, tap, counters, local, default_tos, d, tos, bytes);
+                },
+            );
+        }
+        Some((self.counters.tx_datagrams - before) as usize)
+    }
+
+    /// Sleeps until a datagram arrives, [`Waker::wake`] is called, or `deadline` (engine
+    /// nanoseconds) passes; `None` sleeps until one of the first two.
+    pub fn wait(&mut self, deadline: Option<Nanos>) -> io::Result<()> {
+        let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(self.now())));
+        let ms = match timeout {
+            None => -1,
+            Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
+        };
+        let (_, woken) = crate::sys::poll_two(self.socket_fd(), self.wake_rx.as_raw_fd(), ms)?;
+        if woken {
+            self.drain_wake();
+        }
+        Ok(())
+    }
+
+    fn socket_fd(&self) -> std::os::fd::RawFd {
+        self.socket.raw_fd()
+    }
+
+    /// The socket and wake-up descriptors, for a thread that waits without holding the
+    /// driver (see [`wait_on`]).
+    pub(crate) fn wait_fds(&self) -> (std::os::fd::RawFd, std::os::fd::RawFd) {
+        (self.socket_fd(), self.wake_rx.as_raw_fd())
+    }
+
+    /// Empties the wake-up channel after a wake-up.
+    pub(crate) fn drain_wake(&self) {
+        let mut buf = [0u8; 64];
+        while self.wake_rx.recv(&mut buf).is_ok() {}
+    }
+
+    /// Flushes the pcap tap.
+    pub fn flush_capture(&mut self) {
+        if let Some(tap) = self.tap.as_mut() {
+            if tap.flush().is_err() {
+                self.counters.pcap_errors += 1;
+            }
+        }
+    }
+}
+
+/// Waits on the descriptors of [`Driver::wait_fds`] for at most `timeout` (`None`: no
+/// limit); returns (datagram waiting, woken).
+pub(crate) fn wait_on(
+    fd: std::os::fd::RawFd,
+    wake_fd: std::os::fd::RawFd,
+    timeout: Option<Duration>,
+) -> io::Result<(bool, bool)> {
+    let ms = match timeout {
+        None => -1,
+        Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
+    };
+    crate::sys::poll_two(fd, wake_fd, ms)
+}
+
+/// Wakes a [`Driver::wait`] from another thread.
+#[derive(Debug)]
+pub struct Waker(UnixDatagram);
+
+impl Waker {
+    /// Wakes the waiting driver (harmless if it is not waiting).
+    pub fn wake(&self) {
+        // A full wake-up channel already guarantees a wake-up.
+        let _ = self.0.send(&[1]);
+    }
+}
+
+/// The UDP destination and TOS byte of a transmit: the GRH's destination GID as an
+/// address (Annex A17.4.4) on port 4791 unless told otherwise, the GRH traffic class with
+/// ECT(0) when the engine allows ECN.
+fn route_with(
+    local: SocketAddr,
+    peer_ports: &HashMap<IpAddr, u16>,
+    t: &Transmit,
+) -> Option<(SocketAddr, u8)> {
+    let grh = t.path.grh?;
+    let ip = roce::ip_from_gid(grh.dgid);
+    if ip.is_ipv4() != local.is_ipv4() {
+        return None;
+    }
+    let port = peer_ports.get(&ip).copied().unwrap_or(ROCE_V2_PORT);
+    let ecn = if t.ecn_capable { ECN_ECT0 } else { 0 };
+    Some((SocketAddr::new(ip, port), (grh.traffic_class & !0b11) | ecn))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn queue_copy(
+    tx: &mut TxBatch,
+    tap: &mut Option<PcapTap>,
+    counters: &mut DriverCounters,
+    local: SocketAddr,
+    default_tos: u8,
+    dest: SocketAddr,
+    tos: Option<u8>,
+    bytes: &[u8],
+) {
+    let pushed = tx.push_with(dest, tos, bytes.len(), |slot, _| {
+        slot[..bytes.len()].copy_from_slice(bytes);
+        bytes.len()
+    });
+    if pushed.is_err() {
+        counters.tx_unroutable += 1;
+        return;
+    }
+    counters.tx_datagrams += 1;
+    counters.tx_bytes += bytes.len() as u64;
+    if let Some(tap) = tap.as_mut() {
+        if let Some((ip, udp)) = roce::tx_headers(local, dest, tos.unwrap_or(default_tos), 0) {
+            if tap.record(&ip, &udp, bytes).is_err() {
+                counters.pcap_errors += 1;
+            }
+        }
+    }
+}
