@@ -5,7 +5,7 @@ use crate::error::VerbsError;
 use crate::qp::state::transition_rule;
 use crate::qp::{Qp, Requester, Responder, TimerKind};
 use crate::time::Nanos;
-use crate::verbs::{QpAttr, QpAttrMask as M, QpState, QpType};
+use crate::verbs::{QpAttr, QpAttrMask as M, QpState};
 
 /// Largest 24-bit value (QPNs, PSNs).
 const MAX_24: u32 = 0x00FF_FFFF;
@@ -184,17 +184,8 @@ impl Qp {
                 ));
             }
         }
-        if m.contains(M::ACCESS_FLAGS) && self.qp_type == QpType::Uc {
-            use crate::verbs::AccessFlags as F;
-            if a.qp_access_flags
-                .intersects(F::REMOTE_READ | F::REMOTE_ATOMIC)
-            {
-                return Err(bad(
-                    "qp_access_flags",
-                    "UC QPs accept neither RDMA READ nor atomics (IBA 9.8.2)",
-                ));
-            }
-        }
+        // UC QPs never see READ or atomic requests (they have no such opcodes), so
+        // REMOTE_READ / REMOTE_ATOMIC in their access flags are accepted and unused, as Linux does.
         Ok(())
     }
 

@@ -1,0 +1,278 @@
+//! UC (no ACKs, gap drops the message), UD (Q_Key, GRH area, src_qp), SRQ (limit event,
+//! unlimited credits).
+
+mod common;
+use common::*;
+use softib_transport::harness::{Pair, QpOptions, Verdict};
+use softib_transport::{
+    AhAttr, AsyncEvent, GlobalRoute, Mtu, QpType, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    WrOpcode,
+};
+
+#[test]
+fn uc_write_and_send_need_no_acks() {
+    let mut pair = Pair::new(40);
+    pair.trace = true;
+    let (a, b) = pair.connect(&QpOptions {
+        qp_type: QpType::Uc,
+        mtu: Mtu::M1024,
+        ..Default::default()
+    });
+    let data = pattern(5000, 4);
+    pair.fill(0, &a, 0, &data);
+    pair.dev(1)
+        .post_recv(b.qpn, &recv(1, &b, 0x10000, 8192))
+        .unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::RdmaWrite, 1, &a, 0, &b, 0, 5000))
+        .unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::SendWithImm, 2, &a, 0, &b, 0, 5000))
+        .unwrap();
+    pair.drive(SEC);
+    let wcs = pair.completions(0, &a);
+    assert_eq!(wcs.len(), 2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(pair.read(1, &b, 0, 5000), data);
+    assert_eq!(pair.read(1, &b, 0x10000, 5000), data);
+    let r = recv_wcs(&mut pair, &b);
+    assert_eq!((r[0].byte_len, r[0].imm_data), (5000, Some(0xabcd)));
+    assert_eq!(
+        pair.trace_log.iter().filter(|e| e.from == 1).count(),
+        0,
+        "UC sends no ACKs"
+    );
+}
+
+#[test]
+fn uc_gap_drops_the_rest_of_the_message_and_resumes_at_the_next_first() {
+    let mut pair = Pair::new(41);
+    let (a, b) = pair.connect(&QpOptions {
+        qp_type: QpType::Uc,
+        mtu: Mtu::M1024,
+        ..Default::default()
+    });
+    let data = pattern(3000, 5);
+    pair.fill(0, &a, 0, &data);
+    pair.dev(1).post_recv(b.qpn, &recv(1, &b, 0, 4096)).unwrap();
+    let mut n = 0;
+    pair.filter = Some(Box::new(move |from, _, _| {
+        n += 1;
+        if from == 0 && n == 2 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::Send, 1, &a, 0, &b, 0, 3000))
+        .unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::Send, 2, &a, 0, &b, 0, 2500))
+        .unwrap();
+    pair.drive(SEC);
+    let r = recv_wcs(&mut pair, &b);
+    assert_eq!(
+        r.len(),
+        1,
+        "the first message is lost, its WQE reused by the second"
+    );
+    assert_eq!((r[0].wr_id, r[0].byte_len), (1, 2500));
+    assert_eq!(pair.read(1, &b, 0, 2500), data[..2500]);
+    assert!(
+        pair.device(1)
+            .qp_counters(b.qpn)
+            .unwrap()
+            .out_of_sequence_drops
+            >= 1
+    );
+}
+
+fn ud_pair(
+    seed: u64,
+) -> (
+    Pair,
+    softib_transport::harness::Endpoint,
+    softib_transport::harness::Endpoint,
+    softib_transport::AhHandle,
+) {
+    let mut pair = Pair::new(seed);
+    let (a, b) = pair.connect(&QpOptions {
+        qp_type: QpType::Ud,
+        ..Default::default()
+    });
+    let mut dgid = [0u8; 16];
+    dgid[10] = 0xff;
+    dgid[11] = 0xff;
+    dgid[12..].copy_from_slice(&[10, 0, 0, 2]);
+    let ah = pair
+        .dev(0)
+        .create_ah(
+            a.pd,
+            AhAttr {
+                dlid: 2,
+                sl: 3,
+                src_path_bits: 0,
+                grh: Some(GlobalRoute {
+                    dgid,
+                    hop_limit: 64,
+                    ..Default::default()
+                }),
+            },
+        )
+        .unwrap();
+    (pair, a, b, ah)
+}
+
+fn ud_send(
+    a: &softib_transport::harness::Endpoint,
+    ah: softib_transport::AhHandle,
+    qpn: u32,
+    qkey: u32,
+    len: u32,
+) -> SendWr {
+    SendWr {
+        wr_id: 3,
+        opcode: WrOpcode::SendWithImm,
+        imm_data: Some(0x77),
+        sg_list: vec![Sge {
+            addr: a.addr,
+            length: len,
+            lkey: a.keys.lkey,
+        }],
+        flags: softib_transport::SendFlags::SIGNALED,
+        ud: Some(UdDest {
+            ah,
+            remote_qpn: qpn,
+            remote_qkey: qkey,
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn ud_send_delivers_grh_area_payload_and_source_qp() {
+    let (mut pair, a, b, ah) = ud_pair(42);
+    let data = pattern(1000, 6);
+    pair.fill(0, &a, 0, &data);
+    pair.dev(1).post_recv(b.qpn, &recv(8, &b, 0, 2048)).unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &ud_send(&a, ah, b.qpn, 0x1111_1111, 1000))
+        .unwrap();
+    pair.drive(SEC);
+    assert_eq!(pair.completions(0, &a)[0].status, WcStatus::Success);
+    let r = recv_wcs(&mut pair, &b);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].byte_len, 1040, "40-byte GRH area + payload");
+    assert_eq!(r[0].src_qp, a.qpn);
+    assert_eq!(r[0].imm_data, Some(0x77));
+    assert_eq!(r[0].sl, 3);
+    assert!(r[0].wc_flags.contains(WcFlags::GRH));
+    assert_eq!(r[0].opcode, WcOpcode::Recv);
+    let grh = pair.read(1, &b, 0, 40);
+    assert_eq!(grh[0] >> 4, 6, "IP version 6");
+    assert_eq!(grh[6], 0x1B, "next header = IBA transport");
+    assert_eq!(&grh[20..24], &[10, 0, 0, 1], "source GID");
+    assert_eq!(pair.read(1, &b, 40, 1000), data);
+}
+
+#[test]
+fn ud_wrong_qkey_is_dropped_and_high_bit_uses_the_qp_qkey() {
+    let (mut pair, a, b, ah) = ud_pair(43);
+    pair.dev(1).post_recv(b.qpn, &recv(8, &b, 0, 2048)).unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &ud_send(&a, ah, b.qpn, 0x2222, 10))
+        .unwrap();
+    pair.drive(SEC);
+    assert_eq!(recv_wcs(&mut pair, &b).len(), 0);
+    assert_eq!(pair.device(1).counters().bad_qkey_drops, 1);
+    // High bit set: the sender's QP Q_Key (0x11111111, same as the receiver's) goes out.
+    pair.dev(0)
+        .post_send(0, a.qpn, &ud_send(&a, ah, b.qpn, 0x8000_0000, 10))
+        .unwrap();
+    pair.drive(SEC);
+    assert_eq!(recv_wcs(&mut pair, &b).len(), 1);
+}
+
+#[test]
+fn ud_message_larger_than_the_mtu_is_refused() {
+    let (mut pair, a, b, ah) = ud_pair(44);
+    let e = pair
+        .dev(0)
+        .post_send(0, a.qpn, &ud_send(&a, ah, b.qpn, 0x1111_1111, 5000))
+        .unwrap_err();
+    assert!(e.to_string().contains("MTU"), "{e}");
+    let mut w = ud_send(&a, ah, b.qpn, 0x1111_1111, 8);
+    w.opcode = WrOpcode::RdmaWrite;
+    assert!(pair.dev(0).post_send(0, a.qpn, &w).is_err());
+}
+
+#[test]
+fn srq_feeds_receives_advertises_unlimited_credits_and_fires_the_limit() {
+    let mut pair = Pair::new(45);
+    pair.trace = true;
+    let (a, b) = pair.connect(&QpOptions {
+        srq: true,
+        rq_depth: 16,
+        ..Default::default()
+    });
+    let srq = b.srq.unwrap();
+    for i in 0..8 {
+        pair.dev(1)
+            .post_srq_recv(srq, &recv(i, &b, i * 4096, 4096))
+            .unwrap();
+    }
+    pair.dev(1).modify_srq(srq, 6).unwrap();
+    for i in 0..3 {
+        pair.dev(0)
+            .post_send(0, a.qpn, &wr(WrOpcode::Send, i, &a, 0, &b, 0, 100))
+            .unwrap();
+    }
+    let wcs = wait_send(&mut pair, &a, 3, SEC);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(
+        recv_wcs(&mut pair, &b)
+            .iter()
+            .map(|w| w.wr_id)
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    let mut events = Vec::new();
+    while let Some(e) = pair.dev(1).poll_event() {
+        events.push(e);
+    }
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| **e == AsyncEvent::SrqLimitReached(srq))
+            .count(),
+        1,
+        "{events:?}"
+    );
+    assert!(
+        pair.trace_log
+            .iter()
+            .filter(|e| e.from == 1)
+            .all(|e| e.syndrome == Some(31)),
+        "credit code 31 with SRQ"
+    );
+}
+
+#[test]
+fn rc_ack_carries_the_receive_credit_count() {
+    let mut pair = Pair::new(46);
+    pair.trace = true;
+    let (a, b) = pair.connect(&QpOptions::default());
+    for i in 0..7 {
+        pair.dev(1)
+            .post_recv(b.qpn, &recv(i, &b, i * 4096, 4096))
+            .unwrap();
+    }
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::Send, 1, &a, 0, &b, 0, 100))
+        .unwrap();
+    wait_send(&mut pair, &a, 1, SEC);
+    // 6 WQEs left: the largest code whose count <= 6 is 5 (6 WQEs).
+    let ack = pair.trace_log.iter().find(|e| e.from == 1).unwrap();
+    assert_eq!(ack.syndrome, Some(5));
+}
