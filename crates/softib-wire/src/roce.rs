@@ -242,6 +242,49 @@ fn ipv4_udp_headers(
     Ok((h4, hu))
 }
 
+/// The IPv4 and UDP header bytes the ICRC covers, without the work [`ipv4_udp_headers`] does
+/// for fields the ICRC masks anyway (the header checksum above all): the receive path of a
+/// socket runtime calls this once per packet.
+fn ipv4_udp_icrc_headers(
+    ip: &Ipv4Info,
+    udp: &UdpInfo,
+    transport_len: usize,
+) -> Result<([u8; 20], [u8; 8])> {
+    let udp_payload = udp_payload_len(transport_len, IPV4_HEADER_LEN)?;
+    let total = udp_payload + (UDP_HEADER_LEN + IPV4_HEADER_LEN) as u16;
+    let flags: u8 = if ip.dont_frag { 0x40 } else { 0 };
+    let [t0, t1] = total.to_be_bytes();
+    let [i0, i1] = ip.ident.to_be_bytes();
+    let [s0, s1, s2, s3] = ip.src.octets();
+    let [d0, d1, d2, d3] = ip.dst.octets();
+    let h4 = [
+        0x45,
+        0xFF,
+        t0,
+        t1,
+        i0,
+        i1,
+        flags,
+        0,
+        0xFF,
+        PROTOCOL_UDP,
+        0xFF,
+        0xFF,
+        s0,
+        s1,
+        s2,
+        s3,
+        d0,
+        d1,
+        d2,
+        d3,
+    ];
+    let [p0, p1] = udp.src_port.to_be_bytes();
+    let [q0, q1] = udp.dst_port.to_be_bytes();
+    let [l0, l1] = (udp_payload + UDP_HEADER_LEN as u16).to_be_bytes();
+    Ok((h4, [p0, p1, q0, q1, l0, l1, 0xFF, 0xFF]))
+}
+
 /// Writes the IPv6 and UDP headers; `transport_len` excludes the ICRC.
 fn ipv6_udp_headers(
     ip: &Ipv6Info,
@@ -280,7 +323,7 @@ fn ipv6_udp_headers(
 /// sender can put on the wire anyway.
 pub fn icrc_from_parts(ip: &IpInfo, udp: &UdpInfo, transport: &[u8]) -> u32 {
     match ip {
-        IpInfo::V4(v4) => match ipv4_udp_headers(v4, udp, transport.len()) {
+        IpInfo::V4(v4) => match ipv4_udp_icrc_headers(v4, udp, transport.len()) {
             Ok((h4, hu)) => icrc::icrc_rocev2_ipv4(&h4, &hu, transport),
             Err(_) => 0,
         },
@@ -517,6 +560,7 @@ impl<'a> RoceFrame<'a> {
     /// Parses a raw IP packet (IPv4 or IPv6 by its version nibble). Packets that are not
     /// RoCEv2 give [`Error::NotInfiniBand`]. An ICRC mismatch is not an error here: see
     /// [`RoceFrame::icrc_ok`] and [`RoceFrame::check_icrc`].
+    #[inline]
     pub fn parse_ip(packet: &'a [u8]) -> Result<RoceFrame<'a>> {
         let Some(first) = packet.first() else {
             return Err(Error::Truncated {
@@ -535,6 +579,7 @@ impl<'a> RoceFrame<'a> {
         }
     }
 
+    #[inline]
     fn parse_ipv4(packet: &'a [u8]) -> Result<RoceFrame<'a>> {
         let p = Ipv4Packet::new_checked(packet)?;
         let ip = Ipv4Repr::parse(&p)?;
@@ -572,6 +617,7 @@ impl<'a> RoceFrame<'a> {
         })
     }
 
+    #[inline]
     fn parse_ipv6(packet: &'a [u8]) -> Result<RoceFrame<'a>> {
         let p = Ipv6Packet::new_checked(packet)?;
         let ip = Ipv6Repr::parse(&p)?;
@@ -604,6 +650,7 @@ impl<'a> RoceFrame<'a> {
     }
 
     /// Parses UDP within the IP payload; returns the header, transport bytes and ICRC.
+    #[inline]
     fn parse_udp(ip_payload: &'a [u8]) -> Result<(UdpRepr, &'a [u8], u32)> {
         let u = UdpPacket::new_checked(ip_payload)?;
         let udp = UdpRepr::parse(&u)?;
