@@ -602,7 +602,13 @@ impl Device {
             let qp = self.qps[i].as_ref().expect("index checked");
             self.build_send_wqe(qp, wr)?
         };
+        let mut wqe = wqe;
         let qp = self.qps[i].as_mut().expect("index checked");
+        if wqe.inline.is_none() {
+            let mut sges = qp.sq.take_sge_list();
+            sges.extend_from_slice(&wr.sg_list);
+            wqe.sges = sges;
+        }
         if qp.state() == QpState::Err {
             // Linux completes WRs posted in ERR with a flush status.
             qp.complete_send(&mut self.sh, &wqe, WcStatus::WrFlushErr, VendorErr::Flushed);

@@ -57,6 +57,8 @@ pub(crate) struct SendQueue {
     depth: u32,
     pub wqes: VecDeque<SendWqe>,
     pub started: usize,
+    /// SGE lists of completed WQEs, reused by the next posts (no allocation per WR once warm).
+    spare: Vec<Vec<Sge>>,
 }
 
 impl SendQueue {
@@ -65,6 +67,7 @@ impl SendQueue {
             depth,
             wqes: VecDeque::with_capacity(depth.min(4096) as usize),
             started: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -81,11 +84,22 @@ impl SendQueue {
         self.started < self.wqes.len()
     }
 
-    /// Removes the oldest WQE (it completed).
+    /// Removes the oldest WQE (it completed). Its SGE list goes back to the pool, so the
+    /// returned WQE has none.
     pub fn pop_head(&mut self) -> Option<SendWqe> {
-        let w = self.wqes.pop_front()?;
+        let mut w = self.wqes.pop_front()?;
         self.started = self.started.saturating_sub(1);
+        let mut sges = std::mem::take(&mut w.sges);
+        if self.spare.len() < self.depth as usize {
+            sges.clear();
+            self.spare.push(sges);
+        }
         Some(w)
+    }
+
+    /// An empty SGE list with capacity, from the pool when possible.
+    pub fn take_sge_list(&mut self) -> Vec<Sge> {
+        self.spare.pop().unwrap_or_default()
     }
 
     /// Removes everything (flush or reset).

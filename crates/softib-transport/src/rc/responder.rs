@@ -78,8 +78,13 @@ impl Qp {
     fn accept(&mut self, pkt: &PacketRepr<'_>) {
         self.resp.epsn = psn::add(pkt.bth.psn, 1);
         if pkt.bth.ack_req {
-            let credit = self.credit();
-            self.queue_ack(pkt.bth.psn, Syndrome::Ack { credit });
+            // The credit count is filled in when the ACK leaves (it is then current).
+            self.queue_ack(
+                pkt.bth.psn,
+                Syndrome::Ack {
+                    credit: CreditCode(0),
+                },
+            );
         }
     }
 
@@ -617,9 +622,13 @@ impl Qp {
             _ => {
                 // SEND / WRITE: acknowledge everything received so far.
                 if pkt.bth.ack_req {
-                    let credit = self.credit();
                     let last = psn::add(self.resp.epsn, psn::PSN_MASK);
-                    self.queue_ack(last, Syndrome::Ack { credit });
+                    self.queue_ack(
+                        last,
+                        Syndrome::Ack {
+                            credit: CreditCode(0),
+                        },
+                    );
                 }
             }
         }
@@ -630,7 +639,6 @@ impl Qp {
         let front = *self.resp.queue.front()?;
         let pkey = self.pkey(sh);
         let dest = self.attr.dest_qp_num;
-        let credit = self.credit();
         let mut repr = PacketRepr::new(emit::bth(
             emit::opcode(Service::Rc, Operation::Acknowledge),
             pkey,
@@ -639,6 +647,13 @@ impl Qp {
         ));
         let len = match front {
             Response::Ack { psn, syndrome, msn } => {
+                let syndrome = if syndrome.is_ack() {
+                    Syndrome::Ack {
+                        credit: self.credit(),
+                    }
+                } else {
+                    syndrome
+                };
                 repr.bth.psn = psn;
                 repr.aeth = Some(AethRepr {
                     syndrome,
@@ -652,7 +667,9 @@ impl Qp {
                 repr.bth.opcode = emit::opcode(Service::Rc, Operation::AtomicAcknowledge);
                 repr.bth.psn = psn;
                 repr.aeth = Some(AethRepr {
-                    syndrome: Syndrome::Ack { credit },
+                    syndrome: Syndrome::Ack {
+                        credit: self.credit(),
+                    },
                     msn: msn & psn::PSN_MASK,
                 });
                 repr.atomic_ack_eth = Some(AtomicAckEthRepr {
@@ -683,7 +700,9 @@ impl Qp {
                 repr.bth.psn = psn;
                 if op != Operation::ReadResponseMiddle {
                     repr.aeth = Some(AethRepr {
-                        syndrome: Syndrome::Ack { credit },
+                        syndrome: Syndrome::Ack {
+                            credit: self.credit(),
+                        },
                         msn: msn & psn::PSN_MASK,
                     });
                 }
