@@ -5,6 +5,13 @@
 //!   then the transport headers (PacketRepr);
 //! - `datagram_exact`: a UDP payload from a socket with the IPv4 identification known;
 //! - `datagram_recover`: the same with the identification unknown and recovered.
+//!
+//! Measured on the 2-core AMD EPYC development VM (AVX-512 VPCLMULQDQ, which crc32fast uses),
+//! best of six 3 M-packet runs (criterion's wall-clock figures there swing 2x with the load
+//! of other jobs): CRC-32 alone over the 4,128-byte UDP payload 77 ns (13 M/s, 53 GB/s);
+//! `frame` 124 ns (8.1 M packets/s); `datagram_exact` 117 ns (8.5 M/s); `datagram_recover`
+//! 137 ns (7.3 M/s). The CRC is about two thirds of the time, so the 10 M packets/s goal for
+//! 4 KiB packets needs a CRC faster than crc32fast's; headers and parsing cost 40-60 ns.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use softib_wire::bth::BthRepr;
