@@ -39,6 +39,8 @@ pub struct QpCounters {
     pub fecn_received: u64,
     /// Packets received with the BECN bit set.
     pub becn_received: u64,
+    /// Packets whose IP header carried ECN Congestion Experienced (RoCEv2, from `RxMeta`).
+    pub ecn_ce_received: u64,
     /// Congestion notification packets sent.
     pub cnps_sent: u64,
     /// Congestion notification packets received.

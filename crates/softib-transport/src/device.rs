@@ -935,6 +935,9 @@ impl Device {
         if pkt.bth.becn {
             qp.counters.becn_received += 1;
         }
+        if meta.ecn_ce {
+            qp.counters.ecn_ce_received += 1;
+        }
         if pkt.bth.opcode.service() == Service::Cnp {
             qp.counters.cnps_received += 1;
         } else {

@@ -136,3 +136,53 @@ fn rc_mixed_workload_completes_in_order() {
     }
     assert_eq!(recv_wcs(&mut pair, &b).len(), 20);
 }
+
+#[test]
+fn inline_data_is_captured_at_post_time_and_unsignaled_wrs_complete_silently() {
+    let mut pair = Pair::new(6);
+    let (a, b) = pair.connect(&QpOptions::default());
+    pair.fill(0, &a, 0, b"inline!!");
+    let mut w = wr(WrOpcode::RdmaWrite, 1, &a, 0, &b, 0, 8);
+    w.flags = softib_transport::SendFlags::INLINE;
+    pair.dev(0).post_send(0, a.qpn, &w).unwrap();
+    // Changing the buffer after the post does not change what is sent.
+    pair.fill(0, &a, 0, b"changed!");
+    let mut w2 = wr(WrOpcode::RdmaWrite, 2, &a, 0, &b, 8, 8);
+    w2.flags = softib_transport::SendFlags::SIGNALED;
+    pair.dev(0).post_send(0, a.qpn, &w2).unwrap();
+    let wcs = wait_send(&mut pair, &a, 1, SEC);
+    assert_eq!(
+        wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        vec![2],
+        "only the signaled WR completes"
+    );
+    assert_eq!(pair.read(1, &b, 0, 16), b"inline!!changed!");
+    let mut big = wr(WrOpcode::Send, 3, &a, 0, &b, 0, 1000);
+    big.flags = softib_transport::SendFlags::INLINE;
+    let e = pair.dev(0).post_send(0, a.qpn, &big).unwrap_err();
+    assert!(e.to_string().contains("max_inline_data"), "{e}");
+}
+
+#[test]
+fn zero_length_operations_complete() {
+    let mut pair = Pair::new(7);
+    let (a, b) = pair.connect(&QpOptions::default());
+    pair.dev(1).post_recv(b.qpn, &recv(1, &b, 0, 0)).unwrap();
+    for (i, op) in [WrOpcode::RdmaWrite, WrOpcode::RdmaRead, WrOpcode::Send]
+        .into_iter()
+        .enumerate()
+    {
+        let mut w = wr(op, i as u64, &a, 0, &b, 0, 0);
+        w.sg_list.clear();
+        w.rkey = 0;
+        pair.dev(0).post_send(0, a.qpn, &w).unwrap();
+    }
+    let wcs = wait_send(&mut pair, &a, 3, SEC);
+    assert!(
+        wcs.iter()
+            .all(|w| w.status == WcStatus::Success && w.byte_len == 0),
+        "{wcs:?}"
+    );
+    let r = recv_wcs(&mut pair, &b);
+    assert_eq!((r[0].status, r[0].byte_len), (WcStatus::Success, 0));
+}
