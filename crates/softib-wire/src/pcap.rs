@@ -491,12 +491,14 @@ mod tests {
                     seed as u8
                 })
                 .collect();
-            if len >= 4 {
-                bytes[..4].copy_from_slice(&0xA1B2_C3D4u32.to_be_bytes());
-            }
-            if let Ok(r) = CaptureReader::new(&bytes[..]) {
-                for rec in r.take(50) {
-                    let _ = rec;
+            for magic in [0xA1B2_C3D4u32, 0x4D3C_B2A1, 0x0A0D_0D0A] {
+                if len >= 4 {
+                    bytes[..4].copy_from_slice(&magic.to_be_bytes());
+                }
+                if let Ok(r) = CaptureReader::new(&bytes[..]) {
+                    for rec in r.take(50) {
+                        let _ = rec;
+                    }
                 }
             }
         }
