@@ -640,6 +640,171 @@ impl Pair {
     }
 }
 
+/// A device holding RC, UC and UD QPs in every state they can reach (RESET, INIT, RTR, RTS,
+/// SQD, SQE for UC/UD, ERR), each with a registered buffer and posted receives: the fixture
+/// for fuzzing `handle_packet` and for protection tests. Returns the device and, per QP,
+/// (QPN, type, state, rkey of its buffer, buffer address).
+pub fn fixture_all_states(seed: u64) -> (Device, Vec<(u32, QpType, QpState, u32, u64)>) {
+    let mut dev = Device::new(DeviceConfig::default(), seed);
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(1 << 16).expect("CQ");
+    let mut out = Vec::new();
+    let states = [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Sqe,
+        QpState::Err,
+    ];
+    let mut addr = 0x1000_0000u64;
+    for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        for state in states {
+            if state == QpState::Sqe && qp_type == QpType::Rc {
+                continue;
+            }
+            let keys = dev
+                .reg_mr(
+                    pd,
+                    Box::new(VecMemory::zeroed(64 * 1024)),
+                    addr,
+                    AccessFlags::LOCAL_WRITE
+                        | AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_ATOMIC,
+                )
+                .expect("MR");
+            let qpn = dev
+                .create_qp(
+                    pd,
+                    QpInitAttr {
+                        qp_type,
+                        send_cq: cq,
+                        recv_cq: cq,
+                        srq: None,
+                        cap: QpCap::default(),
+                        sq_sig_all: false,
+                    },
+                )
+                .expect("QP");
+            let path = [QpState::Init, QpState::Rtr, QpState::Rts];
+            let target_steps = match state {
+                QpState::Reset => 0,
+                QpState::Init => 1,
+                QpState::Rtr => 2,
+                _ => 3,
+            };
+            for &to in &path[..target_steps] {
+                let attr = QpAttr {
+                    qp_state: to,
+                    qkey: 0x1111_1111,
+                    qp_access_flags: AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_ATOMIC,
+                    dest_qp_num: qpn,
+                    rq_psn: 0,
+                    sq_psn: 0,
+                    max_dest_rd_atomic: 4,
+                    max_rd_atomic: 4,
+                    ..QpAttr::default()
+                };
+                let m = match (qp_type, to) {
+                    (QpType::Ud, QpState::Init) => {
+                        QpAttrMask::STATE
+                            | QpAttrMask::PKEY_INDEX
+                            | QpAttrMask::PORT
+                            | QpAttrMask::QKEY
+                    }
+                    (_, QpState::Init) => {
+                        QpAttrMask::STATE
+                            | QpAttrMask::PKEY_INDEX
+                            | QpAttrMask::PORT
+                            | QpAttrMask::ACCESS_FLAGS
+                    }
+                    (QpType::Ud, _) if to == QpState::Rtr => QpAttrMask::STATE,
+                    (QpType::Uc, QpState::Rtr) => {
+                        QpAttrMask::STATE
+                            | QpAttrMask::AV
+                            | QpAttrMask::PATH_MTU
+                            | QpAttrMask::DEST_QPN
+                            | QpAttrMask::RQ_PSN
+                    }
+                    (QpType::Rc, QpState::Rtr) => {
+                        QpAttrMask::STATE
+                            | QpAttrMask::AV
+                            | QpAttrMask::PATH_MTU
+                            | QpAttrMask::DEST_QPN
+                            | QpAttrMask::RQ_PSN
+                            | QpAttrMask::MAX_DEST_RD_ATOMIC
+                            | QpAttrMask::MIN_RNR_TIMER
+                    }
+                    (QpType::Rc, _) => {
+                        QpAttrMask::STATE
+                            | QpAttrMask::SQ_PSN
+                            | QpAttrMask::TIMEOUT
+                            | QpAttrMask::RETRY_CNT
+                            | QpAttrMask::RNR_RETRY
+                            | QpAttrMask::MAX_QP_RD_ATOMIC
+                    }
+                    _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                };
+                dev.modify_qp(0, qpn, &attr, m).expect("fixture transition");
+            }
+            if state != QpState::Reset {
+                for i in 0..8u64 {
+                    let sge = crate::verbs::Sge {
+                        addr: addr + i * 4096,
+                        length: 4096,
+                        lkey: keys.lkey,
+                    };
+                    dev.post_recv(
+                        qpn,
+                        &crate::verbs::RecvWr {
+                            wr_id: i,
+                            sg_list: vec![sge],
+                        },
+                    )
+                    .expect("recv");
+                }
+            }
+            if state == QpState::Sqe {
+                // SQE is entered only by a send error (IBA 10.3.1): post a WR whose lkey
+                // names nothing and let it execute.
+                let ah = dev.create_ah(pd, AhAttr::default()).expect("AH");
+                let wr = crate::verbs::SendWr {
+                    wr_id: 99,
+                    sg_list: vec![crate::verbs::Sge {
+                        addr,
+                        length: 16,
+                        lkey: keys.lkey ^ 0xFF,
+                    }],
+                    ud: Some(crate::verbs::UdDest {
+                        ah,
+                        remote_qpn: qpn,
+                        remote_qkey: 0x1111_1111,
+                    }),
+                    ..Default::default()
+                };
+                dev.post_send(0, qpn, &wr).expect("post");
+                let mut buf = vec![0u8; 8192];
+                while dev.poll_transmit(0, &mut buf).is_some() {}
+            }
+            if matches!(state, QpState::Sqd | QpState::Err) {
+                let attr = QpAttr {
+                    qp_state: state,
+                    ..QpAttr::default()
+                };
+                dev.modify_qp(0, qpn, &attr, QpAttrMask::STATE)
+                    .expect("fixture transition");
+            }
+            out.push((qpn, qp_type, state, keys.rkey, addr));
+            addr += 0x100_0000;
+        }
+    }
+    (dev, out)
+}
+
 /// A zeroed completion for output buffers.
 pub fn empty_wc() -> WorkCompletion {
     WorkCompletion {

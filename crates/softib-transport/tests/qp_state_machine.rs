@@ -391,3 +391,12 @@ fn max_rd_atomic_bounds_outstanding_reads() {
         "one read at a time"
     );
 }
+
+#[test]
+fn fixture_reaches_every_state() {
+    let (dev, qps) = softib_transport::harness::fixture_all_states(1);
+    assert_eq!(qps.len(), 20);
+    for (qpn, qp_type, state, _, _) in qps {
+        assert_eq!(dev.qp_state(qpn), Some(state), "{qp_type:?}");
+    }
+}
