@@ -640,11 +640,25 @@ impl Pair {
     }
 }
 
+/// One QP of [`fixture_all_states`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixtureQp {
+    /// Its number.
+    pub qpn: u32,
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// The state it was left in.
+    pub state: QpState,
+    /// R_Key of its 64 KiB buffer (REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC).
+    pub rkey: u32,
+    /// Virtual address of that buffer.
+    pub addr: u64,
+}
+
 /// A device holding RC, UC and UD QPs in every state they can reach (RESET, INIT, RTR, RTS,
 /// SQD, SQE for UC/UD, ERR), each with a registered buffer and posted receives: the fixture
-/// for fuzzing `handle_packet` and for protection tests. Returns the device and, per QP,
-/// (QPN, type, state, rkey of its buffer, buffer address).
-pub fn fixture_all_states(seed: u64) -> (Device, Vec<(u32, QpType, QpState, u32, u64)>) {
+/// for fuzzing `handle_packet` and for protection tests.
+pub fn fixture_all_states(seed: u64) -> (Device, Vec<FixtureQp>) {
     let mut dev = Device::new(DeviceConfig::default(), seed);
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(1 << 16).expect("CQ");
@@ -798,7 +812,13 @@ pub fn fixture_all_states(seed: u64) -> (Device, Vec<(u32, QpType, QpState, u32,
                 dev.modify_qp(0, qpn, &attr, QpAttrMask::STATE)
                     .expect("fixture transition");
             }
-            out.push((qpn, qp_type, state, keys.rkey, addr));
+            out.push(FixtureQp {
+                qpn,
+                qp_type,
+                state,
+                rkey: keys.rkey,
+                addr,
+            });
             addr += 0x100_0000;
         }
     }

@@ -396,7 +396,7 @@ fn max_rd_atomic_bounds_outstanding_reads() {
 fn fixture_reaches_every_state() {
     let (dev, qps) = softib_transport::harness::fixture_all_states(1);
     assert_eq!(qps.len(), 20);
-    for (qpn, qp_type, state, _, _) in qps {
-        assert_eq!(dev.qp_state(qpn), Some(state), "{qp_type:?}");
+    for q in qps {
+        assert_eq!(dev.qp_state(q.qpn), Some(q.state), "{:?}", q.qp_type);
     }
 }

@@ -16,7 +16,8 @@ fn random_packets_never_panic_the_engine() {
     let ops = Opcode::ALL;
     let mut now = 0u64;
     for i in 0..60_000u32 {
-        let (qpn, _, _, rkey, addr) = qps[rng.next_u32() as usize % qps.len()];
+        let q = qps[rng.next_u32() as usize % qps.len()];
+        let (qpn, rkey, addr) = (q.qpn, q.rkey, q.addr);
         let op = ops[rng.next_u32() as usize % ops.len()];
         let hdr = 12 + op.ext_headers_len();
         let payload = if op.has_payload() {
