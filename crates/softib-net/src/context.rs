@@ -358,6 +358,22 @@ impl Context {
         (d.engine().counters(), d.counters())
     }
 
+    /// One QP's engine counters.
+    pub fn qp_counters(&self, qpn: u32) -> Option<softib_transport::QpCounters> {
+        self.lock().engine().qp_counters(qpn).copied()
+    }
+
+    /// Every counter of the device and its live QPs, by name (see [`crate::counters`]).
+    pub fn counter_snapshot(&self) -> crate::counters::CounterSnapshot {
+        let d = self.lock();
+        let e = d.engine();
+        crate::counters::CounterSnapshot::new(
+            &e.counters(),
+            &d.counters(),
+            e.qpns().filter_map(|q| e.qp_counters(q).map(|c| (q, c))),
+        )
+    }
+
     /// A QP's state.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.lock().engine().qp_state(qpn)

@@ -12,6 +12,7 @@
 mod sys;
 
 pub mod context;
+pub mod counters;
 pub mod driver;
 pub mod inject;
 pub mod oob;

@@ -150,3 +150,35 @@ fn garbage_endpoint_is_malformed_not_a_huge_allocation() {
     let e = e.unwrap_err();
     assert!(matches!(e, OobError::Malformed { .. }), "{e:?}");
 }
+
+#[test]
+fn poll_peer_sees_waiting_bytes_without_consuming_them_and_sees_a_close() {
+    let (l, port) = listener();
+    let c = std::thread::spawn(move || {
+        let mut c = OobStream::connect("127.0.0.1", port, T).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        c.write_msg("greeting", b"hi").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    });
+    let mut s = OobStream::accept(&l, Duration::from_secs(5)).unwrap();
+    assert!(!s.poll_peer("greeting").unwrap(), "nothing sent yet");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !s.poll_peer("greeting").unwrap() {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut b = [0u8; 2];
+    s.read_msg("greeting", &mut b).unwrap();
+    assert_eq!(&b, b"hi");
+    c.join().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match s.poll_peer("the end") {
+            Err(OobError::Closed { .. }) => break,
+            other => {
+                assert!(std::time::Instant::now() < deadline, "{other:?}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}

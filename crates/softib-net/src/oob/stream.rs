@@ -130,6 +130,36 @@ impl OobStream {
         self.role
     }
 
+    /// Whether the peer has sent something we have not read yet, without waiting or
+    /// consuming it: `Ok(true)` if bytes are waiting, `Ok(false)` if not, and
+    /// [`OobError::Closed`] if the peer closed the connection. Tools poll this while RDMA
+    /// traffic runs, to notice a peer that finished or vanished.
+    pub fn poll_peer(&self, what: &'static str) -> Result<bool, OobError> {
+        self.stream
+            .set_nonblocking(true)
+            .map_err(io_err("make connection non-blocking"))?;
+        let mut b = [0u8; 1];
+        let r = self.stream.peek(&mut b);
+        self.stream
+            .set_nonblocking(false)
+            .map_err(io_err("make connection blocking"))?;
+        match r {
+            Ok(0) => Err(OobError::Closed {
+                what,
+                got: 0,
+                expected: 1,
+            }),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                Ok(false)
+            }
+            Err(e) => Err(OobError::Io {
+                what: format!("check the connection while waiting to {what}"),
+                source: e,
+            }),
+        }
+    }
+
     /// Writes all of `msg` before the deadline.
     pub fn write_msg(&mut self, what: &'static str, msg: &[u8]) -> Result<(), OobError> {
         self.stream

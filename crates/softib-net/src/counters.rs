@@ -1,0 +1,170 @@
+//! A serialisable snapshot of a device's counters: the engine's device-wide and per-QP
+//! counters and the driver's, by name, so tools can publish them (`softib counters`) and
+//! compare runs. Names are the Rust field names; a counter added to the engine or the
+//! driver appears here once it is listed below.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use softib_transport::{DeviceCounters, QpCounters};
+
+use crate::driver::DriverCounters;
+
+/// Counters by name.
+pub type CounterMap = BTreeMap<String, u64>;
+
+/// The counters of one device at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterSnapshot {
+    /// Engine counters summed over all QPs, plus drops that belong to no QP.
+    pub device: CounterMap,
+    /// Driver counters (socket, receive checks, fault injection).
+    pub driver: CounterMap,
+    /// Per-QP engine counters, by QP number.
+    pub qps: BTreeMap<u32, CounterMap>,
+}
+
+macro_rules! put {
+    ($map:expr, $prefix:expr, $src:expr, $($f:ident),* $(,)?) => {
+        $( $map.insert(format!("{}{}", $prefix, stringify!($f)), $src.$f as u64); )*
+    };
+}
+
+/// The per-QP counters by name.
+pub fn qp_map(c: &QpCounters) -> CounterMap {
+    let mut m = CounterMap::new();
+    put!(
+        m,
+        "",
+        c,
+        packets_sent,
+        bytes_sent,
+        packets_received,
+        bytes_received,
+        retransmitted_packets,
+        local_ack_timeouts,
+        seq_naks_sent,
+        seq_naks_received,
+        rnr_naks_sent,
+        rnr_naks_received,
+        duplicates_received,
+        out_of_sequence_drops,
+        remote_access_errors,
+        invalid_requests,
+        remote_operational_errors,
+        stale_responses,
+        fecn_received,
+        becn_received,
+        cnps_sent,
+        cnps_received,
+        wrong_state_drops,
+        bad_pkey_drops,
+        bad_qkey_drops,
+    );
+    m
+}
+
+/// The device-wide engine counters by name: the QP sums, then the device's own drop
+/// counters (where a name is in both, the device's value wins: it also counts packets that
+/// reached no QP).
+pub fn device_map(c: &DeviceCounters) -> CounterMap {
+    let mut m = qp_map(&c.qp);
+    put!(
+        m,
+        "",
+        c,
+        malformed_drops,
+        unknown_qp_drops,
+        bad_pkey_drops,
+        bad_qkey_drops,
+        wrong_state_drops,
+        wrong_service_drops,
+        icrc_drops,
+        vcrc_drops,
+        format_drops,
+        cq_overflows,
+    );
+    m
+}
+
+/// The driver counters by name (booleans as 0/1).
+pub fn driver_map(c: &DriverCounters) -> CounterMap {
+    let mut m = CounterMap::new();
+    put!(
+        m,
+        "",
+        c,
+        tx_datagrams,
+        tx_bytes,
+        rx_datagrams,
+        rx_bytes,
+        tx_unroutable,
+        pcap_errors,
+    );
+    put!(
+        m,
+        "rx_",
+        c.rx,
+        accepted,
+        icrc_errors,
+        runts,
+        wrong_family,
+        ipv4_ident_recovered,
+        ecn_ce,
+    );
+    put!(
+        m,
+        "socket_",
+        c.socket,
+        gso,
+        gro,
+        gso_disabled_at_runtime,
+        rx_truncated,
+        rx_bad_source,
+        tx_refused,
+    );
+    put!(m, "inject_", c.faults, offered, dropped, duplicated, reordered, corrupted,);
+    m
+}
+
+impl CounterSnapshot {
+    /// Builds a snapshot from the engine's and the driver's counters and the live QPs'.
+    pub fn new<'a>(
+        device: &DeviceCounters,
+        driver: &DriverCounters,
+        qps: impl IntoIterator<Item = (u32, &'a QpCounters)>,
+    ) -> CounterSnapshot {
+        CounterSnapshot {
+            device: device_map(device),
+            driver: driver_map(driver),
+            qps: qps.into_iter().map(|(n, c)| (n, qp_map(c))).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_names_every_counter_and_round_trips_through_json() {
+        let mut qp = QpCounters::default();
+        qp.retransmitted_packets = 3;
+        let dev = DeviceCounters {
+            qp,
+            icrc_drops: 2,
+            ..DeviceCounters::default()
+        };
+        let mut drv = DriverCounters::default();
+        drv.socket.gso = true;
+        drv.faults.dropped = 5;
+        let s = CounterSnapshot::new(&dev, &drv, [(0x11, &qp)]);
+        assert_eq!(s.device["retransmitted_packets"], 3);
+        assert_eq!(s.device["icrc_drops"], 2);
+        assert_eq!(s.driver["socket_gso"], 1);
+        assert_eq!(s.driver["inject_dropped"], 5);
+        assert_eq!(s.qps[&0x11]["retransmitted_packets"], 3);
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<CounterSnapshot>(&json).unwrap(), s);
+    }
+}
