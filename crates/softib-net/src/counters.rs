@@ -148,16 +148,26 @@ mod tests {
 
     #[test]
     fn snapshot_names_every_counter_and_round_trips_through_json() {
-        let mut qp = QpCounters::default();
-        qp.retransmitted_packets = 3;
+        let qp = QpCounters {
+            retransmitted_packets: 3,
+            ..QpCounters::default()
+        };
         let dev = DeviceCounters {
             qp,
             icrc_drops: 2,
             ..DeviceCounters::default()
         };
-        let mut drv = DriverCounters::default();
-        drv.socket.gso = true;
-        drv.faults.dropped = 5;
+        let drv = DriverCounters {
+            socket: crate::socket::SocketStats {
+                gso: true,
+                ..Default::default()
+            },
+            faults: crate::inject::FaultCounters {
+                dropped: 5,
+                ..Default::default()
+            },
+            ..DriverCounters::default()
+        };
         let s = CounterSnapshot::new(&dev, &drv, [(0x11, &qp)]);
         assert_eq!(s.device["retransmitted_packets"], 3);
         assert_eq!(s.device["icrc_drops"], 2);
