@@ -31,6 +31,16 @@ use crate::verbs::{
 /// First QPN handed out; 0 and 1 are the special QPs (SMI, GSI) of IBA 10.2.5.
 pub const FIRST_QPN: u32 = 0x11;
 
+/// What carries the transport packets (decides the layout of the UD GRH area).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LinkLayer {
+    /// RoCEv2: IP/UDP (softib-net).
+    #[default]
+    Ethernet,
+    /// Native InfiniBand: LRH/GRH (softib-fabric).
+    InfiniBand,
+}
+
 /// Device configuration and limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceConfig {
@@ -68,6 +78,8 @@ pub struct DeviceConfig {
     pub max_unacked_psns: u32,
     /// The requester sets AckReq at least every this many packets within a long message.
     pub ack_req_interval: u32,
+    /// RoCEv2 or native IB.
+    pub link_layer: LinkLayer,
 }
 
 impl Default for DeviceConfig {
@@ -90,6 +102,7 @@ impl Default for DeviceConfig {
             max_qp_rd_atom: 16,
             max_unacked_psns: 256,
             ack_req_interval: 64,
+            link_layer: LinkLayer::Ethernet,
         }
     }
 }

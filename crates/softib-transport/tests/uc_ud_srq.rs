@@ -169,10 +169,14 @@ fn ud_send_delivers_grh_area_payload_and_source_qp() {
     assert_eq!(r[0].sl, 3);
     assert!(r[0].wc_flags.contains(WcFlags::GRH));
     assert_eq!(r[0].opcode, WcOpcode::Recv);
+    // RoCEv2 over IPv4 (the harness uses IPv4-mapped GIDs): 20 zero bytes, then the IPv4
+    // header, as Linux's rdma_network_hdr.
     let grh = pair.read(1, &b, 0, 40);
-    assert_eq!(grh[0] >> 4, 6, "IP version 6");
-    assert_eq!(grh[6], 0x1B, "next header = IBA transport");
-    assert_eq!(&grh[20..24], &[10, 0, 0, 1], "source GID");
+    assert_eq!(&grh[..20], &[0u8; 20]);
+    assert_eq!(grh[20], 0x45, "IPv4, IHL 5");
+    assert_eq!(grh[29], 17, "UDP");
+    assert_eq!(&grh[32..36], &[10, 0, 0, 1], "source address");
+    assert_eq!(&grh[36..40], &[10, 0, 0, 2], "destination address");
     assert_eq!(pair.read(1, &b, 40, 1000), data);
 }
 
