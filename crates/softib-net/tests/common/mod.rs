@@ -135,3 +135,11 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A loopback address unique to this process (`127.P.P.host`), so devices can bind the real
+/// RoCEv2 port 4791 (which capture decoders require) without colliding with other test
+/// processes running at the same time.
+pub fn unique_loopback(host: u8, salt: u8) -> String {
+    let pid = std::process::id();
+    format!("127.{}.{}.{host}:4791", (pid >> 8) as u8 ^ salt, pid as u8)
+}
