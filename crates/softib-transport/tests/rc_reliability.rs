@@ -369,6 +369,14 @@ fn acks_are_coalesced_for_a_long_write() {
     let acks = pair.trace_log.iter().filter(|e| e.from == 1).count();
     assert_eq!(packets, 256);
     assert!((1..=8).contains(&acks), "{acks} ACKs for {packets} packets");
+    // AckReq on every 64th packet (ack_req_interval) and on the last.
+    let ack_reqs: Vec<usize> = requests(&pair)
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.ack_req)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(ack_reqs, vec![63, 127, 191, 255]);
 }
 
 fn slow_responder(timeout: u8, delay: u64) -> (softib_transport::QpCounters, bool) {
@@ -450,4 +458,35 @@ fn trace_packets_parse() {
     let e = &pair.trace_log[0];
     assert_eq!(op_of(e), Operation::WriteOnly);
     assert!(e.ack_req);
+}
+
+#[test]
+fn read_response_implicitly_acknowledges_an_earlier_write() {
+    let mut pair = Pair::new(23);
+    pair.trace = true;
+    let (a, b) = pair.connect(&QpOptions {
+        timeout: 16,
+        ..Default::default()
+    });
+    // Lose every plain ACK: only the read response can complete the write.
+    pair.filter = Some(Box::new(|from, _, bytes| {
+        if from == 1 && bytes[0] == 0x11 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::RdmaWrite, 1, &a, 0, &b, 0, 100))
+        .unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::RdmaRead, 2, &a, 4096, &b, 0, 100))
+        .unwrap();
+    let wcs = wait_send(&mut pair, &a, 2, SEC);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(pair.qp_counters(0, a.qpn).retransmitted_packets, 0);
+    assert!(pair.now < 268_435_456, "no timeout was needed");
 }
