@@ -622,8 +622,8 @@ impl Device {
             sges.extend_from_slice(&wr.sg_list);
             wqe.sges = sges;
         }
-        if qp.state() == QpState::Err {
-            // Linux completes WRs posted in ERR with a flush status.
+        if matches!(qp.state(), QpState::Err | QpState::Sqe) {
+            // WRs posted in ERR or SQE complete at once with a flush status (IBA 10.3.1).
             qp.complete_send(&mut self.sh, &wqe, WcStatus::WrFlushErr, VendorErr::Flushed);
             return Ok(());
         }

@@ -330,3 +330,35 @@ fn uc_under_loss_delivers_whole_messages_or_nothing() {
         }
     }
 }
+
+#[test]
+fn ud_local_protection_error_enters_sqe_and_flushes_then_recovers() {
+    let (mut pair, a, b, ah) = ud_pair(47);
+    pair.dev(1).post_recv(b.qpn, &recv(8, &b, 0, 2048)).unwrap();
+    let mut bad = ud_send(&a, ah, b.qpn, 0x1111_1111, 10);
+    bad.sg_list[0].lkey ^= 0xFF;
+    pair.dev(0).post_send(0, a.qpn, &bad).unwrap();
+    pair.drive(SEC);
+    assert_eq!(
+        pair.device(0).qp_state(a.qpn),
+        Some(softib_transport::QpState::Sqe)
+    );
+    assert_eq!(pair.completions(0, &a)[0].status, WcStatus::LocProtErr);
+    pair.dev(0)
+        .post_send(0, a.qpn, &ud_send(&a, ah, b.qpn, 0x1111_1111, 10))
+        .unwrap();
+    assert_eq!(pair.completions(0, &a)[0].status, WcStatus::WrFlushErr);
+    let rts = softib_transport::QpAttr {
+        qp_state: softib_transport::QpState::Rts,
+        ..Default::default()
+    };
+    pair.dev(0)
+        .modify_qp(0, a.qpn, &rts, softib_transport::QpAttrMask::STATE)
+        .unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &ud_send(&a, ah, b.qpn, 0x1111_1111, 10))
+        .unwrap();
+    pair.drive(SEC);
+    assert_eq!(pair.completions(0, &a)[0].status, WcStatus::Success);
+    assert_eq!(recv_wcs(&mut pair, &b).len(), 1);
+}
