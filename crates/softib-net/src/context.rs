@@ -543,9 +543,14 @@ fn device_loop(s: &Shared, mode: WaitMode) {
             s.activity.notify_all();
             continue;
         }
+        // A timer due within the spin window is cheaper to spin for than to sleep for.
+        let timer_soon = |spin: Duration| {
+            d.next_deadline()
+                .is_some_and(|t| t.saturating_sub(d.now()) < spin.as_nanos() as u64)
+        };
         let spin = match mode {
             WaitMode::Polling => true,
-            WaitMode::Blocking { spin } => last_activity.elapsed() < spin,
+            WaitMode::Blocking { spin } => last_activity.elapsed() < spin || timer_soon(spin),
         };
         if spin {
             drop(d);

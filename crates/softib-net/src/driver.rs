@@ -16,7 +16,9 @@ use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use softib_transport::{Device, DeviceConfig, DriverDrop, Mtu, Nanos, RxGrh, RxMeta, Transmit};
+use softib_transport::{
+    Device, DeviceConfig, DriverDrop, LinkLayer, Mtu, Nanos, RxGrh, RxMeta, Transmit,
+};
 
 use crate::inject::{FaultCounters, FaultSpec, Injector};
 use crate::roce::{self, Ipv4IdPolicy, RxCheck, RxCounters, RxDrop, ICRC_LEN};
@@ -219,6 +221,8 @@ impl Driver {
         let mut engine_config = config.engine.clone();
         engine_config.gid = roce::gid_from_ip(local.ip());
         engine_config.max_mtu = mtu;
+        // RoCEv2: UD receive buffers get the IP header in their GRH area, as on Linux.
+        engine_config.link_layer = LinkLayer::Ethernet;
         let tap = match &config.pcap {
             Some(p) => Some(PcapTap::create(p)?),
             None => None,
@@ -498,11 +502,7 @@ impl Driver {
     /// nanoseconds) passes; `None` sleeps until one of the first two.
     pub fn wait(&mut self, deadline: Option<Nanos>) -> io::Result<()> {
         let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(self.now())));
-        let ms = match timeout {
-            None => -1,
-            Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
-        };
-        let (_, woken) = crate::sys::poll_two(self.socket_fd(), self.wake_rx.as_raw_fd(), ms)?;
+        let (_, woken) = crate::sys::poll_two(self.socket_fd(), self.wake_rx.as_raw_fd(), timeout)?;
         if woken {
             self.drain_wake();
         }
@@ -542,11 +542,7 @@ pub(crate) fn wait_on(
     wake_fd: std::os::fd::RawFd,
     timeout: Option<Duration>,
 ) -> io::Result<(bool, bool)> {
-    let ms = match timeout {
-        None => -1,
-        Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
-    };
-    crate::sys::poll_two(fd, wake_fd, ms)
+    crate::sys::poll_two(fd, wake_fd, timeout)
 }
 
 /// Wakes a [`Driver::wait`] from another thread.

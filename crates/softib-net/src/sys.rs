@@ -434,9 +434,14 @@ pub(crate) fn poll_fd(fd: RawFd, write: bool, timeout_ms: i32) -> io::Result<boo
     }
 }
 
-/// Waits until `a` or `b` is readable, or `timeout_ms` passes (negative: forever). Returns
-/// (a readable, b readable).
-pub(crate) fn poll_two(a: RawFd, b: RawFd, timeout_ms: i32) -> io::Result<(bool, bool)> {
+/// Waits until `a` or `b` is readable, or `timeout` passes (`None`: forever), with
+/// nanosecond precision (`ppoll`), so short engine timers (pacing, ACK timeouts) are not
+/// rounded up to milliseconds. Returns (a readable, b readable).
+pub(crate) fn poll_two(
+    a: RawFd,
+    b: RawFd,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<(bool, bool)> {
     let mut pfds = [
         libc::pollfd {
             fd: a,
@@ -449,9 +454,24 @@ pub(crate) fn poll_two(a: RawFd, b: RawFd, timeout_ms: i32) -> io::Result<(bool,
             revents: 0,
         },
     ];
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     loop {
-        // SAFETY: pfds is a live local array and the count passed is its length.
-        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+        // SAFETY: pfds is a live local array and the count passed is its length; ts_ptr is
+        // null or points to the live local `ts`; a null signal mask leaves it unchanged.
+        let rc = unsafe {
+            libc::ppoll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                ts_ptr,
+                std::ptr::null(),
+            )
+        };
         if rc >= 0 {
             return Ok((pfds[0].revents != 0, pfds[1].revents != 0));
         }
