@@ -45,6 +45,10 @@ pub struct QpCounters {
     pub cnps_sent: u64,
     /// Congestion notification packets received.
     pub cnps_received: u64,
+    /// RC responses this QP sent with BECN set (answering FECN-marked requests).
+    pub becns_sent: u64,
+    /// Nanoseconds congestion control held this QP's packets back while it had work.
+    pub throttled_ns: u64,
     /// Packets dropped because the QP was in a state that does not accept them.
     pub wrong_state_drops: u64,
     /// Packets dropped for a P_Key mismatch.
@@ -80,6 +84,8 @@ impl QpCounters {
             becn_received,
             cnps_sent,
             cnps_received,
+            becns_sent,
+            throttled_ns,
             wrong_state_drops,
             bad_pkey_drops,
             bad_qkey_drops

@@ -80,6 +80,9 @@ pub struct DeviceConfig {
     pub ack_req_interval: u32,
     /// RoCEv2 or native IB.
     pub link_layer: LinkLayer,
+    /// Congestion control: source algorithm (none, IBA CCA, DCQCN), destination
+    /// notification, link rate (docs/design/engine.md, "Congestion control").
+    pub cc: crate::cc::CcConfig,
 }
 
 impl Default for DeviceConfig {
@@ -103,6 +106,7 @@ impl Default for DeviceConfig {
             max_unacked_psns: 256,
             ack_req_interval: 64,
             link_layer: LinkLayer::Ethernet,
+            cc: crate::cc::CcConfig::default(),
         }
     }
 }
@@ -171,6 +175,7 @@ pub(crate) struct Shared {
     pub ahs: Vec<Option<(PdHandle, AhAttr)>>,
     pub events: VecDeque<AsyncEvent>,
     pub counters: DeviceCounters,
+    pub cc: crate::cc::DeviceCc,
 }
 
 impl Shared {
@@ -235,6 +240,7 @@ impl Device {
                 ahs: Vec::new(),
                 events: VecDeque::new(),
                 counters: DeviceCounters::default(),
+                cc: crate::cc::DeviceCc::default(),
             },
             qps: Vec::new(),
             retired: QpCounters::default(),
@@ -286,6 +292,16 @@ impl Device {
     /// QPNs of live QPs, ascending.
     pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
         self.qps.iter().flatten().map(|q| q.qpn)
+    }
+
+    /// The congestion control state of a QP at `now` (CCTI, DCQCN rate, pacing gate).
+    pub fn cc_status(&self, now: Nanos, qpn: u32) -> Option<crate::cc::CcStatus> {
+        self.qp(qpn).map(|q| q.cc_status(now, &self.sh))
+    }
+
+    /// The CCTI of service level `sl` at `now` (IBA CCA configured; per-SL state).
+    pub fn sl_ccti(&self, now: Nanos, sl: u8) -> Option<u16> {
+        crate::cc::sl_ccti(&self.sh, now, sl)
     }
 
     /// The state of a QP.
@@ -951,6 +967,7 @@ impl Device {
         if meta.ecn_ce {
             qp.counters.ecn_ce_received += 1;
         }
+        qp.cc_on_receive(now, meta, &pkt, &mut self.sh);
         if pkt.bth.opcode.service() == Service::Cnp {
             qp.counters.cnps_received += 1;
         } else {
@@ -1004,10 +1021,14 @@ impl Device {
                 continue;
             };
             qp.scheduled = false;
-            let out = qp.poll_transmit(now, buf, &mut self.sh);
+            let out = match qp.cc_poll_cnp(buf, &self.sh) {
+                Some(t) => Some(t),
+                None => qp.poll_transmit(now, buf, &mut self.sh),
+            };
             if let Some(t) = &out {
                 qp.counters.packets_sent += 1;
                 qp.counters.bytes_sent += t.len as u64;
+                qp.cc_after_transmit(now, t, buf, &mut self.sh);
             }
             self.after_qp(i);
             if out.is_some() {

@@ -51,6 +51,8 @@ pub struct Faults {
     pub delay: f64,
     /// Set the ECN Congestion Experienced mark in the metadata.
     pub ecn_mark: f64,
+    /// Set FECN in the BTH, as a congested IB switch does (IBA Annex A10).
+    pub fecn_mark: f64,
     /// Maximum extra delay of a reordered or duplicated packet.
     pub reorder_window: Nanos,
     /// Maximum extra delay of a delayed packet.
@@ -541,6 +543,9 @@ impl Pair {
                 self.free.push(bytes);
                 return;
             }
+        }
+        if r(&mut self.rng, self.faults.fecn_mark) && bytes.len() > 4 {
+            bytes[4] |= 0x80;
         }
         if r(&mut self.rng, self.faults.duplicate) {
             self.stats.duplicated += 1;

@@ -11,6 +11,7 @@
 
 mod flags;
 
+pub mod cc;
 pub mod counters;
 mod cq;
 pub mod device;

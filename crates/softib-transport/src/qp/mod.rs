@@ -28,11 +28,13 @@ pub(crate) enum TimerKind {
     Retransmit = 0,
     /// RC RNR wait before retrying (IBA 9.7.5.2.8).
     Rnr = 1,
+    /// Congestion control: paced packets wait until it expires (`cc/engine.rs`).
+    Pacing = 2,
 }
 
 impl TimerKind {
-    pub const COUNT: usize = 2;
-    pub const ALL: [TimerKind; 2] = [TimerKind::Retransmit, TimerKind::Rnr];
+    pub const COUNT: usize = 3;
+    pub const ALL: [TimerKind; 3] = [TimerKind::Retransmit, TimerKind::Rnr, TimerKind::Pacing];
 }
 
 /// RC/UC/UD requester progress (the send side).
@@ -151,6 +153,8 @@ pub(crate) struct Qp {
     pub scheduled: bool,
     /// SQD finished draining and the event (if asked) went out.
     pub drained: bool,
+    /// Congestion control state (pacing, CCA / DCQCN, pending CNP / BECN).
+    pub cc: crate::cc::QpCc,
 }
 
 impl Qp {
@@ -181,6 +185,7 @@ impl Qp {
             heap_time: [None; TimerKind::COUNT],
             scheduled: false,
             drained: false,
+            cc: crate::cc::QpCc::default(),
         }
     }
 
@@ -207,6 +212,12 @@ impl Qp {
 
     /// True when `poll_transmit` may produce a packet for this QP now.
     pub fn has_work(&self, sh: &Shared) -> bool {
+        if self.cc_unpaced_work() {
+            return true;
+        }
+        if self.cc_gated() {
+            return false;
+        }
         if !self.resp.queue.is_empty() {
             return true;
         }
@@ -223,6 +234,13 @@ impl Qp {
         buf: &mut [u8],
         sh: &mut Shared,
     ) -> Option<Transmit> {
+        if self.cc_gated() {
+            // Paced: only acknowledgements leave (the CNP is sent by the device).
+            if self.cc_unpaced_response() {
+                return self.rc_poll_response(buf, sh);
+            }
+            return None;
+        }
         if self.qp_type == QpType::Rc {
             if let Some(t) = self.rc_poll_response(buf, sh) {
                 return Some(t);
@@ -236,11 +254,11 @@ impl Qp {
     /// A timer of this QP expired.
     pub fn handle_timer(&mut self, now: Nanos, kind: TimerKind, sh: &mut Shared) {
         self.set_timer(kind, None);
-        if self.qp_type == QpType::Rc {
-            match kind {
-                TimerKind::Retransmit => self.rc_ack_timeout(now, sh),
-                TimerKind::Rnr => self.rc_rnr_timer_expired(),
-            }
+        match kind {
+            TimerKind::Pacing => self.cc_pacing_expired(now, sh),
+            TimerKind::Retransmit if self.qp_type == QpType::Rc => self.rc_ack_timeout(now, sh),
+            TimerKind::Rnr if self.qp_type == QpType::Rc => self.rc_rnr_timer_expired(),
+            TimerKind::Retransmit | TimerKind::Rnr => {}
         }
     }
 
