@@ -128,6 +128,15 @@ impl RxCredits {
         self.abr.wrapping_add(window) & MASK
     }
 
+    /// The credit limit to advertise when `in_flight` of the blocks already accounted by
+    /// [`RxCredits::on_receive`] are still on the wire: the real ABR is lower by them and the
+    /// real free space larger, which matters only when the 2048-block cap binds.
+    pub fn fccl_with_in_flight(&self, in_flight: u32) -> u16 {
+        let abr = self.abr.wrapping_sub(in_flight as u16) & MASK;
+        let window = (self.free() + in_flight).min(MAX_WINDOW as u32) as u16;
+        abr.wrapping_add(window) & MASK
+    }
+
     /// A packet of `blocks` arrived intact and is stored. An overrun leaves the state
     /// unchanged: the caller drops the packet and counts it.
     pub fn on_receive(&mut self, blocks: u16) -> Result<(), Overrun> {
@@ -145,6 +154,14 @@ impl RxCredits {
     /// A stored packet of `blocks` left the buffer.
     pub fn on_release(&mut self, blocks: u16) {
         debug_assert!(blocks as u32 <= self.occupied);
+        self.occupied = self.occupied.saturating_sub(blocks as u32);
+    }
+
+    /// A packet already accounted by [`RxCredits::on_receive`] turned out corrupted and is
+    /// dropped: it neither occupies the buffer nor counts as received (the sender's next
+    /// FCTBS writes its blocks off).
+    pub fn on_drop(&mut self, blocks: u16) {
+        self.abr = self.abr.wrapping_sub(blocks) & MASK;
         self.occupied = self.occupied.saturating_sub(blocks as u32);
     }
 
@@ -236,6 +253,18 @@ mod tests {
             sent > 10 * 4096,
             "counters wrapped many times ({sent} blocks)"
         );
+    }
+
+    #[test]
+    fn in_flight_blocks_only_matter_under_the_2048_cap() {
+        let mut small = RxCredits::new(1000);
+        small.on_receive(300).unwrap();
+        assert_eq!(small.fccl_with_in_flight(100), small.fccl());
+        let mut big = RxCredits::new(10_000);
+        big.on_receive(300).unwrap();
+        // Really received: 200 blocks; advertised 200 + 2048.
+        assert_eq!(big.fccl_with_in_flight(100), 200 + 2048);
+        assert_eq!(big.fccl(), 300 + 2048);
     }
 
     #[test]

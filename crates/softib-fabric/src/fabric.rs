@@ -17,17 +17,20 @@
 //! when the packet has crossed the crossbar (and, cut-through, has fully arrived).
 
 use crate::counters::{data_words, PortCounters};
-use crate::credits::FC_PACKET_BYTES;
+use crate::credits::{FC_PACKET_BYTES, MAX_WINDOW};
 use crate::event::EventQueue;
 use crate::hca::{Endpoint, HcaTx};
 use crate::link::{LinkRate, LinkSpeed, LinkWidth};
 use crate::packet::{CrcState, PacketId, PacketPool, MAX_PACKET_BYTES};
 use crate::port::{Port, Source, DATA_VLS, NOT_WAITING, NO_PEER};
 use crate::qos::{no_qos, PortClass, PortQos, QosOptions, Sl2Vl};
-use crate::routing::{compute_lfts, peers, Addressing, NO_ROUTE};
+use crate::routing::{compute_lfts_with, peers, Addressing, RoutingEngine, NO_ROUTE};
 use crate::time::Picos;
 use crate::topology::{NodeKind, PortAddr, Topology, TopologyError};
 use crate::vlarb::{VlArbiter, VL15};
+
+/// Bytes of the LRH, after which a cut-through switch can route a packet.
+const LRH_BYTES: u64 = softib_wire::lrh::LRH_LEN as u64;
 use std::collections::VecDeque;
 
 /// How a switch forwards.
@@ -70,6 +73,8 @@ pub struct FabricConfig {
     pub hca_send_queue_packets: usize,
     /// Counter sampling interval (`None`: no time series).
     pub sample_interval_ps: Option<Picos>,
+    /// How the subnet manager breaks ties among shortest paths.
+    pub routing: RoutingEngine,
 }
 
 impl Default for FabricConfig {
@@ -88,6 +93,7 @@ impl Default for FabricConfig {
             xmit_wait_tick_ps: 1_000,
             hca_send_queue_packets: 4,
             sample_interval_ps: None,
+            routing: RoutingEngine::MinHop,
         }
     }
 }
@@ -112,18 +118,8 @@ pub enum BuildError {
 enum Event {
     TxDone(u32),
     Arrive(u32, PacketId),
-    Eligible(u32, u8),
-    FcArrive {
-        port: u32,
-        vl: u8,
-        fctbs: u16,
-        fccl: u16,
-    },
-    Release {
-        port: u32,
-        vl: u8,
-        blocks: u16,
-    },
+    FcArrive { port: u32, vl: u8, fccl: u16 },
+    Release { port: u32, vl: u8, blocks: u16 },
     FcRefresh(u32),
     XbarRetry(u32),
     HcaWake(u32),
@@ -209,7 +205,7 @@ impl Fabric {
             });
         }
         let addr = Addressing::assign(&topo);
-        let lfts = compute_lfts(&topo, &addr);
+        let lfts = compute_lfts_with(&topo, &addr, config.routing);
         let peers = peers(&topo);
         let qos_for = |kind: NodeKind| -> PortQos {
             match &config.qos {
@@ -412,6 +408,16 @@ impl Fabric {
         self.events
     }
 
+    /// Events currently scheduled.
+    pub fn events_pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Bytes held by the event queue.
+    pub fn event_queue_bytes(&self) -> usize {
+        self.queue.memory_bytes()
+    }
+
     /// Data packets delivered to HCA endpoints so far.
     pub fn packets_delivered(&self) -> u64 {
         self.delivered
@@ -540,6 +546,13 @@ impl Fabric {
     fn drain_kicks(&mut self) {
         while let Some(q) = self.kicks.pop_front() {
             self.try_send(q);
+            let p = &mut self.ports[q as usize];
+            if p.refill {
+                p.refill = false;
+                if let Some(h) = p.hca {
+                    self.call_endpoint(h, |ep, tx| ep.on_transmit_ready(tx));
+                }
+            }
         }
     }
 
@@ -547,28 +560,18 @@ impl Fabric {
         match ev {
             Event::TxDone(q) => {
                 let p = &mut self.ports[q as usize];
-                p.busy = false;
-                if p.refill {
-                    p.refill = false;
-                    if let Some(h) = p.hca {
-                        self.call_endpoint(h, |ep, tx| ep.on_transmit_ready(tx));
-                    }
+                p.done_scheduled = false;
+                if let Some((ip, ivl, blocks)) = p.release_on_done.take() {
+                    self.release(ip, ivl, blocks);
                 }
                 self.kicks.push_back(q);
             }
             Event::Arrive(q, id) => self.arrive(q, id),
-            Event::Eligible(q, vl) => self.request_head(q, vl),
-            Event::FcArrive {
-                port,
-                vl,
-                fctbs,
-                fccl,
-            } => {
+            Event::FcArrive { port, vl, fccl } => {
                 let p = &mut self.ports[port as usize];
                 p.counters.fc_packets_rcvd += 1;
                 if vl < p.op_vls {
                     p.tx[vl as usize].on_fccl(fccl);
-                    p.rx[vl as usize].on_fctbs(fctbs);
                 }
                 if p.nonempty != 0 {
                     self.kicks.push_back(port);
@@ -679,44 +682,68 @@ impl Fabric {
         }
     }
 
+    /// Schedules the port's transmit-completion event if it is not already scheduled.
+    fn schedule_done(&mut self, q: u32) {
+        let p = &mut self.ports[q as usize];
+        if !p.done_scheduled {
+            p.done_scheduled = true;
+            let at = p.busy_until;
+            self.queue.push(at, Event::TxDone(q));
+        }
+    }
+
     fn try_send(&mut self, q: u32) {
         let now = self.now;
         let qi = q as usize;
         {
             let p = &self.ports[qi];
-            if p.busy || p.peer == NO_PEER {
+            if p.peer == NO_PEER || (p.nonempty == 0 && p.fc_pending == 0) {
+                return;
+            }
+            if now < p.busy_until {
+                // Busy: come back when the link frees (the event is only scheduled when
+                // there is something to send, which keeps idle reverse links event-free).
+                self.schedule_done(q);
                 return;
             }
         }
-        // Link packets go first (IBA 7.9.4: flow control packets are not subject to VL
+        // Link packets go first (IBA 7.9.4: flow-control packets are not subject to VL
         // arbitration).
         if self.ports[qi].fc_pending != 0 {
             let p = &mut self.ports[qi];
             let vl = p.fc_pending.trailing_zeros() as u8;
             p.fc_pending &= !(1 << vl);
             let fctbs = p.tx[vl as usize].fctbs();
-            let fccl = p.rx[vl as usize].fccl();
+            let fccl = p.advertise(vl as usize, now);
             p.fc_last[vl as usize] = now;
-            p.busy = true;
             p.counters.fc_packets_sent += 1;
-            let ser = p.rate.serialize_ps(FC_PACKET_BYTES);
+            let ser = p.ser.ps(FC_PACKET_BYTES);
+            p.busy_until = now + ser;
             let (peer, delay) = (p.peer, p.delay);
-            self.queue.push(now + ser, Event::TxDone(q));
+            // The receiver's ABR := FCTBS (IBA 7.9.4.3) is applied now, not on arrival:
+            // data packets are accounted at the receiver when they start on the wire (see
+            // `transmit_to`), so "every packet sent before this flow-control packet" is
+            // exactly what the receiver has accounted at this instant. Applied on arrival
+            // it would wrongly write off the packets sent in between.
+            let r = &mut self.ports[peer as usize];
+            if vl < r.op_vls {
+                r.rx[vl as usize].on_fctbs(fctbs);
+            }
             self.queue.push(
                 now + ser + delay,
                 Event::FcArrive {
                     port: peer,
                     vl,
-                    fctbs,
                     fccl,
                 },
             );
+            let p = &self.ports[qi];
+            if p.nonempty != 0 || p.fc_pending != 0 {
+                self.schedule_done(q);
+            }
             return;
         }
         let nonempty = self.ports[qi].nonempty;
-        if nonempty == 0 {
-            return;
-        }
         let mut ready = 0u16;
         let mut retry = NOT_WAITING;
         let mut m = nonempty;
@@ -761,8 +788,6 @@ impl Fabric {
                 (id, Some((port, ivl)))
             }
         };
-        let cut_through = self.config.forwarding == Forwarding::CutThrough;
-        let speedup = self.config.crossbar_speedup_permille as u64;
         let p = &mut self.ports[qi];
         let pkt = self.pool.get_mut(id);
         let (blocks, len) = (pkt.meta.blocks, pkt.meta.len);
@@ -774,43 +799,148 @@ impl Fabric {
         }
         p.counters.port_xmit_pkts += 1;
         p.counters.port_xmit_data += data_words(len);
-        let ser = p.rate.serialize_ps(len as u64);
-        p.busy = true;
-        let (peer, delay, rate) = (p.peer, p.delay, p.rate);
+        let ser = p.ser.ps(len as u64);
+        p.busy_until = now + ser;
+        let (peer, delay, timing) = (p.peer, p.delay, p.ser);
         let tail = now + ser + delay;
         pkt.tail_at = tail;
-        let peer_is_switch = self.ports[peer as usize].switch.is_some();
-        let arrive = if cut_through && peer_is_switch {
-            now + delay + rate.serialize_ps(softib_wire::lrh::LRH_LEN as u64).min(ser)
-        } else {
-            tail
-        };
-        self.queue.push(now + ser, Event::TxDone(q));
-        self.queue.push(arrive, Event::Arrive(peer, id));
+        let meta = pkt.meta;
+        self.transmit_to(
+            peer,
+            id,
+            meta,
+            now + delay + timing.ps(LRH_BYTES).min(ser),
+            tail,
+        );
         if let Some((ip, ivl)) = from {
+            let speedup = self.config.crossbar_speedup_permille as u64;
             let xfer = (ser * 1000).div_ceil(speedup).max(1);
             self.ports[ip as usize].xbar_free_at = now + xfer;
             let release = (now + xfer).max(arrived_tail);
-            self.queue.push(
-                release,
-                Event::Release {
-                    port: ip,
-                    vl: ivl,
-                    blocks,
-                },
-            );
-            self.route_head(ip, ivl);
+            if release == now + ser {
+                self.ports[qi].release_on_done = Some((ip, ivl, blocks));
+            } else {
+                self.queue.push(
+                    release,
+                    Event::Release {
+                        port: ip,
+                        vl: ivl,
+                        blocks,
+                    },
+                );
+            }
+            self.promote_head(ip, ivl);
+        }
+        let p = &self.ports[qi];
+        if p.nonempty != 0 || p.fc_pending != 0 || p.release_on_done.is_some() {
+            self.schedule_done(q);
         }
     }
 
+    /// A data packet starts on the wire towards port `r`, its head arriving at `head` and its
+    /// tail at `tail`. The receiver's credit accounting (ABR, buffer occupancy) is done now:
+    /// it leaves FCCL = ABR + free unchanged, so when it happens is invisible to the
+    /// transmitter, and doing it before any later flow-control packet from the same link can
+    /// arrive keeps the FCTBS resynchronisation exact. A switch routes the packet now too (its
+    /// tables are static), so a hop needs a single arrival event, at the time the packet
+    /// becomes eligible for forwarding.
+    fn transmit_to(
+        &mut self,
+        r: u32,
+        id: PacketId,
+        meta: crate::packet::PacketMeta,
+        head: Picos,
+        tail: Picos,
+    ) {
+        let ri = r as usize;
+        let vl = meta.vl;
+        if vl != VL15 {
+            let p = &mut self.ports[ri];
+            if vl >= p.op_vls {
+                p.counters.port_rcv_errors += 1;
+                self.pool.free(id);
+                return;
+            }
+            if p.rx[vl as usize].on_receive(meta.blocks).is_err() {
+                p.counters.excessive_buffer_overrun_errors += 1;
+                self.pool.free(id);
+                return;
+            }
+        }
+        let arrive = match (self.ports[ri].switch, self.config.forwarding) {
+            (Some(_), Forwarding::CutThrough) => head,
+            _ => tail,
+        };
+        if vl != VL15 {
+            let p = &mut self.ports[ri];
+            if p.rx[vl as usize].capacity() > MAX_WINDOW as u32 {
+                p.in_flight[vl as usize].push_back((arrive, meta.blocks));
+                p.in_flight_blocks[vl as usize] += meta.blocks as u32;
+            }
+        }
+        let at = match self.ports[ri].switch {
+            None => tail,
+            Some(s) => {
+                let latency = self.config.switch_latency_ps;
+                match self.route(s, ri, &meta) {
+                    Some((op, ovl)) => {
+                        let ser_out = self.ports[op as usize].ser.ps(meta.len as u64);
+                        let pkt = self.pool.get_mut(id);
+                        pkt.out_port = op;
+                        pkt.out_vl = ovl;
+                        // Cut-through may not start so early that the output would run past
+                        // the bytes still arriving.
+                        (arrive + latency).max((tail + latency).saturating_sub(ser_out))
+                    }
+                    None => {
+                        let pkt = self.pool.get_mut(id);
+                        pkt.out_port = NO_PEER;
+                        arrive + latency
+                    }
+                }
+            }
+        };
+        self.queue.push(at, Event::Arrive(r, id));
+    }
+
+    /// Where switch `s` forwards a packet that came in on global port `ri`: output port and
+    /// VL, or `None` if it is consumed by the switch (its own LID) or cannot be forwarded.
+    fn route(&mut self, s: u32, ri: usize, meta: &crate::packet::PacketMeta) -> Option<(u32, u8)> {
+        let sw = &self.switches[s as usize];
+        let in_num = self.ports[ri].num;
+        let out_num = sw.lft.get(meta.dlid as usize).copied().unwrap_or(NO_ROUTE);
+        if out_num == 0 || out_num == NO_ROUTE || out_num > sw.nports || out_num == in_num {
+            return None;
+        }
+        let op = sw.first_port + out_num as u32 - 1;
+        let n = sw.nports as usize + 1;
+        let ovl = if meta.vl == VL15 {
+            VL15
+        } else {
+            sw.sl2vl[in_num as usize * n + out_num as usize].vl(meta.sl)
+        };
+        let out = &self.ports[op as usize];
+        let vl_ok = (ovl == VL15) == (meta.vl == VL15) && (ovl == VL15 || ovl < out.op_vls);
+        if out.peer == NO_PEER || !vl_ok {
+            return None;
+        }
+        Some((op, ovl))
+    }
+
     fn arrive(&mut self, q: u32, id: PacketId) {
-        let now = self.now;
         let qi = q as usize;
         let meta = self.pool.get(id).meta;
         let vl = meta.vl;
         if meta.crc == CrcState::Corrupted && !crate::crc::crcs_valid(self.pool.get(id)) {
-            // Dropped without touching ABR: the sender's next FCTBS writes its blocks off.
-            self.ports[qi].counters.port_rcv_errors += 1;
+            // Dropped, and not counted as received: the sender's next FCTBS writes its
+            // blocks off (IBA 7.9.4.3).
+            let p = &mut self.ports[qi];
+            p.counters.port_rcv_errors += 1;
+            if vl != VL15 && vl < p.op_vls {
+                p.rx[vl as usize].on_drop(meta.blocks);
+                p.fc_pending |= 1 << vl;
+                self.kicks.push_back(q);
+            }
             self.pool.free(id);
             return;
         }
@@ -822,14 +952,6 @@ impl Fabric {
                 return;
             }
             p.vl15_held += 1;
-        } else if vl >= p.op_vls {
-            p.counters.port_rcv_errors += 1;
-            self.pool.free(id);
-            return;
-        } else if p.rx[vl as usize].on_receive(meta.blocks).is_err() {
-            p.counters.excessive_buffer_overrun_errors += 1;
-            self.pool.free(id);
-            return;
         }
         p.counters.port_rcv_pkts += 1;
         p.counters.port_rcv_data += data_words(meta.len);
@@ -843,12 +965,21 @@ impl Fabric {
             self.release(q, vl, meta.blocks);
             return;
         }
-        let latency = self.config.switch_latency_ps;
-        self.pool.get_mut(id).ready_at = now + latency;
+        if self.pool.get(id).out_port == NO_PEER {
+            // Addressed to the switch itself (consumed by its management agent) or not
+            // forwardable (PortRcvSwitchRelayErrors).
+            let sw = &self.switches[p.switch.expect("switch port") as usize];
+            if sw.lft.get(meta.dlid as usize).copied() != Some(0) {
+                p.counters.port_rcv_switch_relay_errors += 1;
+            }
+            self.pool.free(id);
+            self.release(q, vl, meta.blocks);
+            return;
+        }
         let p = &mut self.ports[qi];
         p.in_q[vl as usize].push_back(id);
         if p.in_q[vl as usize].len() == 1 {
-            self.route_head(q, vl);
+            self.request_head(q, vl);
         }
     }
 
@@ -864,78 +995,15 @@ impl Fabric {
         }
     }
 
-    /// Routes the head packet of input FIFO (`ip`, `ivl`) of a switch; drops what cannot be
-    /// forwarded (PortRcvSwitchRelayErrors) and moves on to the next head.
-    fn route_head(&mut self, ip: u32, ivl: u8) {
-        loop {
-            let Some(&id) = self.ports[ip as usize].in_q[ivl as usize].front() else {
-                return;
-            };
-            let sw_idx = self.ports[ip as usize]
-                .switch
-                .expect("input FIFOs are switch ports");
-            let sw = &self.switches[sw_idx as usize];
-            let in_num = self.ports[ip as usize].num;
-            let meta = self.pool.get(id).meta;
-            let out_num = sw.lft.get(meta.dlid as usize).copied().unwrap_or(NO_ROUTE);
-            let consumed_here = out_num == 0;
-            let mut target = None;
-            if !consumed_here && out_num != NO_ROUTE && out_num <= sw.nports && out_num != in_num {
-                let op = sw.first_port + out_num as u32 - 1;
-                let n = sw.nports as usize + 1;
-                let ovl = if ivl == VL15 {
-                    VL15
-                } else {
-                    sw.sl2vl[in_num as usize * n + out_num as usize].vl(meta.sl)
-                };
-                let out = &self.ports[op as usize];
-                let vl_ok = ovl == VL15 && ivl == VL15 || ovl != VL15 && ovl < out.op_vls;
-                if out.peer == NO_PEER {
-                    self.ports[op as usize].counters.port_xmit_discards += 1;
-                } else if vl_ok {
-                    target = Some((op, ovl));
-                }
-                if !vl_ok {
-                    self.ports[ip as usize]
-                        .counters
-                        .port_rcv_switch_relay_errors += 1;
-                }
-            } else if !consumed_here {
-                self.ports[ip as usize]
-                    .counters
-                    .port_rcv_switch_relay_errors += 1;
-            }
-            match target {
-                Some((op, ovl)) => {
-                    let rate = self.ports[op as usize].rate;
-                    let pkt = self.pool.get_mut(id);
-                    pkt.out_port = op;
-                    pkt.out_vl = ovl;
-                    // Cut-through may not start so early that the output would run past the
-                    // bytes still arriving.
-                    let ser_out = rate.serialize_ps(meta.len as u64);
-                    let latency = self.config.switch_latency_ps;
-                    let eligible = pkt
-                        .ready_at
-                        .max((pkt.tail_at + latency).saturating_sub(ser_out));
-                    if eligible > self.now {
-                        self.queue.push(eligible, Event::Eligible(ip, ivl));
-                    } else {
-                        self.request_head(ip, ivl);
-                    }
-                    return;
-                }
-                None => {
-                    // Consumed by the switch's management port, or dropped.
-                    self.ports[ip as usize].in_q[ivl as usize].pop_front();
-                    self.pool.free(id);
-                    self.release(ip, ivl, meta.blocks);
-                }
-            }
+    /// The next packet of input FIFO (`ip`, `ivl`) became its head: it requests its output.
+    /// Packets enter a FIFO only when eligible, so a new head is always ready to go.
+    fn promote_head(&mut self, ip: u32, ivl: u8) {
+        if !self.ports[ip as usize].in_q[ivl as usize].is_empty() {
+            self.request_head(ip, ivl);
         }
     }
 
-    /// The routed head of (`ip`, `ivl`) requests its output.
+    /// The head of (`ip`, `ivl`) requests its output.
     fn request_head(&mut self, ip: u32, ivl: u8) {
         let Some(&id) = self.ports[ip as usize].in_q[ivl as usize].front() else {
             return;

@@ -167,9 +167,52 @@ impl LinkRate {
         numer.div_ceil(denom) as Picos
     }
 
+    /// Precomputed serialization arithmetic for per-packet use (no 128-bit division).
+    pub fn timing(&self) -> SerTiming {
+        let (num, den) = self.speed.encoding();
+        let mut n = 8u128 * den as u128 * 1_000_000_000;
+        let mut d = num as u128 * self.speed.lane_kbaud() as u128 * self.width.lanes() as u128;
+        let g = gcd(n, d);
+        n /= g;
+        d /= g;
+        SerTiming {
+            num: n as u64,
+            den: d as u64,
+        }
+    }
+
     /// "4x EDR" style name.
     pub fn name(&self) -> String {
         format!("{}x {}", self.width.lanes(), self.speed.name())
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Picoseconds per byte of a link as a reduced fraction `num / den`, for the per-packet
+/// path: at EDR, HDR and NDR `den` is 1 and serialization is one multiplication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SerTiming {
+    num: u64,
+    den: u64,
+}
+
+impl SerTiming {
+    /// Time to serialize `bytes` (at most 2^20), rounded up to a picosecond; equal to
+    /// [`LinkRate::serialize_ps`].
+    #[inline]
+    pub fn ps(&self, bytes: u64) -> Picos {
+        let n = bytes * self.num;
+        if self.den == 1 {
+            n
+        } else {
+            n.div_ceil(self.den)
+        }
     }
 }
 
@@ -217,6 +260,35 @@ mod tests {
         assert_eq!(fdr.serialize_ps(1), 147);
         let sdr1 = LinkRate::new(LinkWidth::X1, LinkSpeed::Sdr);
         assert_eq!(sdr1.serialize_ps(1), 4_000);
+    }
+
+    #[test]
+    fn fast_timing_matches_exact_serialization() {
+        for speed in [
+            LinkSpeed::Sdr,
+            LinkSpeed::Ddr,
+            LinkSpeed::Qdr,
+            LinkSpeed::Fdr10,
+            LinkSpeed::Fdr,
+            LinkSpeed::Edr,
+            LinkSpeed::Hdr,
+            LinkSpeed::Ndr,
+        ] {
+            for width in [
+                LinkWidth::X1,
+                LinkWidth::X2,
+                LinkWidth::X4,
+                LinkWidth::X8,
+                LinkWidth::X12,
+            ] {
+                let r = LinkRate::new(width, speed);
+                let t = r.timing();
+                for bytes in [1u64, 6, 8, 30, 282, 4122, 4185, 8190] {
+                    assert_eq!(t.ps(bytes), r.serialize_ps(bytes), "{} {bytes}", r.name());
+                }
+            }
+        }
+        assert_eq!(LinkRate::new(LinkWidth::X4, LinkSpeed::Edr).timing().den, 1);
     }
 
     #[test]

@@ -118,8 +118,6 @@ pub struct Packet {
     pub meta: PacketMeta,
     /// When the packet's last byte reaches the port currently holding it (cut-through).
     pub(crate) tail_at: Picos,
-    /// Earliest time the switch holding it may forward it (arrival + switch latency).
-    pub(crate) ready_at: Picos,
     /// Output port (global index) chosen by the switch holding the packet.
     pub(crate) out_port: u32,
     /// Output VL chosen by SL2VL at the switch holding the packet.
@@ -195,14 +193,12 @@ impl PacketPool {
             let p = &mut self.slots[idx as usize];
             p.meta = meta;
             p.tail_at = 0;
-            p.ready_at = 0;
             return Ok(PacketId(idx));
         }
         let idx = self.slots.len() as u32;
         self.slots.push(Packet {
             meta,
             tail_at: 0,
-            ready_at: 0,
             out_port: 0,
             out_vl: 0,
             buf: vec![0; CLASS_BYTES[class]],
@@ -224,7 +220,6 @@ impl PacketPool {
         Packet {
             meta: slot.meta,
             tail_at: slot.tail_at,
-            ready_at: slot.ready_at,
             out_port: slot.out_port,
             out_vl: slot.out_vl,
             buf: std::mem::take(&mut slot.buf),

@@ -4,7 +4,7 @@
 
 use crate::counters::PortCounters;
 use crate::credits::{RxCredits, TxCredits};
-use crate::link::LinkRate;
+use crate::link::{LinkRate, SerTiming};
 use crate::packet::PacketId;
 use crate::qos::Sl2Vl;
 use crate::time::Picos;
@@ -35,7 +35,10 @@ pub(crate) struct Port {
     /// HCA index if this is an HCA port.
     pub hca: Option<u32>,
     pub peer: u32,
+    #[allow(dead_code)] // kept for reports and debugging; timing uses `ser`
     pub rate: LinkRate,
+    /// `rate`'s serialization arithmetic, precomputed.
+    pub ser: SerTiming,
     pub delay: Picos,
     /// Operational data VLs (VL0..op_vls-1).
     pub op_vls: u8,
@@ -43,7 +46,13 @@ pub(crate) struct Port {
     pub sl2vl: Sl2Vl,
 
     // Transmit side.
-    pub busy: bool,
+    /// The link is busy (a packet or flow-control packet is being serialized) until then.
+    pub busy_until: Picos,
+    /// A `TxDone` event is scheduled at `busy_until`.
+    pub done_scheduled: bool,
+    /// Input buffer (port, VL, blocks) to free when the current transmission completes
+    /// (its crossbar transfer ends exactly then).
+    pub release_on_done: Option<(u32, u8, u16)>,
     pub tx: [TxCredits; DATA_VLS],
     pub out_q: [VecDeque<Source>; 16],
     pub nonempty: u16,
@@ -59,6 +68,10 @@ pub(crate) struct Port {
 
     // Receive side.
     pub rx: [RxCredits; DATA_VLS],
+    /// Packets accounted in `rx` that are still on the wire: (arrival time, blocks), per VL,
+    /// kept only for buffers above the 2048-block window (see `RxCredits::fccl_with_in_flight`).
+    pub in_flight: [VecDeque<(Picos, u16)>; DATA_VLS],
+    pub in_flight_blocks: [u32; DATA_VLS],
     pub vl15_held: u32,
     pub vl15_cap: u32,
     pub in_q: [VecDeque<PacketId>; 16],
@@ -91,10 +104,13 @@ impl Port {
             hca: None,
             peer: NO_PEER,
             rate,
+            ser: rate.timing(),
             delay,
             op_vls,
             sl2vl,
-            busy: false,
+            busy_until: 0,
+            done_scheduled: false,
+            release_on_done: None,
             tx: [TxCredits::new(); DATA_VLS],
             out_q: Default::default(),
             nonempty: 0,
@@ -107,12 +123,27 @@ impl Port {
             vl_wait_since: [NOT_WAITING; 16],
             refill: false,
             rx,
+            in_flight: Default::default(),
+            in_flight_blocks: [0; DATA_VLS],
             vl15_held: 0,
             vl15_cap,
             in_q: Default::default(),
             xbar_free_at: 0,
             counters: PortCounters::default(),
         }
+    }
+
+    /// The FCCL to advertise for `vl` at `now`.
+    pub fn advertise(&mut self, vl: usize, now: Picos) -> u16 {
+        let q = &mut self.in_flight[vl];
+        while let Some(&(t, b)) = q.front() {
+            if t > now {
+                break;
+            }
+            q.pop_front();
+            self.in_flight_blocks[vl] -= b as u32;
+        }
+        self.rx[vl].fccl_with_in_flight(self.in_flight_blocks[vl])
     }
 
     /// Mask of the operational data VLs.

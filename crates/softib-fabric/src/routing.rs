@@ -4,11 +4,18 @@
 //! LIDs are assigned densely from 1: every HCA port in node order, then one LID per switch
 //! (its management port 0), with LMC 0.
 //!
-//! Tables are min-hop with deterministic balancing, the scheme of OpenSM's `minhop` engine:
-//! for each destination LID in ascending order, every switch picks, among its ports on a
-//! shortest path to the destination, the one that has been given the fewest destinations so
-//! far (lowest port number on a tie). On a fat tree this spreads consecutive hosts of a leaf
-//! over the uplinks, as OpenSM's `minhop` and `ftree` do.
+//! Tables are always min-hop; two engines break the ties among shortest-path ports
+//! deterministically:
+//! - [`RoutingEngine::MinHop`], the scheme of OpenSM's `minhop`: for each destination LID in
+//!   ascending order, every switch picks the candidate port that has been given the fewest
+//!   destinations so far (lowest port number on a tie). It spreads consecutive hosts of a
+//!   leaf over the uplinks, but on a fat tree it sends destinations 12 LIDs apart through the
+//!   same port of an aggregation switch, so shift permutations collide there.
+//! - [`RoutingEngine::Ftree`], destination-mod-k in the spirit of OpenSM's `ftree`: switches
+//!   are ranked by their distance from the HCAs (leaf 0, aggregation 1, ...); a switch of rank
+//!   r picks candidate `(d / D_r) mod m` for destination ordinal d (its index among HCA
+//!   ports), where m is its number of candidates and D_r the product of the uplink counts of
+//!   the ranks below. On a k-ary fat tree every shift permutation is then contention-free.
 
 use crate::topology::{NodeKind, PortAddr, Topology};
 use std::collections::VecDeque;
@@ -91,9 +98,54 @@ pub fn peers(topo: &Topology) -> Vec<Vec<Option<PortAddr>>> {
     p
 }
 
+/// How ties among shortest-path ports are broken (OpenSM's `routing_engine` names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoutingEngine {
+    /// Least-loaded port, destinations in LID order (OpenSM `minhop`).
+    #[default]
+    MinHop,
+    /// Destination-mod-k by switch rank (OpenSM `ftree`-like).
+    Ftree,
+}
+
 /// Computes every switch's linear forwarding table: `lft[node]` is the table of a switch
 /// (indexed by DLID, giving the output port, [`NO_ROUTE`] if unreachable), empty for HCAs.
 pub fn compute_lfts(topo: &Topology, addr: &Addressing) -> Vec<Vec<u8>> {
+    compute_lfts_with(topo, addr, RoutingEngine::MinHop)
+}
+
+/// Rank of every switch: hops to the nearest HCA minus one (leaf 0); `u16::MAX` for HCAs
+/// and switches with no HCA in reach.
+fn switch_ranks(topo: &Topology, peers: &[Vec<Option<PortAddr>>]) -> Vec<u16> {
+    let mut rank = vec![u16::MAX; topo.nodes.len()];
+    let mut queue = VecDeque::new();
+    for h in topo.hcas() {
+        for peer in peers[h].iter().flatten() {
+            if topo.nodes[peer.node].kind == NodeKind::Switch && rank[peer.node] == u16::MAX {
+                rank[peer.node] = 0;
+                queue.push_back(peer.node);
+            }
+        }
+    }
+    while let Some(u) = queue.pop_front() {
+        for peer in peers[u].iter().flatten() {
+            let v = peer.node;
+            if topo.nodes[v].kind == NodeKind::Switch && rank[v] == u16::MAX {
+                rank[v] = rank[u] + 1;
+                queue.push_back(v);
+            }
+        }
+    }
+    rank
+}
+
+/// Computes the tables with the given tie-breaking engine.
+pub fn compute_lfts_with(
+    topo: &Topology,
+    addr: &Addressing,
+    engine: RoutingEngine,
+) -> Vec<Vec<u8>> {
     let n = topo.nodes.len();
     let peers = peers(topo);
     let switches: Vec<usize> = topo.switches().collect();
@@ -128,6 +180,33 @@ pub fn compute_lfts(topo: &Topology, addr: &Addressing) -> Vec<Vec<u8>> {
             NodeKind::Hca => Vec::new(),
         })
         .collect();
+    // Ftree divisors: D_0 = 1, D_{r+1} = D_r x (most uplinks of a rank-r switch).
+    let rank = switch_ranks(topo, &peers);
+    let max_rank = switches
+        .iter()
+        .map(|&s| rank[s])
+        .filter(|&r| r != u16::MAX)
+        .max()
+        .unwrap_or(0);
+    let mut uplinks = vec![1u64; max_rank as usize + 1];
+    for &s in &switches {
+        if rank[s] == u16::MAX {
+            continue;
+        }
+        let ups = peers[s]
+            .iter()
+            .flatten()
+            .filter(|p| topo.nodes[p.node].kind == NodeKind::Switch && rank[p.node] == rank[s] + 1)
+            .count() as u64;
+        let r = rank[s] as usize;
+        uplinks[r] = uplinks[r].max(ups.max(1));
+    }
+    let mut divisor = vec![1u64; max_rank as usize + 1];
+    for r in 1..divisor.len() {
+        divisor[r] = divisor[r - 1] * uplinks[r - 1];
+    }
+    let mut ordinal = 0u64;
+    let mut candidates: Vec<u8> = Vec::new();
     // Destinations routed through each (switch, port) so far, for balancing.
     let mut load: Vec<Vec<u32>> = topo
         .nodes
@@ -147,6 +226,10 @@ pub fn compute_lfts(topo: &Topology, addr: &Addressing) -> Vec<Vec<u8>> {
             },
             None => continue,
         };
+        let dest_ordinal = ordinal;
+        if matches!(addr.owners[lid], Some(LidOwner::HcaPort(_))) {
+            ordinal += 1;
+        }
         let ti = sw_index[target];
         for (si, &s) in switches.iter().enumerate() {
             if s == target {
@@ -157,7 +240,7 @@ pub fn compute_lfts(topo: &Topology, addr: &Addressing) -> Vec<Vec<u8>> {
             if d == u16::MAX {
                 continue;
             }
-            let mut best: Option<(u32, u8)> = None;
+            candidates.clear();
             for (port, peer) in peers[s].iter().enumerate().skip(1) {
                 let Some(peer) = peer else { continue };
                 if topo.nodes[peer.node].kind != NodeKind::Switch {
@@ -166,15 +249,21 @@ pub fn compute_lfts(topo: &Topology, addr: &Addressing) -> Vec<Vec<u8>> {
                 if dist[sw_index[peer.node] * ns + ti] + 1 != d {
                     continue;
                 }
-                let l = load[s][port];
-                if best.is_none_or(|(bl, _)| l < bl) {
-                    best = Some((l, port as u8));
+                candidates.push(port as u8);
+            }
+            let chosen = match engine {
+                _ if candidates.is_empty() => continue,
+                RoutingEngine::Ftree if rank[s] != u16::MAX => {
+                    let m = candidates.len() as u64;
+                    candidates[((dest_ordinal / divisor[rank[s] as usize]) % m) as usize]
                 }
-            }
-            if let Some((_, port)) = best {
-                lft[s][lid] = port;
-                load[s][port as usize] += 1;
-            }
+                _ => *candidates
+                    .iter()
+                    .min_by_key(|&&p| (load[s][p as usize], p))
+                    .expect("non-empty"),
+            };
+            lft[s][lid] = chosen;
+            load[s][chosen as usize] += 1;
         }
     }
     lft
@@ -279,6 +368,54 @@ mod tests {
                         5
                     };
                     assert_eq!(hops, Some(expect), "{s} -> {d}");
+                }
+            }
+        }
+    }
+
+    /// Flows of a shift permutation crossing each directed switch-to-switch link.
+    fn max_link_load(topo: &Topology, lft: &[Vec<u8>], a: &Addressing, shift: usize) -> usize {
+        let peers = peers(topo);
+        let hcas: Vec<usize> = topo.hcas().collect();
+        let n = hcas.len();
+        let mut load = std::collections::HashMap::new();
+        for i in 0..n {
+            let lid = a.lid_of(PortAddr {
+                node: hcas[(i + shift) % n],
+                port: 1,
+            });
+            let mut at = peers[hcas[i]][1].unwrap();
+            while topo.nodes[at.node].kind == NodeKind::Switch {
+                let out = lft[at.node][lid as usize];
+                *load.entry((at.node, out)).or_insert(0) += 1;
+                at = peers[at.node][out as usize].unwrap();
+            }
+        }
+        load.values().copied().max().unwrap_or(0)
+    }
+
+    #[test]
+    fn ftree_makes_shift_permutations_contention_free_where_minhop_collides() {
+        let t = Topology::fat_tree_3(8).unwrap();
+        let a = Addressing::assign(&t);
+        let ftree = compute_lfts_with(&t, &a, RoutingEngine::Ftree);
+        let minhop = compute_lfts_with(&t, &a, RoutingEngine::MinHop);
+        let n = t.hcas().count();
+        for shift in [1, 4, 16, n / 2] {
+            assert_eq!(
+                max_link_load(&t, &ftree, &a, shift),
+                1,
+                "ftree, shift {shift}"
+            );
+        }
+        assert!(max_link_load(&t, &minhop, &a, n / 2) > 1);
+        // Both are min-hop.
+        let hcas: Vec<usize> = t.hcas().collect();
+        for &s in &hcas[..8] {
+            for &d in &hcas {
+                if s != d {
+                    let lid = a.lid_of(PortAddr { node: d, port: 1 });
+                    assert_eq!(walk(&t, &ftree, s, lid), walk(&t, &minhop, s, lid));
                 }
             }
         }

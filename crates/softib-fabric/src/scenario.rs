@@ -13,6 +13,7 @@
 //! rx_buffer_bytes = 65536     # per data VL, advertised at link bring-up
 //! forwarding = "cut-through"  # or "store-and-forward"
 //! switch_latency_ns = 100
+//! routing_engine = "ftree"    # OpenSM engine name: minhop (default) or ftree
 //! [topology]
 //! kind = "single-switch"      # back-to-back, single-switch, fat-tree-2, fat-tree-3, explicit
 //! hosts = 8
@@ -25,6 +26,7 @@
 use crate::fabric::{BuildError, Fabric, FabricConfig, Forwarding};
 use crate::link::{propagation_ps, LinkRate, LinkSpeed, LinkWidth, DEFAULT_PS_PER_METRE};
 use crate::qos::QosOptions;
+use crate::routing::RoutingEngine;
 use crate::time::{Picos, PS_PER_NS, PS_PER_US};
 use crate::topology::{NodeKind, PortAddr, Topology, TopologyError};
 use serde::Deserialize;
@@ -91,6 +93,8 @@ pub struct FabricSection {
     pub hca_send_queue_packets: Option<Spanned<usize>>,
     /// Counter sampling interval, microseconds.
     pub sample_interval_us: Option<Spanned<u64>>,
+    /// OpenSM routing engine: `minhop` (default) or `ftree`.
+    pub routing_engine: Option<RoutingEngine>,
 }
 
 /// Topology shapes.
@@ -329,6 +333,9 @@ impl Scenario {
             }
             c.sample_interval_ps = Some(s.get_ref() * PS_PER_US);
         }
+        if let Some(r) = self.fabric.routing_engine {
+            c.routing = r;
+        }
         c.qos = self.qos.clone();
         Ok(c)
     }
@@ -507,6 +514,7 @@ rx_buffer_bytes = 32768
 forwarding = "store-and-forward"
 crossbar_speedup = 1.5
 switch_latency_ns = 130
+routing_engine = "ftree"
 xmit_wait_tick_ns = 4
 sample_interval_us = 5
 [topology]
@@ -530,6 +538,7 @@ qos_sl2vl = "0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1"
         assert_eq!(c.link_delay_ps, 15_000);
         assert_eq!(c.crossbar_speedup_permille, 1500);
         assert_eq!(c.forwarding, Forwarding::StoreAndForward);
+        assert_eq!(c.routing, RoutingEngine::Ftree);
         let t = s.topology().unwrap();
         let l = t
             .links
