@@ -216,3 +216,56 @@ fn corrupted_packets_reaching_the_engine_never_panic() {
         );
     }
 }
+
+#[test]
+fn reads_and_atomics_with_one_or_two_outstanding_survive_faults() {
+    for seed in 0..25u64 {
+        for k in [1u8, 2] {
+            let mut pair = Pair::new(seed);
+            pair.faults = Faults {
+                drop: 0.08,
+                duplicate: 0.08,
+                reorder: 0.08,
+                reorder_window: 30_000,
+                ..Default::default()
+            };
+            let (a, b) = pair.connect(&QpOptions {
+                max_rd_atomic: k,
+                max_dest_rd_atomic: k,
+                timeout: 6,
+                mtu: Mtu::M256,
+                ..Default::default()
+            });
+            let data = pattern(100_000, seed as u8);
+            pair.fill(1, &b, 0, &data);
+            for i in 0..30u64 {
+                let op = if i % 4 == 3 {
+                    WrOpcode::AtomicFetchAndAdd
+                } else {
+                    WrOpcode::RdmaRead
+                };
+                let mut w = if op == WrOpcode::RdmaRead {
+                    wr(op, i, &a, i * 4096, &b, i * 1000, 3000)
+                } else {
+                    wr(op, i, &a, 0x80000 + i * 8, &b, 0x90000, 8)
+                };
+                w.compare_add = 1;
+                pair.dev(0).post_send(0, a.qpn, &w).unwrap();
+            }
+            let wcs = wait_send(&mut pair, &a, 30, 1000 * SEC);
+            assert!(
+                wcs.iter().all(|w| w.status == WcStatus::Success),
+                "seed {seed} k {k}: {:?}",
+                wcs.iter().find(|w| w.status != WcStatus::Success)
+            );
+            for i in (0..30u64).filter(|i| i % 4 != 3) {
+                assert_eq!(
+                    pair.read(0, &a, i as usize * 4096, 3000),
+                    data[i as usize * 1000..i as usize * 1000 + 3000]
+                );
+            }
+            let c = u64::from_le_bytes(pair.read(1, &b, 0x90000, 8).try_into().unwrap());
+            assert_eq!(c, 7);
+        }
+    }
+}

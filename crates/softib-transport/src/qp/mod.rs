@@ -100,9 +100,17 @@ pub(crate) enum Response {
         remaining: u64,
         first: bool,
         msn: u32,
+        /// Answers a duplicate request (does not count against max_dest_rd_atomic).
+        replay: bool,
     },
     /// ATOMIC ACKNOWLEDGE with the original value.
-    Atomic { psn: u32, orig: u64, msn: u32 },
+    Atomic {
+        psn: u32,
+        orig: u64,
+        msn: u32,
+        /// Answers a duplicate request.
+        replay: bool,
+    },
 }
 
 /// A saved READ / atomic (responder resource, IBA 9.7.5.1.4 / max_dest_rd_atomic), kept

@@ -88,11 +88,18 @@ impl Qp {
         }
     }
 
-    fn pending_rd_atomic(&self) -> usize {
+    /// READ/atomic responses still queued; `new_only` leaves out answers to duplicates, so
+    /// replays never make a legitimate new request look like a max_dest_rd_atomic violation.
+    fn pending_rd_atomic(&self, new_only: bool) -> usize {
         self.resp
             .queue
             .iter()
-            .filter(|r| !matches!(r, Response::Ack { .. }))
+            .filter(|r| match r {
+                Response::Ack { .. } => false,
+                Response::Read { replay, .. } | Response::Atomic { replay, .. } => {
+                    !(new_only && *replay)
+                }
+            })
             .count()
     }
 
@@ -466,7 +473,7 @@ impl Qp {
             return;
         }
         let Some(reth) = pkt.reth else { return };
-        if self.pending_rd_atomic() >= (self.attr.max_dest_rd_atomic as usize).max(1) {
+        if self.pending_rd_atomic(true) >= (self.attr.max_dest_rd_atomic as usize).max(1) {
             // More outstanding READs/atomics than max_dest_rd_atomic (IBA 9.7.5.2.4 C9-...).
             self.nak_fatal(sh, p, NakCode::InvalidRequest);
             return;
@@ -501,6 +508,7 @@ impl Qp {
             remaining: total,
             first: true,
             msn: self.resp.msn,
+            replay: false,
         });
         self.resp.epsn = psn::add(p, npsn);
     }
@@ -521,7 +529,7 @@ impl Qp {
             self.fault_nak(sh, p, RemoteAccessFault::Misaligned);
             return;
         }
-        if self.pending_rd_atomic() >= (self.attr.max_dest_rd_atomic as usize).max(1) {
+        if self.pending_rd_atomic(true) >= (self.attr.max_dest_rd_atomic as usize).max(1) {
             self.nak_fatal(sh, p, NakCode::InvalidRequest);
             return;
         }
@@ -551,6 +559,7 @@ impl Qp {
             psn: p,
             orig,
             msn: self.resp.msn,
+            replay: false,
         });
         self.resp.epsn = psn::add(p, 1);
     }
@@ -577,7 +586,8 @@ impl Qp {
                 let npsn = packets_for(total, self.attr.path_mtu.bytes());
                 let new_last = psn::add(p, npsn - 1);
                 if psn::diff(new_last, last_psn) > 0
-                    || self.pending_rd_atomic() > (self.attr.max_dest_rd_atomic as usize).max(1)
+                    || self.pending_rd_atomic(false)
+                        > 2 * (self.attr.max_dest_rd_atomic as usize).max(1)
                 {
                     return;
                 }
@@ -604,6 +614,7 @@ impl Qp {
                     remaining: total,
                     first: true,
                     msn,
+                    replay: true,
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -614,9 +625,12 @@ impl Qp {
                 });
                 if let Some(orig) = saved {
                     let msn = self.resp.msn;
-                    self.resp
-                        .queue
-                        .push_back(Response::Atomic { psn: p, orig, msn });
+                    self.resp.queue.push_back(Response::Atomic {
+                        psn: p,
+                        orig,
+                        msn,
+                        replay: true,
+                    });
                 }
             }
             _ => {
@@ -663,7 +677,7 @@ impl Qp {
                 self.resp.queue.pop_front();
                 n
             }
-            Response::Atomic { psn, orig, msn } => {
+            Response::Atomic { psn, orig, msn, .. } => {
                 repr.bth.opcode = emit::opcode(Service::Rc, Operation::AtomicAcknowledge);
                 repr.bth.psn = psn;
                 repr.aeth = Some(AethRepr {
@@ -687,6 +701,7 @@ impl Qp {
                 remaining,
                 first,
                 msn,
+                ..
             } => {
                 let mtu = self.attr.path_mtu.bytes() as u64;
                 let is_last = psn == last_psn;
