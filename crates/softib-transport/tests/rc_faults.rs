@@ -269,3 +269,63 @@ fn reads_and_atomics_with_one_or_two_outstanding_survive_faults() {
         }
     }
 }
+
+#[test]
+fn one_mebibyte_messages_at_mtu_256_survive_loss() {
+    for seed in 300..303u64 {
+        let mut pair = Pair::new(seed);
+        pair.faults = Faults {
+            drop: 0.03,
+            duplicate: 0.02,
+            reorder: 0.02,
+            reorder_window: 10_000,
+            ..Default::default()
+        };
+        let (a, b) = pair.connect(&QpOptions {
+            mtu: Mtu::M256,
+            buf_len: 4 << 20,
+            timeout: 8,
+            ..Default::default()
+        });
+        let m = 1 << 20;
+        let data = pattern(m, seed as u8);
+        pair.fill(0, &a, 0, &data);
+        pair.fill(1, &b, 2 * m, &data);
+        pair.dev(1)
+            .post_recv(b.qpn, &recv(1, &b, m as u64, m as u32))
+            .unwrap();
+        pair.dev(0)
+            .post_send(
+                0,
+                a.qpn,
+                &wr(WrOpcode::RdmaWrite, 1, &a, 0, &b, 0, m as u32),
+            )
+            .unwrap();
+        pair.dev(0)
+            .post_send(0, a.qpn, &wr(WrOpcode::Send, 2, &a, 0, &b, 0, m as u32))
+            .unwrap();
+        pair.dev(0)
+            .post_send(
+                0,
+                a.qpn,
+                &wr(
+                    WrOpcode::RdmaRead,
+                    3,
+                    &a,
+                    m as u64,
+                    &b,
+                    2 * m as u64,
+                    m as u32,
+                ),
+            )
+            .unwrap();
+        let wcs = wait_send(&mut pair, &a, 3, 1000 * SEC);
+        assert!(
+            wcs.iter().all(|w| w.status == WcStatus::Success),
+            "seed {seed}: {wcs:?}"
+        );
+        assert_eq!(pair.read(1, &b, 0, m), data);
+        assert_eq!(pair.read(1, &b, m, m), data);
+        assert_eq!(pair.read(0, &a, m, m), data);
+    }
+}
