@@ -19,12 +19,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use softib_transport::{
-    AccessFlags, AhAttr, CqHandle, DeviceCounters, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr,
-    QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr, VecMemory, VerbsError, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, CqHandle, DeviceCounters, GlobalRoute, MrKeys, Mtu, PdHandle,
+    QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr, SrqAttr, SrqHandle, VecMemory,
+    VerbsError, WorkCompletion,
 };
 
 use crate::driver::{Driver, DriverCounters, NetConfig, NetError, Waker};
 use crate::oob::endpoint::{Endpoint, RemoteRegion};
+use crate::oob::stream::OobStream;
+use crate::oob::OobError;
 use crate::roce;
 
 /// How the device thread waits when there is nothing to do.
@@ -503,6 +506,129 @@ impl Context {
             e.modify_qp(now, qpn, &attr, rts_mask)
         })
     }
+}
+
+impl Context {
+    /// Creates a shared receive queue.
+    pub fn create_srq(&self, pd: PdHandle, attr: SrqAttr) -> Result<SrqHandle, VerbsError> {
+        self.with_driver(|d| d.engine_mut().create_srq(pd, attr))
+    }
+
+    /// Arms (or disarms, with 0) an SRQ's limit event.
+    pub fn modify_srq(&self, srq: SrqHandle, srq_limit: u32) -> Result<(), VerbsError> {
+        self.with_driver(|d| d.engine_mut().modify_srq(srq, srq_limit))
+    }
+
+    /// Posts receive WRs to a shared receive queue.
+    pub fn post_srq_recv(&self, srq: SrqHandle, wrs: &[RecvWr]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            wrs.iter()
+                .try_for_each(|wr| d.engine_mut().post_srq_recv(srq, wr))
+        })
+    }
+
+    /// Destroys a QP.
+    pub fn destroy_qp(&self, qpn: u32) -> Result<(), VerbsError> {
+        self.with_driver(|d| d.engine_mut().destroy_qp(qpn))
+    }
+
+    /// Destroys a CQ (no QP may still use it).
+    pub fn destroy_cq(&self, cq: CqHandle) -> Result<(), VerbsError> {
+        self.with_driver(|d| d.engine_mut().destroy_cq(cq))
+    }
+
+    /// Deregisters a memory region; its bytes are returned.
+    pub fn dereg_mr(&self, mr: &MemoryRegion) -> Result<Vec<u8>, VerbsError> {
+        let memory = self.with_driver(|d| d.engine_mut().dereg_mr(mr.keys.lkey))?;
+        let mut bytes = vec![0u8; memory.len()];
+        memory.read(0, &mut bytes);
+        Ok(bytes)
+    }
+
+    /// Requests a `CqNotify` event for the next completion on `cq` (the next solicited one
+    /// with `solicited_only`), as `ibv_req_notify_cq`.
+    pub fn req_notify_cq(&self, cq: CqHandle, solicited_only: bool) {
+        self.with_driver(|d| d.engine_mut().req_notify_cq(cq, solicited_only))
+    }
+
+    /// Takes the next asynchronous event (CQ notification, SRQ limit, QP fatal, ...).
+    pub fn poll_event(&self) -> Option<AsyncEvent> {
+        let mut d = self.lock();
+        let _ = d.process();
+        d.engine_mut().poll_event()
+    }
+
+    /// Waits up to `timeout` for the next asynchronous event.
+    pub fn wait_event(&self, timeout: Duration) -> Option<AsyncEvent> {
+        let deadline = Instant::now() + timeout;
+        let mut d = self.lock();
+        loop {
+            if let Some(e) = d.engine_mut().poll_event() {
+                return Some(e);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            d = match self
+                .shared
+                .activity
+                .wait_timeout(d, left.min(Duration::from_millis(10)))
+            {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// The `handshake` shortcut: exchanges softib [`Endpoint`]s over TCP on `port` (as the
+    /// client of `peer` when given, else as the server waiting at most `timeout` for one),
+    /// moves `qpn` to RTS connected to the peer with `options`, and returns the peer's
+    /// endpoint (its regions tell where RDMA may go).
+    #[allow(clippy::too_many_arguments)]
+    pub fn handshake(
+        &self,
+        qpn: u32,
+        qp_type: QpType,
+        regions: &[MemoryRegion],
+        peer: Option<&str>,
+        port: u16,
+        timeout: Duration,
+        options: &ConnectOptions,
+    ) -> Result<Endpoint, HandshakeError> {
+        let psn = self.random_psn();
+        let mut mine = self.endpoint(qpn, psn, regions);
+        if qp_type == QpType::Ud {
+            mine.qkey = Some(options.qkey);
+        }
+        let mut stream = match peer {
+            Some(host) => OobStream::connect(host, port, timeout)?,
+            None => {
+                let listener =
+                    std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|source| {
+                        OobError::Io {
+                            what: format!("listen on TCP port {port}"),
+                            source,
+                        }
+                    })?;
+                OobStream::accept(&listener, timeout)?
+            }
+        };
+        let theirs = stream.exchange_endpoint(&mine)?;
+        self.connect(qpn, qp_type, psn, &theirs, options)?;
+        Ok(theirs)
+    }
+}
+
+/// Why [`Context::handshake`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// The TCP exchange failed.
+    #[error(transparent)]
+    Exchange(#[from] OobError),
+    /// Connecting the QP failed.
+    #[error("connecting the QP: {0}")]
+    Connect(#[from] VerbsError),
 }
 
 impl Drop for Context {

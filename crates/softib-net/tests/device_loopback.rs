@@ -215,3 +215,118 @@ fn uc_write_and_ud_send_arrive() {
         "payload after the 40-byte GRH area"
     );
 }
+
+#[test]
+fn handshake_connects_and_srq_receives_raise_cq_notification() {
+    use softib_net::context::ConnectOptions;
+    use softib_transport::{AsyncEvent, QpCap, QpInitAttr, SrqAttr};
+    use std::time::Duration;
+
+    let a = side("127.0.0.1:0", QpType::Rc, 1 << 16, |_| {});
+    // B receives through an SRQ.
+    let b_ctx = softib_net::context::Context::open(
+        softib_net::driver::NetConfig::new("127.0.0.2:0".parse().unwrap()),
+        softib_net::context::WaitMode::default(),
+    )
+    .unwrap();
+    let pd = b_ctx.alloc_pd();
+    let cq = b_ctx.create_cq(64).unwrap();
+    let srq = b_ctx
+        .create_srq(
+            pd,
+            SrqAttr {
+                max_wr: 16,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let mr = b_ctx.reg_mr(pd, 1 << 16, common::ALL_ACCESS).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: Some(srq),
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    };
+    let b_qpn = b_ctx.create_qp(pd, init).unwrap();
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = std::thread::spawn(move || {
+        let peer = b_ctx
+            .handshake(
+                b_qpn,
+                QpType::Rc,
+                &[mr],
+                None,
+                port,
+                Duration::from_secs(20),
+                &ConnectOptions::default(),
+            )
+            .unwrap();
+        // Arm the CQ before a receive can complete (the SEND meets an RNR NAK until then).
+        b_ctx.req_notify_cq(cq, true);
+        b_ctx
+            .post_srq_recv(
+                srq,
+                &[RecvWr {
+                    wr_id: 77,
+                    sg_list: vec![Sge {
+                        addr: mr.addr,
+                        length: 4096,
+                        lkey: mr.keys.lkey,
+                    }],
+                }],
+            )
+            .unwrap();
+        let event = b_ctx.wait_event(Duration::from_secs(20));
+        let mut wc = [softib_transport::harness::empty_wc(); 4];
+        let n = b_ctx.poll_cq(cq, &mut wc);
+        let mut got = vec![0u8; 1000];
+        b_ctx.read_mr(&mr, 0, &mut got).unwrap();
+        (peer, event, wc[..n].to_vec(), got)
+    });
+    // The server may not listen yet: retry the handshake's connection for a while.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let theirs = loop {
+        match a.ctx.handshake(
+            a.qpn,
+            QpType::Rc,
+            &[a.mr],
+            Some("127.0.0.1"),
+            port,
+            Duration::from_secs(20),
+            &ConnectOptions::default(),
+        ) {
+            Ok(t) => break t,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "{e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert_eq!(theirs.regions.len(), 1);
+    let msg = pattern(9, 1000);
+    a.ctx.write_mr(&a.mr, 0, &msg).unwrap();
+    // The server may post its receive after this SEND arrives: RNR retries cover it.
+    let send = SendWr {
+        wr_id: 1,
+        opcode: WrOpcode::Send,
+        flags: SendFlags::SIGNALED | SendFlags::SOLICITED,
+        sg_list: sge(&a, 0, 1000),
+        ..Default::default()
+    };
+    a.ctx.post_send(a.qpn, &[send]).unwrap();
+    a.completions(1, 20);
+    let (peer, event, wcs, got) = server.join().unwrap();
+    assert_eq!(peer.qpn, a.qpn);
+    assert_eq!(event, Some(AsyncEvent::CqNotify(cq)));
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (77, 1000));
+    assert_eq!(got, msg);
+}
