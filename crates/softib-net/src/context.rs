@@ -189,8 +189,10 @@ impl Context {
         let out = f(&mut d);
         let _ = d.flush();
         let next = d.next_deadline().unwrap_or(u64::MAX);
+        // Datagrams left behind by a full socket buffer are the device thread's to send.
+        let pending = d.tx_pending();
         drop(d);
-        if next < self.shared.sleeping_until.load(Ordering::Acquire) {
+        if pending || next < self.shared.sleeping_until.load(Ordering::Acquire) {
             self.shared.waker.wake();
         }
         out
@@ -674,10 +676,12 @@ fn device_loop(s: &Shared, mode: WaitMode) {
             d.next_deadline()
                 .is_some_and(|t| t.saturating_sub(d.now()) < spin.as_nanos() as u64)
         };
-        let spin = match mode {
-            WaitMode::Polling => true,
-            WaitMode::Blocking { spin } => last_activity.elapsed() < spin || timer_soon(spin),
-        };
+        // Sleeping on readability would strand datagrams queued behind a full send buffer.
+        let spin = d.tx_pending()
+            || match mode {
+                WaitMode::Polling => true,
+                WaitMode::Blocking { spin } => last_activity.elapsed() < spin || timer_soon(spin),
+            };
         if spin {
             drop(d);
             std::hint::spin_loop();

@@ -310,6 +310,11 @@ impl Driver {
         }
     }
 
+    /// Whether datagrams wait in the send batch because the socket buffer was full.
+    pub fn tx_pending(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
     /// A handle other threads use to wake [`Driver::wait`].
     pub fn waker(&self) -> io::Result<Waker> {
         Ok(Waker(self.wake_tx.try_clone()?))

@@ -330,3 +330,49 @@ fn handshake_connects_and_srq_receives_raise_cq_notification() {
     assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (77, 1000));
     assert_eq!(got, msg);
 }
+
+#[test]
+fn rc_over_ipv6_loopback_moves_memory_byte_exactly() {
+    let (a, b) = (
+        side("[::1]:0", QpType::Rc, 1 << 20, |_| {}),
+        side("[::1]:0", QpType::Rc, 1 << 20, |_| {}),
+    );
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    assert_eq!(
+        ea.gid,
+        std::net::Ipv6Addr::LOCALHOST,
+        "the GID of an IPv6 device is its address"
+    );
+    a.connect(QpType::Rc, &eb);
+    b.connect(QpType::Rc, &ea);
+    let data = pattern(11, 300_000);
+    a.ctx.write_mr(&a.mr, 0, &data).unwrap();
+    let write = SendWr {
+        wr_id: 1,
+        opcode: WrOpcode::RdmaWrite,
+        flags: SendFlags::SIGNALED,
+        sg_list: sge(&a, 0, data.len() as u32),
+        remote_addr: b.mr.addr + 100,
+        rkey: b.mr.keys.rkey,
+        ..Default::default()
+    };
+    let read = SendWr {
+        wr_id: 2,
+        opcode: WrOpcode::RdmaRead,
+        flags: SendFlags::SIGNALED,
+        sg_list: sge(&a, 400_000, data.len() as u32),
+        remote_addr: b.mr.addr + 100,
+        rkey: b.mr.keys.rkey,
+        ..Default::default()
+    };
+    a.ctx.post_send(a.qpn, &[write, read]).unwrap();
+    a.completions(2, 10);
+    assert_eq!(b.read(100, data.len()), data);
+    assert_eq!(a.read(400_000, data.len()), data);
+    let (dev, drv) = b.ctx.counters();
+    assert_eq!(dev.icrc_drops, 0);
+    assert_eq!(
+        drv.rx.ipv4_ident_recovered, 0,
+        "IPv6 has no Identification to recover"
+    );
+}
