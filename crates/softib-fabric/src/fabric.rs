@@ -22,8 +22,9 @@ use crate::event::EventQueue;
 use crate::hca::{Endpoint, HcaTx};
 use crate::link::{LinkRate, LinkSpeed, LinkWidth};
 use crate::packet::{CrcState, PacketId, PacketPool, MAX_PACKET_BYTES};
-use crate::port::{Port, Source, DATA_VLS, NOT_WAITING, NO_PEER};
+use crate::port::{LinkErrors, Port, Source, DATA_VLS, NOT_WAITING, NO_PEER};
 use crate::qos::{no_qos, PortClass, PortQos, QosOptions, Sl2Vl};
+use crate::rng::{SeedTree, StreamKind};
 use crate::routing::{compute_lfts_with, peers, Addressing, RoutingEngine, NO_ROUTE};
 use crate::time::Picos;
 use crate::topology::{NodeKind, PortAddr, Topology, TopologyError};
@@ -75,6 +76,10 @@ pub struct FabricConfig {
     pub sample_interval_ps: Option<Picos>,
     /// How the subnet manager breaks ties among shortest paths.
     pub routing: RoutingEngine,
+    /// Bit error rate of cables that do not set one (0: error-free).
+    pub bit_error_rate: f64,
+    /// Seed of every random stream of the fabric (bit errors, and later marking).
+    pub seed: u64,
 }
 
 impl Default for FabricConfig {
@@ -94,6 +99,8 @@ impl Default for FabricConfig {
             hca_send_queue_packets: 4,
             sample_interval_ps: None,
             routing: RoutingEngine::MinHop,
+            bit_error_rate: 0.0,
+            seed: 0,
         }
     }
 }
@@ -198,6 +205,12 @@ impl Fabric {
                 reason: "IBA 7.9.4.2 requires a flow-control packet at least every 65,536 symbol times (1..=65536)".into(),
             });
         }
+        if !(0.0..1.0).contains(&config.bit_error_rate) {
+            return Err(BuildError::Setting {
+                key: "bit_error_rate",
+                reason: format!("{} is not a probability below 1", config.bit_error_rate),
+            });
+        }
         if config.hca_send_queue_packets == 0 {
             return Err(BuildError::Setting {
                 key: "hca_send_queue_packets",
@@ -218,10 +231,11 @@ impl Fabric {
         };
         // Per-port link overrides.
         let mut link_of = std::collections::HashMap::new();
-        for l in &topo.links {
-            link_of.insert(l.a, (l, l.rx_buffer_a));
-            link_of.insert(l.b, (l, l.rx_buffer_b));
+        for (i, l) in topo.links.iter().enumerate() {
+            link_of.insert(l.a, (l, l.rx_buffer_a, 2 * i as u64));
+            link_of.insert(l.b, (l, l.rx_buffer_b, 2 * i as u64 + 1));
         }
+        let seeds = SeedTree::new(config.seed);
         let mut ports = Vec::new();
         let mut node_first_port = Vec::with_capacity(topo.nodes.len());
         let mut switches = Vec::new();
@@ -231,18 +245,31 @@ impl Fabric {
             let my_qos = qos_for(node.kind);
             for pn in 1..=node.ports {
                 let at = PortAddr { node: ni, port: pn };
-                let (rate, delay, rx_bytes) = match link_of.get(&at) {
-                    Some((l, rx)) => (
+                let (rate, delay, rx_bytes, ber, stream) = match link_of.get(&at) {
+                    Some((l, rx, stream)) => (
                         l.rate.unwrap_or(config.link_rate),
                         l.delay_ps.unwrap_or(config.link_delay_ps),
                         rx.unwrap_or(config.rx_buffer_bytes),
+                        l.bit_error_rate.unwrap_or(config.bit_error_rate),
+                        *stream,
                     ),
                     None => (
                         config.link_rate,
                         config.link_delay_ps,
                         config.rx_buffer_bytes,
+                        0.0,
+                        0,
                     ),
                 };
+                if !(0.0..1.0).contains(&ber) {
+                    return Err(BuildError::Setting {
+                        key: "bit_error_rate",
+                        reason: format!(
+                            "{ber} on a link of `{}` is not a probability below 1",
+                            node.name
+                        ),
+                    });
+                }
                 let peer_max = peers[ni][pn as usize]
                     .map(|p| qos_for(topo.nodes[p.node].kind).max_vls)
                     .unwrap_or(15);
@@ -260,6 +287,12 @@ impl Fabric {
                 );
                 let period = rate.symbol_times_ps(config.fc_period_symbols);
                 let worst_wait = rate.serialize_ps(MAX_PACKET_BYTES as u64);
+                if ber > 0.0 {
+                    port.errors = Some(Box::new(LinkErrors::new(
+                        ber,
+                        seeds.rng(StreamKind::LinkErrors, stream),
+                    )));
+                }
                 port.fc_interval = if period > 2 * worst_wait {
                     period - worst_wait
                 } else {
@@ -656,27 +689,52 @@ impl Fabric {
         }
     }
 
-    /// The head packet of output queue `vl` of port `q`, if it may be sent now, or the time
-    /// its crossbar input frees.
-    fn head_ready(&self, q: usize, vl: usize) -> Result<(), Option<Picos>> {
+    /// The request of output queue `vl` of port `q` that may be sent now (its index in the
+    /// queue), or the time the earliest blocked crossbar input frees.
+    ///
+    /// An HCA's queue is FIFO. A switch output serves the inputs requesting this VL
+    /// round-robin by input port number, starting after the input it served last (skipping
+    /// inputs whose crossbar port is busy), so an input that stops requesting for a moment
+    /// does not lose its turn to inputs that re-requested earlier.
+    fn pick(&self, q: usize, vl: usize) -> Result<usize, Option<Picos>> {
         let p = &self.ports[q];
-        let Some(&src) = p.out_q[vl].front() else {
-            return Err(None);
-        };
-        let id = match src {
-            Source::Local(id) => id,
-            Source::Input { port, vl: ivl } => {
-                let ip = &self.ports[port as usize];
-                if ip.xbar_free_at > self.now {
-                    return Err(Some(ip.xbar_free_at));
+        let queue = &p.out_q[vl];
+        let (index, id) = match queue.front() {
+            None => return Err(None),
+            Some(&Source::Local(id)) => (0, id),
+            Some(_) => {
+                let last = p.rr_last[vl] as u32;
+                let mut best: Option<(u32, usize)> = None;
+                let mut retry = NOT_WAITING;
+                for (i, src) in queue.iter().enumerate() {
+                    let Source::Input { port, .. } = *src else {
+                        continue;
+                    };
+                    let ip = &self.ports[port as usize];
+                    if ip.xbar_free_at > self.now {
+                        retry = retry.min(ip.xbar_free_at);
+                        continue;
+                    }
+                    // Distance after the last served input, in port-number order.
+                    let d = (ip.num as u32 + 256 - last - 1) % 256;
+                    if best.is_none_or(|(bd, _)| d < bd) {
+                        best = Some((d, i));
+                    }
                 }
-                *ip.in_q[ivl as usize]
+                let Some((_, i)) = best else {
+                    return Err(Some(retry));
+                };
+                let Source::Input { port, vl: ivl } = queue[i] else {
+                    unreachable!("switch queues hold inputs")
+                };
+                let head = *self.ports[port as usize].in_q[ivl as usize]
                     .front()
-                    .expect("requesting input has a head")
+                    .expect("requesting input has a head");
+                (i, head)
             }
         };
         if vl == VL15 as usize || p.tx[vl].can_send(self.pool.get(id).meta.blocks) {
-            Ok(())
+            Ok(index)
         } else {
             Err(None)
         }
@@ -746,12 +804,16 @@ impl Fabric {
         let nonempty = self.ports[qi].nonempty;
         let mut ready = 0u16;
         let mut retry = NOT_WAITING;
+        let mut chosen = [0usize; 16];
         let mut m = nonempty;
         while m != 0 {
             let v = m.trailing_zeros() as usize;
             m &= m - 1;
-            match self.head_ready(qi, v) {
-                Ok(()) => ready |= 1 << v,
+            match self.pick(qi, v) {
+                Ok(i) => {
+                    ready |= 1 << v;
+                    chosen[v] = i;
+                }
                 Err(Some(t)) => retry = retry.min(t),
                 Err(None) => {}
             }
@@ -769,13 +831,18 @@ impl Fabric {
         let vl = grant.vl;
         let p = &mut self.ports[qi];
         let src = p.out_q[vl as usize]
-            .pop_front()
+            .remove(chosen[vl as usize])
             .expect("granted VL has a request");
         if p.out_q[vl as usize].is_empty() {
             p.nonempty &= !(1 << vl);
         }
         p.stop_waits(now, vl);
         p.start_waits(now, 1 << vl);
+        if let Source::Input { port, .. } = src {
+            let num = self.ports[port as usize].num;
+            self.ports[qi].rr_last[vl as usize] = num;
+        }
+        let p = &mut self.ports[qi];
         let (id, from) = match src {
             Source::Local(id) => {
                 p.refill = true;
@@ -804,6 +871,11 @@ impl Fabric {
         let (peer, delay, timing) = (p.peer, p.delay, p.ser);
         let tail = now + ser + delay;
         pkt.tail_at = tail;
+        if let Some(errors) = p.errors.as_mut() {
+            if let Some(bit) = errors.draw(len as usize) {
+                crate::crc::flip_bit(pkt, bit);
+            }
+        }
         let meta = pkt.meta;
         self.transmit_to(
             peer,
@@ -931,18 +1003,25 @@ impl Fabric {
         let qi = q as usize;
         let meta = self.pool.get(id).meta;
         let vl = meta.vl;
-        if meta.crc == CrcState::Corrupted && !crate::crc::crcs_valid(self.pool.get(id)) {
-            // Dropped, and not counted as received: the sender's next FCTBS writes its
-            // blocks off (IBA 7.9.4.3).
-            let p = &mut self.ports[qi];
-            p.counters.port_rcv_errors += 1;
-            if vl != VL15 && vl < p.op_vls {
-                p.rx[vl as usize].on_drop(meta.blocks);
-                p.fc_pending |= 1 << vl;
-                self.kicks.push_back(q);
+        let p = &mut self.ports[qi];
+        let cut_through_switch =
+            p.switch.is_some() && self.config.forwarding == Forwarding::CutThrough;
+        if meta.ebp {
+            // Already found bad and marked by an upstream cut-through switch.
+            p.counters.port_rcv_remote_physical_errors += 1;
+            if !cut_through_switch {
+                self.drop_received(q, id, &meta);
+                return;
             }
-            self.pool.free(id);
-            return;
+        } else if meta.crc == CrcState::Corrupted && !crate::crc::crcs_valid(self.pool.get(id)) {
+            p.counters.port_rcv_errors += 1;
+            if cut_through_switch && self.pool.get(id).out_port != NO_PEER {
+                // Its head is already on the way out: it can only be marked bad (EBP).
+                self.pool.get_mut(id).meta.ebp = true;
+            } else {
+                self.drop_received(q, id, &meta);
+                return;
+            }
         }
         let p = &mut self.ports[qi];
         if vl == VL15 {
@@ -981,6 +1060,18 @@ impl Fabric {
         if p.in_q[vl as usize].len() == 1 {
             self.request_head(q, vl);
         }
+    }
+
+    /// Drops a packet that failed its CRC at port `q`: it does not count as received, and
+    /// the sender's next FCTBS writes its blocks off (IBA 7.9.4.3).
+    fn drop_received(&mut self, q: u32, id: PacketId, meta: &crate::packet::PacketMeta) {
+        let p = &mut self.ports[q as usize];
+        if meta.vl != VL15 && meta.vl < p.op_vls {
+            p.rx[meta.vl as usize].on_drop(meta.blocks);
+            p.fc_pending |= 1 << meta.vl;
+            self.kicks.push_back(q);
+        }
+        self.pool.free(id);
     }
 
     fn release(&mut self, q: u32, vl: u8, blocks: u16) {

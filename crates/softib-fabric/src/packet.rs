@@ -92,6 +92,10 @@ pub struct PacketMeta {
     pub injected_at: Picos,
     /// CRC materialisation state.
     pub crc: CrcState,
+    /// Marked bad by a cut-through switch that had already started forwarding it when its
+    /// CRC failed (the EBP delimiter, IBA 7.8.3): every later receiver counts it in
+    /// PortRcvRemotePhysicalErrors and the destination drops it.
+    pub ebp: bool,
 }
 
 impl PacketMeta {
@@ -107,6 +111,7 @@ impl PacketMeta {
             flow: 0,
             injected_at: 0,
             crc: CrcState::Implicit,
+            ebp: false,
         }
     }
 }

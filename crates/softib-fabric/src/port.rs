@@ -5,10 +5,12 @@
 use crate::counters::PortCounters;
 use crate::credits::{RxCredits, TxCredits};
 use crate::link::{LinkRate, SerTiming};
-use crate::packet::PacketId;
+use crate::packet::{PacketId, MAX_PACKET_BYTES};
 use crate::qos::Sl2Vl;
 use crate::time::Picos;
 use crate::vlarb::VlArbiter;
+use rand::{Rng, RngCore};
+use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
 
 /// Data VLs a port can have (VL0..VL14).
@@ -56,6 +58,8 @@ pub(crate) struct Port {
     pub tx: [TxCredits; DATA_VLS],
     pub out_q: [VecDeque<Source>; 16],
     pub nonempty: u16,
+    /// Per output VL, the input port number served last (round-robin among inputs).
+    pub rr_last: [u8; 16],
     pub arb: VlArbiter,
     pub fc_pending: u16,
     pub fc_last: [Picos; DATA_VLS],
@@ -78,6 +82,46 @@ pub(crate) struct Port {
     pub xbar_free_at: Picos,
 
     pub counters: PortCounters,
+    /// Bit errors injected on this port's transmit direction, if its cable has any.
+    pub errors: Option<Box<LinkErrors>>,
+}
+
+/// Bit-error injection on one link direction.
+pub(crate) struct LinkErrors {
+    ber: f64,
+    rng: ChaCha8Rng,
+    /// Probability x 2^64 that a packet of n bytes has at least one bit error, per n
+    /// (computed on first use; `u64::MAX` = not yet).
+    thresholds: Vec<u64>,
+}
+
+impl LinkErrors {
+    pub fn new(ber: f64, rng: ChaCha8Rng) -> Self {
+        LinkErrors {
+            ber,
+            rng,
+            thresholds: vec![u64::MAX; MAX_PACKET_BYTES + 1],
+        }
+    }
+
+    /// Which bit of a packet of `len` bytes the link flips, if any.
+    pub fn draw(&mut self, len: usize) -> Option<usize> {
+        let t = &mut self.thresholds[len.min(MAX_PACKET_BYTES)];
+        if *t == u64::MAX {
+            // P(at least one error in 8 len bits) = 1 - (1 - ber)^(8 len), computed once
+            // per length at configuration precision; the per-packet draw is integer.
+            let p = -((-self.ber).ln_1p() * 8.0 * len as f64).exp_m1();
+            *t = (p.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
+            if *t == u64::MAX {
+                *t -= 1;
+            }
+        }
+        if self.rng.next_u64() < *t {
+            Some(self.rng.gen_range(0..len * 8))
+        } else {
+            None
+        }
+    }
 }
 
 impl Port {
@@ -114,6 +158,7 @@ impl Port {
             tx: [TxCredits::new(); DATA_VLS],
             out_q: Default::default(),
             nonempty: 0,
+            rr_last: [0; 16],
             arb,
             fc_pending: 0,
             fc_last: [0; DATA_VLS],
@@ -130,6 +175,7 @@ impl Port {
             in_q: Default::default(),
             xbar_free_at: 0,
             counters: PortCounters::default(),
+            errors: None,
         }
     }
 

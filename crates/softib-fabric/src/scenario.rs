@@ -95,6 +95,8 @@ pub struct FabricSection {
     pub sample_interval_us: Option<Spanned<u64>>,
     /// OpenSM routing engine: `minhop` (default) or `ftree`.
     pub routing_engine: Option<RoutingEngine>,
+    /// Bit error rate of every cable (per bit, both directions).
+    pub bit_error_rate: Option<Spanned<f64>>,
 }
 
 /// Topology shapes.
@@ -157,6 +159,8 @@ pub struct LinkEntry {
     pub rx_buffer_bytes_a: Option<u32>,
     /// Receive buffer per data VL at end `b`, bytes.
     pub rx_buffer_bytes_b: Option<u32>,
+    /// Bit error rate of this cable.
+    pub bit_error_rate: Option<Spanned<f64>>,
 }
 
 /// The `[topology]` table.
@@ -336,6 +340,18 @@ impl Scenario {
         if let Some(r) = self.fabric.routing_engine {
             c.routing = r;
         }
+        if let Some(b) = &f.bit_error_rate {
+            let v = *b.get_ref();
+            if !(0.0..1.0).contains(&v) {
+                return self.invalid(
+                    "fabric.bit_error_rate",
+                    b.span(),
+                    "a probability in 0..1".into(),
+                );
+            }
+            c.bit_error_rate = v;
+        }
+        c.seed = self.seed;
         c.qos = self.qos.clone();
         Ok(c)
     }
@@ -450,6 +466,17 @@ impl Scenario {
                     );
                 }
                 spec.delay_ps = Some(propagation_ps(*m.get_ref(), DEFAULT_PS_PER_METRE));
+            }
+            if let Some(b) = &l.bit_error_rate {
+                let v = *b.get_ref();
+                if !(0.0..1.0).contains(&v) {
+                    return self.invalid(
+                        &format!("topology.links[{i}].bit_error_rate"),
+                        b.span(),
+                        "a probability in 0..1".into(),
+                    );
+                }
+                spec.bit_error_rate = Some(v);
             }
             if let Some(ns) = l.delay_ns {
                 spec.delay_ps = Some(ns as Picos * PS_PER_NS);

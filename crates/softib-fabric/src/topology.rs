@@ -51,6 +51,8 @@ pub struct LinkSpec {
     pub rx_buffer_a: Option<u32>,
     /// Receive buffer per data VL at end `b`, in bytes.
     pub rx_buffer_b: Option<u32>,
+    /// Bit error rate of the cable, both directions (default: the fabric's).
+    pub bit_error_rate: Option<f64>,
 }
 
 impl LinkSpec {
@@ -63,6 +65,7 @@ impl LinkSpec {
             delay_ps: None,
             rx_buffer_a: None,
             rx_buffer_b: None,
+            bit_error_rate: None,
         }
     }
 }

@@ -227,3 +227,42 @@ fn credit_window_is_capped_at_2048_blocks_whatever_the_buffer() {
     );
     assert_eq!(f.total_counters().errors(), 0);
 }
+
+#[test]
+fn idle_direction_sends_flow_control_at_least_every_65536_symbol_times() {
+    // h0 only sends data; its receive side frees nothing, so its flow-control packets are
+    // the bring-up one plus the periodic refresh, due before 65,536 symbol times pass.
+    let (mut f, _log) = edr_b2b(10_000, 64 * 1024);
+    let end = 10_000 * PS_PER_US;
+    f.run_until(end);
+    let rate = LinkRate::new(LinkWidth::X4, LinkSpeed::Edr);
+    let period = rate.symbol_times_ps(65_536);
+    let sent = f.port_counters("h0", 1).unwrap().fc_packets_sent;
+    // At least one per period, and (being scheduled one maximum packet early) not many more.
+    let min = end / period + 1;
+    assert!(
+        sent >= min,
+        "{sent} flow-control packets in {end} ps, need {min}"
+    );
+    let interval = period - rate.serialize_ps(2047 * 4 + 2);
+    assert!(sent <= end / interval + 2, "{sent}");
+    // h1 answers every freed packet: one flow-control packet per data packet (coalesced
+    // only when the link is busy, which it is not in this direction).
+    let h1 = f.port_counters("h1", 1).unwrap();
+    let data = f.port_counters("h0", 1).unwrap().port_xmit_pkts;
+    assert!(h1.fc_packets_sent >= data);
+}
+
+#[test]
+fn xmit_wait_ticks_follow_the_configured_tick() {
+    let (mut f, _log) = edr_b2b(2 * PS_PER_US, 16 * 1024);
+    f.run_until(500 * PS_PER_US);
+    let c = f.port_counters("h0", 1).unwrap();
+    assert!(c.xmit_wait_ps > 0);
+    assert_eq!(c.port_xmit_wait(1_000), c.xmit_wait_ps / 1_000);
+    assert_eq!(c.port_xmit_wait(4_000), c.xmit_wait_ps / 4_000);
+    assert_eq!(
+        c.classic(1_000).port_xmit_wait as u64,
+        (c.xmit_wait_ps / 1_000).min(u32::MAX as u64)
+    );
+}

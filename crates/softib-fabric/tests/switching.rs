@@ -170,3 +170,154 @@ fn same_scenario_same_run() {
     // The incast made somebody wait, so the series is not trivially zero.
     assert!(a_samples.iter().any(|s| s.counters.xmit_wait_ps > 0));
 }
+
+/// h0 on a 4x HDR link sprays packets to h1 and h2 on 4x EDR links through one switch.
+fn fast_input_two_outputs(speedup_permille: u32) -> (Fabric, Shared) {
+    use softib_fabric::link::{LinkRate, LinkSpeed, LinkWidth};
+    let mut t = Topology::single_switch(3, 8).unwrap();
+    let l = t
+        .links
+        .iter()
+        .position(|l| t.nodes[l.a.node].name == "h0")
+        .unwrap();
+    t.links[l].rate = Some(LinkRate::new(LinkWidth::X4, LinkSpeed::Hdr));
+    let cfg = FabricConfig {
+        crossbar_speedup_permille: speedup_permille,
+        ..FabricConfig::default()
+    };
+    let mut f = Fabric::new(t, cfg).unwrap();
+    let log = shared();
+    let dsts = vec![f.lid("h1").unwrap(), f.lid("h2").unwrap()];
+    f.attach(
+        "h0",
+        Box::new(SprayingSource::new(dsts, 4096, 100_000, 0, log.clone())),
+    )
+    .unwrap();
+    f.attach("h1", Box::new(Sink { log: log.clone() })).unwrap();
+    f.attach("h2", Box::new(Sink { log: log.clone() })).unwrap();
+    f.run_until(300 * PS_PER_US);
+    (f, log)
+}
+
+#[test]
+fn crossbar_speedup_lets_one_input_feed_two_outputs() {
+    let edr_pkts_per_window = 250.0 * PS_PER_US as f64 / ((4096 + OVERHEAD) as f64 * 80.0);
+    // Speed-up 1: the input's crossbar port moves one packet at a time at the output's
+    // (EDR) rate, so h1 and h2 share 100 Gb/s although h0 brings 200 Gb/s.
+    let (slow, log) = fast_input_two_outputs(1000);
+    let n1 = log
+        .borrow()
+        .rx
+        .iter()
+        .filter(|r| r.at >= 50 * PS_PER_US)
+        .count() as f64;
+    assert!(
+        (n1 / edr_pkts_per_window - 1.0).abs() < 0.02,
+        "speed-up 1: {n1}"
+    );
+    // Speed-up 2: each transfer takes half an output packet time; both outputs run at line
+    // rate.
+    let (fast, log) = fast_input_two_outputs(2000);
+    let n2 = log
+        .borrow()
+        .rx
+        .iter()
+        .filter(|r| r.at >= 50 * PS_PER_US)
+        .count() as f64;
+    assert!(
+        (n2 / edr_pkts_per_window - 2.0).abs() < 0.04,
+        "speed-up 2: {n2}"
+    );
+    // The slow crossbar backs up into h0's link: h0 waits for credits.
+    assert!(
+        slow.port_counters("h0", 1).unwrap().xmit_wait_ps
+            > 10 * fast.port_counters("h0", 1).unwrap().xmit_wait_ps.max(1)
+    );
+}
+
+#[test]
+fn head_of_line_blocking_holds_a_victim_flow_to_the_congested_share() {
+    // h0..h3 send to h4 (4:1 incast); h0 alternates its packets between h4 and h5 on the
+    // same VL. h0's packets for the idle h5 wait in the switch input FIFO behind packets for
+    // the congested h4, so h0 -> h5 gets h0's quarter share of h4's port instead of the 75%
+    // of a link that is free for it (the victim flow of the congestion-control issue).
+    let t = Topology::single_switch(6, 8).unwrap();
+    let mut f = Fabric::new(t, FabricConfig::default()).unwrap();
+    let log = shared();
+    let h4 = f.lid("h4").unwrap();
+    let h5 = f.lid("h5").unwrap();
+    f.attach(
+        "h0",
+        Box::new(SprayingSource::new(
+            vec![h4, h5],
+            4096,
+            1_000_000,
+            0,
+            log.clone(),
+        )),
+    )
+    .unwrap();
+    for i in 1..4 {
+        f.attach(
+            &format!("h{i}"),
+            Box::new(SprayingSource::new(
+                vec![h4],
+                4096,
+                1_000_000,
+                i,
+                log.clone(),
+            )),
+        )
+        .unwrap();
+    }
+    f.attach("h4", Box::new(Sink { log: log.clone() })).unwrap();
+    f.attach("h5", Box::new(Sink { log: log.clone() })).unwrap();
+    f.run_until(500 * PS_PER_US);
+    let window = 400.0 * PS_PER_US as f64;
+    let line = window / ((4096 + OVERHEAD) as f64 * 80.0);
+    let h5_rcvd = f.port_counters("h5", 1).unwrap().port_rcv_pkts as f64;
+    let late: Vec<_> = log
+        .borrow()
+        .rx
+        .iter()
+        .filter(|r| r.at >= 100 * PS_PER_US)
+        .copied()
+        .collect();
+    let victim = late.iter().filter(|r| r.flow == 0).count() as f64;
+    // Flow 0 packets arrive at h4 and h5 alternately; its total is half h4-bound, half
+    // h5-bound.
+    let victim_to_h5 = victim / 2.0;
+    assert!(h5_rcvd > 0.0);
+    assert!(
+        (victim_to_h5 / line - 0.25).abs() < 0.03,
+        "victim at {:.3} of line",
+        victim_to_h5 / line
+    );
+    assert_eq!(f.total_counters().errors(), 0);
+}
+
+#[test]
+fn counter_samples_are_periodic_and_monotonic() {
+    let s = Scenario::parse(SCENARIO).unwrap();
+    let mut f = s.build().unwrap();
+    let log = shared();
+    let d = f.lid("h7").unwrap();
+    f.attach(
+        "h0",
+        Box::new(SprayingSource::new(vec![d], 1024, 10_000, 0, log.clone())),
+    )
+    .unwrap();
+    f.run_until(100 * PS_PER_US);
+    let samples = f.samples();
+    // 10 samples (every 10 us) of every cabled port: 8 hosts + 4 leaves x 4 + 2 spines x 4.
+    let cabled_ports = 8 + 4 * 4 + 2 * 4;
+    assert_eq!(samples.len(), 10 * cabled_ports);
+    let h0: Vec<_> = samples.iter().filter(|s| s.node == 0).collect();
+    assert_eq!(h0.len(), 10);
+    for w in h0.windows(2) {
+        assert_eq!(w[1].time - w[0].time, 10 * PS_PER_US);
+        assert!(w[1].counters.port_xmit_pkts >= w[0].counters.port_xmit_pkts);
+        assert!(w[1].counters.port_xmit_data >= w[0].counters.port_xmit_data);
+    }
+    assert!(h0.last().unwrap().counters.port_xmit_pkts > 0);
+}
