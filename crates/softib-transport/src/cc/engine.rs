@@ -5,6 +5,8 @@
 //! expired (`cc_pacing_expired`). A paced QP reports no work except acknowledgements,
 //! which are never held back: delaying them would stall the peer's send window.
 
+use std::collections::VecDeque;
+
 use softib_wire::{Opcode, Operation, PacketRepr, Service};
 
 use super::dcqcn::DcqcnState;
@@ -31,6 +33,10 @@ pub(crate) struct PendingCnp {
     path: PathInfo,
 }
 
+/// CNPs a QP holds before further ones are dropped (only reachable with
+/// `min_time_between_cnps` = 0 and a burst of marked packets between two polls).
+const MAX_PENDING_CNPS: usize = 64;
+
 /// Per-QP congestion state.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct QpCc {
@@ -40,7 +46,9 @@ pub(crate) struct QpCc {
     /// DCQCN rate limiter (created by the first CNP, as ConnectX NICs allocate one).
     dcqcn: Option<DcqcnState>,
     limiter: CnpLimiter,
-    cnp: Option<PendingCnp>,
+    /// CNPs waiting to leave, oldest first (at most `MAX_PENDING_CNPS`; the queue only
+    /// grows to its high-water mark).
+    cnp: VecDeque<PendingCnp>,
     /// A FECN-marked RC request arrived: the next response carries BECN.
     becn_pending: bool,
     /// When the current pacing gate closed.
@@ -65,7 +73,7 @@ impl Qp {
     /// Work that goes out even while gated: a CNP, or an ACK / atomic ACK at the head of
     /// the responder queue.
     pub(crate) fn cc_unpaced_work(&self) -> bool {
-        self.cc.cnp.is_some() || self.cc_unpaced_response()
+        !self.cc.cnp.is_empty() || self.cc_unpaced_response()
     }
 
     pub(crate) fn cc_unpaced_response(&self) -> bool {
@@ -91,8 +99,9 @@ impl Qp {
                 Notify::BecnInAck => self.cc.becn_pending = true,
                 Notify::Cnp => {
                     let min = cfg.min_time_between_cnps as Nanos * 1_000;
-                    if self.cc.limiter.allow(now, min) {
-                        self.cc.cnp = Some(self.cnp_target(meta, pkt));
+                    if self.cc.cnp.len() < MAX_PENDING_CNPS && self.cc.limiter.allow(now, min) {
+                        let target = self.cnp_target(meta, pkt);
+                        self.cc.cnp.push_back(target);
                     }
                 }
             }
@@ -153,12 +162,12 @@ impl Qp {
     /// Emits a pending CNP (RoCEv2 layout, IBA Annex A17: opcode 0x81, BECN set, DestQP =
     /// the QP to slow down, PSN 0, 16 reserved bytes). Used on native IB too.
     pub(crate) fn cc_poll_cnp(&mut self, buf: &mut [u8], sh: &Shared) -> Option<Transmit> {
-        let cnp = self.cc.cnp?;
+        let cnp = *self.cc.cnp.front()?;
         let mut bth = emit::bth(Opcode::CNP, self.pkey(sh), cnp.dest_qpn, 0);
         bth.becn = true;
         bth.mig_req = false;
         let len = emit::emit_bare(buf, &PacketRepr::new(bth))?;
-        self.cc.cnp = None;
+        self.cc.cnp.pop_front();
         self.counters.cnps_sent += 1;
         Some(Transmit {
             len,

@@ -149,6 +149,8 @@ pub fn parse_opensm_ca(text: &str) -> Result<OpensmCa, OpensmError> {
                 }
                 configured |= 1 << sl;
             }
+            // OpenSM writes "(null)" for "no table" in the config files it generates.
+            "cc_cct" if value == "(null)" => out.config.cct = Cct::default(),
             "cc_cct" => {
                 out.config.cct = parse_cct(value).map_err(|(tok, why)| err(&tok, &why))?;
             }
@@ -232,6 +234,8 @@ routing_engine ftree
         assert!(!c.enabled);
         assert_eq!(c.config.port_control, PortControl::Sl);
         assert_eq!(c.config.entries[5].ccti_timer, 9);
+        let c = parse_opensm_ca("cc_cct (null)\n").unwrap();
+        assert_eq!(c.config.cct, Cct::default());
     }
 
     #[test]
