@@ -128,7 +128,13 @@ struct Shared {
     sleeping_until: AtomicU64,
     waker: Waker,
     next_iova: AtomicU64,
+    /// Engine time of the application's last `poll_cq`/`poll_event` (which make progress
+    /// themselves); while the application polls, the device thread stands back.
+    app_polled_at: AtomicU64,
 }
+
+/// How long after the application's last poll the device thread leaves the socket to it.
+const APP_DRIVES_FOR: Duration = Duration::from_millis(1);
 
 /// An open softib device with its device thread.
 pub struct Context {
@@ -161,6 +167,7 @@ impl Context {
             sleeping_until: AtomicU64::new(0),
             waker,
             next_iova: AtomicU64::new(0x10_0000),
+            app_polled_at: AtomicU64::new(0),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -329,6 +336,9 @@ impl Context {
     /// is waiting), so a polling caller needs no hand-off to the device thread.
     pub fn poll_cq(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> usize {
         let mut d = self.lock();
+        self.shared
+            .app_polled_at
+            .store(d.now().max(1), Ordering::Relaxed);
         let _ = d.process();
         d.engine_mut().poll_cq(cq, out)
     }
@@ -556,6 +566,9 @@ impl Context {
     /// Takes the next asynchronous event (CQ notification, SRQ limit, QP fatal, ...).
     pub fn poll_event(&self) -> Option<AsyncEvent> {
         let mut d = self.lock();
+        self.shared
+            .app_polled_at
+            .store(d.now().max(1), Ordering::Relaxed);
         let _ = d.process();
         d.engine_mut().poll_event()
     }
@@ -665,6 +678,30 @@ fn device_loop(s: &Shared, mode: WaitMode) {
         }
         let progress = d.process();
         let active = progress.as_ref().is_ok_and(|p| p.any());
+        // An application polling in a loop already receives, times and sends: spinning
+        // here too would only take its core (on a 2-core machine, the peer's). Sleep until
+        // it stops polling or a timer is due, without watching the socket.
+        let polled = s.app_polled_at.load(Ordering::Relaxed);
+        let app_drives = mode != WaitMode::Polling
+            && polled != 0
+            && d.now().saturating_sub(polled) < APP_DRIVES_FOR.as_nanos() as u64;
+        if app_drives && !d.tx_pending() {
+            let now = d.now();
+            let until = d
+                .next_deadline()
+                .unwrap_or(u64::MAX)
+                .min(now + APP_DRIVES_FOR.as_nanos() as u64);
+            s.sleeping_until.store(until, Ordering::Release);
+            let (_, wake_fd) = d.wait_fds();
+            drop(d);
+            if active {
+                s.activity.notify_all();
+            }
+            let timeout = Duration::from_nanos(until.saturating_sub(now));
+            woken = crate::driver::wait_on(-1, wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
+            s.sleeping_until.store(0, Ordering::Release);
+            continue;
+        }
         if active {
             last_activity = Instant::now();
             drop(d);
