@@ -516,3 +516,80 @@ fn cc_off_by_default_changes_nothing() {
     assert_eq!((resp.cnps_sent, resp.becns_sent), (0, 0));
     assert_eq!(counters(&pair, 0, a.qpn).throttled_ns, 0);
 }
+
+#[test]
+fn read_responses_are_paced_but_acks_never_wait() {
+    // The responder's QP is rate limited (DCQCN, one CNP: Rc = line / 2). Its READ
+    // responses leave one gap apart; the ACK queued behind them leaves with the last one.
+    let cc = CcConfig {
+        algorithm: CcAlgorithm::Dcqcn(DcqcnConfig::default()),
+        ..CcConfig::default()
+    };
+    let mut pair = pair_with(10, cc);
+    pair.trace = true;
+    let (a, b) = pair.connect(&QpOptions {
+        mtu: Mtu::M1024,
+        ..Default::default()
+    });
+    inject_cnp(&mut pair, 1, b.qpn, 0);
+    let rate = pair
+        .device(1)
+        .cc_status(0, b.qpn)
+        .unwrap()
+        .rate_bps
+        .unwrap();
+    assert_eq!(rate, LINK_MBPS * 1_000_000 / 2);
+    pair.dev(1).post_recv(b.qpn, &recv(1, &b, 0, 4096)).unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::RdmaRead, 1, &a, 0, &b, 0, 8 * 1024))
+        .unwrap();
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::Send, 2, &a, 0, &b, 0, 100))
+        .unwrap();
+    assert_eq!(wait_send(&mut pair, &a, 2, SEC).len(), 2);
+    let from_b: Vec<_> = pair.trace_log.iter().filter(|e| e.from == 1).collect();
+    let reads: Vec<_> = from_b
+        .iter()
+        .filter(|e| (0x0D..=0x10).contains(&e.opcode))
+        .collect();
+    assert_eq!(reads.len(), 8);
+    for w in reads.windows(2) {
+        let bits = (w[0].len as u64 + OVERHEAD) * 8;
+        assert_eq!(w[1].time - w[0].time, (bits * 1_000_000_000).div_ceil(rate));
+    }
+    let ack = from_b.iter().find(|e| e.opcode == 0x11).unwrap();
+    assert_eq!(
+        ack.time, reads[7].time,
+        "the ACK does not wait for the pacing gate"
+    );
+}
+
+#[test]
+fn fecn_on_read_traffic_returns_becn_in_the_response_and_a_cnp_for_the_responses() {
+    let cc = CcConfig {
+        notify: true,
+        min_time_between_cnps: 0,
+        ..CcConfig::default()
+    };
+    let mut pair = pair_with(11, cc);
+    pair.faults.fecn_mark = 1.0;
+    let (a, b) = pair.connect(&QpOptions {
+        mtu: Mtu::M1024,
+        ..Default::default()
+    });
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::RdmaRead, 1, &a, 0, &b, 0, 3 * 1024))
+        .unwrap();
+    assert_eq!(wait_send(&mut pair, &a, 1, SEC).len(), 1);
+    pair.drive(SEC);
+    let req = counters(&pair, 0, a.qpn);
+    let resp = counters(&pair, 1, b.qpn);
+    // The READ request had FECN: its first response carries the BECN.
+    assert_eq!(resp.becns_sent, 1);
+    assert_eq!(req.becn_received, 1 + resp.cnps_sent);
+    // Three FECN-marked read responses, nobody ACKs them: three CNPs to the responder.
+    assert_eq!(req.fecn_received, 3);
+    assert_eq!(req.cnps_sent, 3);
+    assert_eq!(resp.cnps_received, 3);
+    assert_eq!(resp.cnps_sent, 0, "FECN-marked CNPs are not answered");
+}
