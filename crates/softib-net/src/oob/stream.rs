@@ -125,6 +125,12 @@ impl OobStream {
         self.peer
     }
 
+    /// Our address on the connection (the address a peer reaches this host on, which is
+    /// where a tool opens its device by default).
+    pub fn local_addr(&self) -> Result<SocketAddr, OobError> {
+        self.stream.local_addr().map_err(io_err("getsockname"))
+    }
+
     /// This side's role.
     pub fn role(&self) -> Role {
         self.role

@@ -1,0 +1,765 @@
+//! The perftest-style tools: `softib write-bw`, `read-bw`, `send-bw`, `atomic-bw`,
+//! `write-lat`, `read-lat`, `send-lat`, `atomic-lat`.
+//!
+//! Each runs perftest 4.5's TCP exchange (softib-net's `oob::perftest` messages) in the
+//! same order as the stock tool of the same name, so either side may be a stock
+//! `ib_write_bw` (etc.) on a Linux rxe host: versions, system data, MTU, the key messages
+//! (N before the QPs are connected, N + 1 after, and one more before for the READ, WRITE
+//! and atomic latency tests), then the test with the tool's synchronisation points, then
+//! the reports and the closing handshake. `bw` and `lat` run the tests; `report` prints
+//! perftest's tables.
+
+pub mod bw;
+pub mod lat;
+pub mod report;
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use softib_net::context::{ConnectOptions, Context, MemoryRegion};
+use softib_net::oob::endpoint::Endpoint;
+use softib_net::oob::perftest::{
+    i32_msg, parse_i32_msg, MtuMsg, PerftestDest, PerftestVersion, KEY_MSG_LEN_GID, PERFTEST_DONE,
+    VERSION_MSG_LEN,
+};
+use softib_net::oob::stream::OobStream;
+use softib_net::oob::DEFAULT_OOB_PORT;
+use softib_transport::{
+    AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, Mtu, PdHandle, QpCap, QpInitAttr, QpType,
+    WorkCompletion,
+};
+
+use crate::device::{DeviceArgs, Publisher};
+use report::BwUnit;
+
+/// The operation a tool measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    /// SEND / RECV.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// FETCH_AND_ADD or CMP_AND_SWAP.
+    Atomic,
+}
+
+impl Verb {
+    /// perftest's name of the verb (`testsStr`).
+    fn perftest_name(self) -> &'static str {
+        match self {
+            Verb::Send => "Send",
+            Verb::Write => "RDMA_Write",
+            Verb::Read => "RDMA_Read",
+            Verb::Atomic => "Atomic",
+        }
+    }
+}
+
+/// Bandwidth or latency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Throughput with many messages outstanding.
+    Bw,
+    /// One message at a time.
+    Lat,
+}
+
+/// Transport service (`-c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Conn {
+    /// Reliable Connected.
+    #[value(name = "RC")]
+    Rc,
+    /// Unreliable Connected.
+    #[value(name = "UC")]
+    Uc,
+    /// Unreliable Datagram.
+    #[value(name = "UD")]
+    Ud,
+}
+
+impl Conn {
+    fn qp_type(self) -> QpType {
+        match self {
+            Conn::Rc => QpType::Rc,
+            Conn::Uc => QpType::Uc,
+            Conn::Ud => QpType::Ud,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Conn::Rc => "RC",
+            Conn::Uc => "UC",
+            Conn::Ud => "UD",
+        }
+    }
+}
+
+/// Atomic operation (`-A`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[allow(non_camel_case_types)]
+pub enum AtomicType {
+    /// Compare and swap.
+    #[value(name = "CMP_AND_SWAP")]
+    CMP_AND_SWAP,
+    /// Fetch and add.
+    #[value(name = "FETCH_AND_ADD")]
+    FETCH_AND_ADD,
+}
+
+/// The options of the perftest-style tools, spelled as perftest spells them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PerfArgs {
+    /// Server to connect to; without it, run as the server and wait for a client.
+    pub host: Option<String>,
+    /// TCP port of the exchange.
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_OOB_PORT)]
+    pub port: u16,
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency, 8 for atomics).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<u64>,
+    /// Iterations (default 5000 for bandwidth, 1000 for latency).
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<u64>,
+    /// Run every size from 2 to 2^23 bytes (UD: to the MTU).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Number of QPs (bandwidth tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// Path MTU in bytes (256..4096; default: the device's, from the interface).
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+    /// Transport service.
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = Conn::Rc)]
+    pub conn: Conn,
+    /// Send queue depth: messages outstanding per QP (default 128 for bandwidth, 1 for latency).
+    #[arg(short = 't', long = "tx-depth")]
+    pub tx_depth: Option<u32>,
+    /// Receive queue depth (SEND tests).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    pub rx_depth: u32,
+    /// Signal one completion every this many messages.
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    pub cq_mod: u32,
+    /// Report bandwidth in Gb/s instead of MB/s.
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+    /// Atomic operation.
+    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = AtomicType::FETCH_AND_ADD)]
+    pub atomic_type: AtomicType,
+    /// Largest message sent inline.
+    #[arg(short = 'I', long = "inline_size")]
+    pub inline_size: Option<u32>,
+    /// Outstanding RDMA READ / atomic operations.
+    #[arg(short = 'o', long = "outs", default_value_t = 16)]
+    pub outs: u16,
+    /// GID index (accepted for compatibility; a softib device has one GID).
+    #[arg(short = 'x', long = "gid-index")]
+    pub gid_index: Option<u32>,
+    /// Do not fail on CPU frequency differences (accepted for compatibility).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// IB device name (accepted for compatibility; the device is the one on --bind).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Device options.
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+}
+
+/// A test's settings after defaults and checks.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// The verb.
+    pub verb: Verb,
+    /// Bandwidth or latency.
+    pub kind: Kind,
+    /// Client (has a host) or server.
+    pub client: bool,
+    /// Sizes to run, in order (one unless `-a`).
+    pub sizes: Vec<u64>,
+    /// Iterations per size (per QP for bandwidth).
+    pub iters: u64,
+    /// Duration mode, seconds.
+    pub duration: Option<f64>,
+    /// QPs.
+    pub qps: usize,
+    /// Requested MTU.
+    pub mtu: Option<Mtu>,
+    /// Service.
+    pub conn: Conn,
+    /// Outstanding sends per QP.
+    pub tx_depth: u32,
+    /// Receives posted per QP.
+    pub rx_depth: u32,
+    /// Completion moderation.
+    pub cq_mod: u32,
+    /// Report unit.
+    pub unit: BwUnit,
+    /// Atomic operation.
+    pub atomic: AtomicType,
+    /// Inline threshold.
+    pub inline: u32,
+    /// Outstanding READs/atomics.
+    pub out_reads: u16,
+    /// The tool's command name (for messages and counters).
+    pub tool: String,
+}
+
+/// Largest message `-a` runs (`MAX_SIZE`).
+const MAX_SIZE: u64 = 1 << 23;
+/// GRH room a UD receive buffer needs in front of the payload (IBA 11.4.1.2).
+const GRH_LEN: u64 = 40;
+/// perftest's Q_Key (`DEF_QKEY`).
+const PERFTEST_QKEY: u32 = 0x1111_1111;
+
+impl Params {
+    /// Applies perftest's defaults and rejects combinations that cannot run.
+    pub fn new(verb: Verb, kind: Kind, tool: &str, a: &PerfArgs) -> anyhow::Result<Params> {
+        a.dev.validate()?;
+        if a.conn == Conn::Ud && verb != Verb::Send {
+            bail!(
+                "-c UD supports only SEND tests (RDMA READ, WRITE and atomics need a connected QP)"
+            );
+        }
+        if a.conn == Conn::Uc && matches!(verb, Verb::Read | Verb::Atomic) {
+            bail!("-c UC has no RDMA READ or atomics (IBA 9.8.2); use -c RC");
+        }
+        if a.qps == 0 || a.qps > 1024 {
+            bail!("-q {}: the number of QPs must be 1..=1024", a.qps);
+        }
+        if kind == Kind::Lat && a.qps != 1 {
+            bail!("latency tests use one QP (-q 1)");
+        }
+        let mtu =
+            match a.mtu {
+                None => None,
+                Some(m) => Some(Mtu::from_bytes(m).ok_or_else(|| {
+                    anyhow!("-m {m}: the MTU must be 256, 512, 1024, 2048 or 4096")
+                })?),
+            };
+        let default_size = match (verb, kind) {
+            (Verb::Atomic, _) => 8,
+            (_, Kind::Bw) => 65536,
+            (_, Kind::Lat) => 2,
+        };
+        let sizes = if verb == Verb::Atomic {
+            if a.size.is_some_and(|s| s != 8) {
+                bail!("atomic operations move 8 bytes (-s 8)");
+            }
+            vec![8]
+        } else if a.all {
+            (1..=MAX_SIZE.trailing_zeros()).map(|i| 1u64 << i).collect()
+        } else {
+            let s = a.size.unwrap_or(default_size);
+            if s == 0 || s > 1 << 30 {
+                bail!("-s {s}: the message size must be 1..=1073741824 bytes");
+            }
+            if verb == Verb::Read || verb == Verb::Atomic || kind == Kind::Lat {
+                // Nothing more to check: the buffers are sized from it.
+            }
+            vec![s]
+        };
+        if a.all && a.duration.is_some() {
+            bail!("-a and -D cannot be combined");
+        }
+        let iters = a.iters.unwrap_or(match kind {
+            Kind::Bw => 5000,
+            Kind::Lat => 1000,
+        });
+        if kind == Kind::Lat && iters < 5 {
+            bail!("-n {iters}: latency tests need at least 5 iterations");
+        }
+        if iters == 0 {
+            bail!("-n 0: at least one iteration");
+        }
+        let duration = match a.duration {
+            Some(0) => bail!("-D 0: the duration must be at least one second"),
+            Some(d) => Some(d as f64),
+            None => None,
+        };
+        let tx_default = match kind {
+            Kind::Bw => 128,
+            Kind::Lat => 1,
+        };
+        let mut tx_depth = a.tx_depth.unwrap_or(tx_default).clamp(1, 8192);
+        if duration.is_none() {
+            tx_depth = tx_depth.min(iters.min(u64::from(u32::MAX)) as u32);
+        }
+        let cq_mod = a.cq_mod.clamp(1, tx_depth);
+        let rx_depth = a.rx_depth.clamp(1, 8192);
+        let inline = a.inline_size.unwrap_or(0).min(1024);
+        if a.outs == 0 || a.outs > 16 {
+            bail!("-o {}: outstanding reads/atomics must be 1..=16", a.outs);
+        }
+        Ok(Params {
+            verb,
+            kind,
+            client: a.host.is_some(),
+            sizes,
+            iters,
+            duration,
+            qps: a.qps as usize,
+            mtu,
+            conn: a.conn,
+            tx_depth,
+            rx_depth,
+            cq_mod,
+            unit: if a.report_gbits {
+                BwUnit::Gbps
+            } else {
+                BwUnit::MBps
+            },
+            atomic: a.atomic_type,
+            inline,
+            out_reads: a.outs,
+            tool: tool.to_string(),
+        })
+    }
+
+    fn max_size(&self) -> u64 {
+        *self.sizes.iter().max().unwrap_or(&8)
+    }
+}
+
+/// An established test: exchange connection, device, buffers, connected QPs.
+pub struct Session {
+    /// The exchange connection.
+    pub oob: OobStream,
+    /// The device.
+    pub ctx: Context,
+    /// Protection domain.
+    pub pd: PdHandle,
+    /// The one CQ of every QP, send and receive.
+    pub cq: CqHandle,
+    /// The buffer: `qps` send slots, then `qps` receive slots.
+    pub mr: MemoryRegion,
+    /// Bytes per slot.
+    pub slot: u64,
+    /// Our QPs.
+    pub qpns: Vec<u32>,
+    /// What we told the peer, per QP.
+    pub my: Vec<PerftestDest>,
+    /// What the peer told us, per QP.
+    pub rem: Vec<PerftestDest>,
+    /// UD address handles, per QP.
+    pub ahs: Vec<Option<AhHandle>>,
+    /// The MTU both sides use.
+    pub mtu: Mtu,
+    /// Counters file.
+    pub publisher: Publisher,
+    /// Silence limit.
+    pub timeout: Duration,
+}
+
+impl Session {
+    /// Address of send slot `i`.
+    pub fn send_addr(&self, i: usize) -> u64 {
+        self.mr.addr + i as u64 * self.slot
+    }
+
+    /// Offset of receive slot `i` in the buffer.
+    pub fn recv_offset(&self, i: usize) -> u64 {
+        (self.my.len() + i) as u64 * self.slot
+    }
+
+    /// One key-message handshake (perftest's `ctx_hand_shake`) with QP `i`'s keys.
+    pub fn handshake(&mut self, i: usize) -> anyhow::Result<PerftestDest> {
+        let mine = self.my[i].to_bytes();
+        let mut theirs = [0u8; KEY_MSG_LEN_GID];
+        self.oob.exchange("exchange QP keys", &mine, &mut theirs)?;
+        Ok(PerftestDest::parse(&theirs)?)
+    }
+
+    /// Waits for the peer's next exchange message while RDMA traffic may still be running:
+    /// returns when it is there, fails if the connection closes or if neither a message
+    /// nor a datagram arrives for the silence limit.
+    pub fn wait_for_peer(&mut self, what: &'static str) -> anyhow::Result<()> {
+        let mut last_rx = self.ctx.counters().1.rx_datagrams;
+        let mut quiet_since = Instant::now();
+        loop {
+            if self.oob.poll_peer(what)? {
+                return Ok(());
+            }
+            let (_, drv) = self.ctx.counters();
+            if drv.rx_datagrams != last_rx {
+                last_rx = drv.rx_datagrams;
+                quiet_since = Instant::now();
+            } else if quiet_since.elapsed() > self.timeout {
+                bail!(
+                    "the peer sent nothing for {:.1} s while we waited to {what} (did it stop or lose its network?)",
+                    self.timeout.as_secs_f64()
+                );
+            }
+            self.publisher.tick(&self.ctx);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// perftest's `ctx_close_connection`: one more handshake, then "done".
+    pub fn close(&mut self) -> anyhow::Result<()> {
+        self.handshake(0)?;
+        self.oob.write_msg("send done", PERFTEST_DONE)?;
+        Ok(())
+    }
+
+    /// Takes completions, failing on an error status with the verbs text.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> anyhow::Result<usize> {
+        let n = self.ctx.poll_cq(self.cq, out);
+        for wc in &out[..n] {
+            if wc.status != softib_transport::WcStatus::Success {
+                bail!(
+                    "completion error on QP {:#x}: {} (wr_id {:#x}, vendor error {:#x})",
+                    wc.qp_num,
+                    wc.status.as_str(),
+                    wc.wr_id,
+                    wc.vendor_err
+                );
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Runs one perftest-style tool.
+pub fn run(verb: Verb, kind: Kind, tool: &str, args: &PerfArgs) -> anyhow::Result<()> {
+    let mut p = Params::new(verb, kind, tool, args)?;
+    let mut s = establish(&p, args)?;
+    if p.conn == Conn::Ud {
+        // -a on UD runs the sizes that fit one packet (perftest does the same).
+        p.sizes.retain(|&z| z <= u64::from(s.mtu.bytes()));
+    }
+    let result = match kind {
+        Kind::Bw => bw::run(&mut s, &p),
+        Kind::Lat => lat::run(&mut s, &p),
+    };
+    let state = if result.is_ok() { "finished" } else { "failed" };
+    let published = s.publisher.write(&s.ctx, state);
+    result?;
+    published
+}
+
+/// Connects the exchange, opens the device, runs the exchange up to connected QPs and
+/// prints perftest's test information.
+fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
+    let timeout = args.dev.timeout();
+    let bind = args.dev.bind_addr()?;
+    let oob = match &args.host {
+        Some(host) => OobStream::connect(host, args.port, timeout).with_context(|| {
+            format!("cannot reach the {} server at {host}:{}", p.tool, args.port)
+        })?,
+        None => {
+            let ip = bind.map(|b| b.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+            let listener = TcpListener::bind(SocketAddr::new(ip, args.port))
+                .with_context(|| format!("cannot listen on {ip} port {}", args.port))?;
+            println!();
+            println!("************************************");
+            println!("* Waiting for client to connect... *");
+            println!("************************************");
+            let (stream, _) = listener.accept().context("accept the client")?;
+            OobStream::from_stream(stream, softib_net::oob::stream::Role::Server, timeout)?
+        }
+    };
+    let local_ip = oob.local_addr()?.ip();
+    let local_ip = match local_ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    };
+    let ctx = args.dev.open(local_ip, p.mtu)?;
+    let publisher = Publisher::new(
+        args.dev.counters.clone(),
+        format!("{} {}", p.tool, if p.client { "client" } else { "server" }),
+    );
+    let mut oob = oob;
+
+    // Versions, system data, MTU (perftest: exchange_versions, check_sys_data, check_mtu).
+    let mut v = [0u8; VERSION_MSG_LEN];
+    oob.exchange(
+        "exchange perftest versions",
+        &PerftestVersion::softib().to_bytes(),
+        &mut v,
+    )?;
+    let theirs = PerftestVersion::parse(&v)?;
+    if theirs.number() < 5.70 {
+        bail!(
+            "the peer speaks perftest {}, older than 5.70, whose exchange softib does not implement",
+            theirs.text
+        );
+    }
+    let mut b4 = [0u8; 4];
+    oob.exchange("exchange page size", &i32_msg(4096), &mut b4)?;
+    parse_i32_msg(&b4)?;
+    oob.exchange("exchange cache line size", &i32_msg(64), &mut b4)?;
+    parse_i32_msg(&b4)?;
+    let my_mtu = p.mtu.unwrap_or(ctx.mtu()).min(ctx.mtu());
+    let mine = MtuMsg::from_bytes_mtu(my_mtu.bytes()).ok_or_else(|| anyhow!("bad MTU"))?;
+    let mut m = [0u8; 2];
+    oob.exchange("exchange MTU", &mine.to_bytes(), &mut m)?;
+    let peer_mtu = MtuMsg::parse(&m)?.mtu_bytes();
+    let mtu = Mtu::from_bytes(peer_mtu.min(my_mtu.bytes())).unwrap_or(Mtu::M256);
+    if p.conn == Conn::Ud && p.sizes.len() == 1 && p.max_size() > u64::from(mtu.bytes()) {
+        bail!(
+            "a UD message must fit one packet: {} bytes exceed the MTU of {}",
+            p.max_size(),
+            mtu.bytes()
+        );
+    }
+
+    // Resources: one buffer with a send slot and a receive slot per QP.
+    let slot = (p.max_size() + GRH_LEN).div_ceil(4096) * 4096;
+    let total = slot
+        .checked_mul(2 * p.qps as u64)
+        .filter(|t| *t <= 4 << 30)
+        .ok_or_else(|| {
+            anyhow!(
+                "{} QPs of {}-byte messages need more than 4 GiB of buffers",
+                p.qps,
+                p.max_size()
+            )
+        })?;
+    let pd = ctx.alloc_pd();
+    let depth = (p.tx_depth + p.rx_depth + 16) * p.qps as u32;
+    let cq = ctx.create_cq(depth)?;
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let mr = ctx.reg_mr(pd, total as usize, access)?;
+    let mut qpns = Vec::new();
+    let mut my = Vec::new();
+    for i in 0..p.qps {
+        let qpn = ctx.create_qp(
+            pd,
+            QpInitAttr {
+                qp_type: p.conn.qp_type(),
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: p.tx_depth.max(16),
+                    max_recv_wr: p.rx_depth.max(16),
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: p.inline,
+                },
+                sq_sig_all: false,
+            },
+        )?;
+        qpns.push(qpn);
+        my.push(PerftestDest {
+            lid: 0,
+            out_reads: p.out_reads,
+            qpn,
+            psn: ctx.random_psn(),
+            rkey: mr.keys.rkey,
+            vaddr: mr.addr + (p.qps + i) as u64 * slot,
+            gid: Some(ctx.gid()),
+            srqn: 0,
+        });
+    }
+    let mut s = Session {
+        oob,
+        ctx,
+        pd,
+        cq,
+        mr,
+        slot,
+        qpns,
+        rem: Vec::new(),
+        my,
+        ahs: vec![None; p.qps],
+        mtu,
+        publisher,
+        timeout,
+    };
+    print_test_info(p, &s, args);
+
+    // Keys before connecting (READ, WRITE and atomic latency tests do one more first).
+    if p.kind == Kind::Lat && p.verb != Verb::Send {
+        s.handshake(0)?;
+    }
+    for i in 0..p.qps {
+        let r = s.handshake(i)?;
+        s.rem.push(r);
+    }
+    let peer_ip = s.oob.peer_addr().ip();
+    for i in 0..p.qps {
+        connect_qp(&mut s, p, i, peer_ip)?;
+    }
+    for i in 0..p.qps {
+        print_dest("local", &s.my[i], p.verb);
+    }
+    for i in 0..p.qps {
+        s.handshake(i)?;
+        print_dest("remote", &s.rem[i], p.verb);
+    }
+    // The extra handshake after RTR, so neither side sends before the other is ready.
+    s.handshake(0)?;
+    s.publisher.tick(&s.ctx);
+    Ok(s)
+}
+
+/// Moves QP `i` to RTS towards the peer's keys (UD: also creates the address handle).
+fn connect_qp(s: &mut Session, p: &Params, i: usize, peer_ip: IpAddr) -> anyhow::Result<()> {
+    let rem = s.rem[i];
+    let gid = match rem.gid {
+        Some(g) if g != [0; 16] => Ipv6Addr::from(g),
+        // A peer without a GID: its address is the exchange connection's.
+        _ => match peer_ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        },
+    };
+    let ours_v4 = s.ctx.local_addr().is_ipv4();
+    if gid.to_ipv4_mapped().is_some() != ours_v4 {
+        bail!(
+            "the peer's GID {gid} is of the other IP family than our device {} (use --bind with an address of the peer's family)",
+            s.ctx.local_addr()
+        );
+    }
+    let endpoint = Endpoint {
+        qpn: rem.qpn,
+        psn: rem.psn,
+        gid,
+        lid: 0,
+        udp: None,
+        mtu: Some(s.mtu.bytes()),
+        qkey: None,
+        regions: Vec::new(),
+    };
+    let opts = ConnectOptions {
+        mtu: s.mtu,
+        max_rd_atomic: p.out_reads.min(rem.out_reads.max(1)).min(16) as u8,
+        max_dest_rd_atomic: p.out_reads.min(16) as u8,
+        qkey: PERFTEST_QKEY,
+        ..ConnectOptions::default()
+    };
+    s.ctx
+        .connect(s.qpns[i], p.conn.qp_type(), s.my[i].psn, &endpoint, &opts)
+        .with_context(|| format!("cannot connect QP {:#x}", s.qpns[i]))?;
+    if p.conn == Conn::Ud {
+        let ah = s.ctx.create_ah(
+            s.pd,
+            AhAttr {
+                dlid: 0,
+                sl: 0,
+                src_path_bits: 0,
+                grh: Some(GlobalRoute {
+                    dgid: gid.octets(),
+                    flow_label: 0,
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                }),
+            },
+        )?;
+        s.ahs[i] = Some(ah);
+    }
+    Ok(())
+}
+
+/// perftest's `ctx_print_test_info`.
+fn print_test_info(p: &Params, s: &Session, args: &PerfArgs) {
+    println!("{}", report::RESULT_LINE);
+    let mut title = format!("                    {} ", p.verb.perftest_name());
+    if p.verb == Verb::Atomic {
+        title.push_str(match p.atomic {
+            AtomicType::CMP_AND_SWAP => "CMP_AND_SWAP ",
+            AtomicType::FETCH_AND_ADD => "FETCH_AND_ADD ",
+        });
+    }
+    title.push_str(match p.kind {
+        Kind::Bw => "BW Test",
+        Kind::Lat => "Latency Test",
+    });
+    println!("{title}");
+    println!(
+        " Dual-port       : OFF\t\tDevice         : softib {}",
+        s.ctx.local_addr()
+    );
+    println!(" Number of qps   : {}\t\tTransport type : IB", p.qps);
+    println!(
+        " Connection type : {}\t\tUsing SRQ      : OFF",
+        p.conn.name()
+    );
+    println!(" PCIe relax order: Unsupported");
+    println!(" ibv_wr* API     : OFF");
+    if p.client {
+        println!(" TX depth        : {}", p.tx_depth);
+    }
+    if p.verb == Verb::Send && !p.client {
+        println!(" RX depth        : {}", p.rx_depth);
+    }
+    if p.kind == Kind::Bw {
+        println!(" CQ Moderation   : {}", p.cq_mod);
+    }
+    println!(" Mtu             : {}[B]", s.mtu.bytes());
+    println!(" Link type       : Ethernet");
+    if let Some(g) = args.gid_index {
+        println!(" GID index       : {g}");
+    }
+    if matches!(p.verb, Verb::Read | Verb::Atomic) {
+        println!(" Outstand reads  : {}", p.out_reads);
+    } else {
+        println!(" Max inline data : {}[B]", p.inline);
+    }
+    println!(" rdma_cm QPs\t : OFF");
+    println!(" Data ex. method : Ethernet");
+    println!("{}", report::RESULT_LINE);
+}
+
+/// C's `%#0Nx`: zero-padded to `width` including the "0x", which zero does not get.
+fn alt_hex(v: u64, width: usize) -> String {
+    if v == 0 {
+        format!("{:0width$}", 0)
+    } else {
+        format!("{v:#0width$x}")
+    }
+}
+
+/// perftest's `ctx_print_pingpong_data`.
+fn print_dest(side: &str, d: &PerftestDest, verb: Verb) {
+    let mut line = format!(
+        " {side} address: LID {} QPN {} PSN {}",
+        alt_hex(u64::from(d.lid), 4),
+        alt_hex(u64::from(d.qpn), 6),
+        alt_hex(u64::from(d.psn), 6)
+    );
+    if verb == Verb::Read {
+        line.push_str(&format!(" OUT {}", alt_hex(u64::from(d.out_reads), 4)));
+    }
+    if matches!(verb, Verb::Read | Verb::Write) {
+        line.push_str(&format!(
+            " RKey {} VAddr {}",
+            alt_hex(u64::from(d.rkey), 8),
+            alt_hex(d.vaddr, 16)
+        ));
+    }
+    println!("{line}");
+    if let Some(g) = d.gid {
+        let parts: Vec<String> = g.iter().map(|b| format!("{b:02}")).collect();
+        println!(" GID: {}", parts.join(":"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_alternate_hex_matches_printf() {
+        assert_eq!(alt_hex(0, 4), "0000");
+        assert_eq!(alt_hex(0x11, 6), "0x0011");
+        assert_eq!(alt_hex(0xabcdef, 6), "0xabcdef");
+    }
+}
