@@ -504,6 +504,18 @@ impl Fabric {
         Ok(())
     }
 
+    /// The endpoint attached to port `port` of HCA `name`, as its concrete type (when the
+    /// endpoint exposes itself through [`Endpoint::as_any_mut`]).
+    pub fn endpoint_mut<T: 'static>(&mut self, name: &str, port: u8) -> Option<&mut T> {
+        let gp = self.port_index(name, port)?;
+        let h = self.ports[gp].hca?;
+        self.hcas[h as usize]
+            .endpoint
+            .as_mut()?
+            .as_any_mut()?
+            .downcast_mut::<T>()
+    }
+
     /// Sets the SL2VL table a switch uses from input port `in_port` to output `out_port`.
     pub fn set_switch_sl2vl(
         &mut self,

@@ -78,6 +78,21 @@ impl HcaTx<'_> {
         vl < self.port.op_vls && self.port.out_q[vl as usize].len() < self.depth
     }
 
+    /// The port's SL2VL table.
+    pub fn sl2vl(&self) -> crate::qos::Sl2Vl {
+        self.port.sl2vl
+    }
+
+    /// Packets queued on all VLs of the port, not yet transmitting.
+    pub fn backlog(&self) -> usize {
+        self.port.out_q.iter().map(|q| q.len()).sum()
+    }
+
+    /// The configured send queue depth (packets per VL).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
     /// Whether a VL15 (subnet management) packet can be queued now.
     pub fn has_management_room(&self) -> bool {
         self.port.out_q[VL15 as usize].len() < self.depth
@@ -137,10 +152,76 @@ impl HcaTx<'_> {
         Ok(())
     }
 
+    /// Queues a packet whose length and address are known only once it is written (a
+    /// transport engine's `poll_transmit`). `write` gets `max_len - 6` bytes of buffer for the
+    /// packet LRH through pad and returns what it wrote, or `None` if it had nothing to send.
+    /// The send queue depth is not enforced here (the packet already exists): callers pull
+    /// while [`HcaTx::backlog`] is below [`HcaTx::depth`]. Returns whether a packet was
+    /// queued.
+    pub fn send_with(
+        &mut self,
+        max_len: usize,
+        flow: u32,
+        write: impl FnOnce(&mut [u8]) -> Option<Outgoing>,
+    ) -> Result<bool, SendError> {
+        let big = self
+            .pool
+            .alloc(PacketMeta::new(0, self.lid, 0, 0, max_len))?;
+        let out = {
+            let bytes = self.pool.get_mut(big).bytes_mut();
+            let body = bytes.len() - TRAILER_BYTES;
+            write(&mut bytes[..body])
+        };
+        let Some(out) = out else {
+            self.pool.free(big);
+            return Ok(false);
+        };
+        let vl = if out.management {
+            VL15
+        } else {
+            self.port.sl2vl.vl(out.sl)
+        };
+        if vl != VL15 && vl >= self.port.op_vls {
+            self.pool.free(big);
+            self.port.counters.port_xmit_discards += 1;
+            return Err(SendError::VlNotOperational { sl: out.sl, vl });
+        }
+        let len = (out.len + TRAILER_BYTES).min(max_len);
+        let mut meta = PacketMeta::new(out.dlid, self.lid, out.sl, vl, len);
+        meta.flow = flow;
+        meta.injected_at = self.now;
+        // Small packets (ACKs) move to a buffer of their size instead of pinning an MTU one.
+        let id = if crate::packet::same_class(len, max_len) {
+            self.pool.get_mut(big).meta = meta;
+            big
+        } else {
+            let small = self.pool.alloc(meta)?;
+            let (src, dst) = self.pool.pair_mut(big, small);
+            dst.bytes_mut()[..out.len].copy_from_slice(&src.bytes()[..out.len]);
+            self.pool.free(big);
+            small
+        };
+        self.port.enqueue(vl, Source::Local(id));
+        Ok(true)
+    }
+
     /// This port's counters so far (waits as of the last state change).
     pub fn counters(&self) -> &PortCounters {
         &self.port.counters
     }
+}
+
+/// What [`HcaTx::send_with`]'s writer produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Bytes written, LRH through pad.
+    pub len: usize,
+    /// Destination LID.
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// A subnet-management packet (VL15) rather than data.
+    pub management: bool,
 }
 
 /// Producer and consumer of the packets of one HCA port.
@@ -158,4 +239,10 @@ pub trait Endpoint {
 
     /// The time from `next_wakeup` has come.
     fn on_timer(&mut self, tx: &mut HcaTx<'_>);
+
+    /// The endpoint as `Any`, so its owner can reach its concrete type through
+    /// [`crate::fabric::Fabric::endpoint_mut`]; `None` (the default) keeps it opaque.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }

@@ -13,6 +13,7 @@
 pub mod counters;
 pub mod crc;
 pub mod credits;
+pub mod engine_hca;
 pub mod event;
 pub mod fabric;
 pub mod hca;

@@ -42,6 +42,11 @@ pub fn blocks_for(len: usize) -> u16 {
     len.div_ceil(BLOCK_BYTES) as u16
 }
 
+/// Whether packets of `a` and `b` bytes use the same buffer size class.
+pub(crate) fn same_class(a: usize, b: usize) -> bool {
+    class_of(a) == class_of(b)
+}
+
 fn class_of(len: usize) -> usize {
     CLASS_BYTES
         .iter()
@@ -234,6 +239,19 @@ impl PacketPool {
     /// Returns a packet taken with [`PacketPool::take`] to its slot.
     pub(crate) fn put_back(&mut self, id: PacketId, p: Packet) {
         self.slots[id.0 as usize] = p;
+    }
+
+    /// Two distinct packets at once, the first shared, the second mutable.
+    pub(crate) fn pair_mut(&mut self, a: PacketId, b: PacketId) -> (&Packet, &mut Packet) {
+        assert_ne!(a, b, "pair_mut needs two packets");
+        let (ai, bi) = (a.0 as usize, b.0 as usize);
+        if ai < bi {
+            let (lo, hi) = self.slots.split_at_mut(bi);
+            (&lo[ai], &mut hi[0])
+        } else {
+            let (lo, hi) = self.slots.split_at_mut(ai);
+            (&hi[0], &mut lo[bi])
+        }
     }
 
     /// The packet behind `id`.

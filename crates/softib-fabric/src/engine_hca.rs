@@ -1,0 +1,230 @@
+//! An HCA port driven by the real transport engine (`softib_transport::Device`).
+//!
+//! [`EngineHca`] implements [`Endpoint`]: it pulls `Device::poll_transmit` straight into a
+//! pooled packet buffer behind room for the LRH, writes the LRH (and a GRH when the path has
+//! one) with softib-wire, and queues the packet on the VL its SL maps to; on receive it reads
+//! the LRH/GRH, hands the transport bytes (BTH through pad, without ICRC and VCRC, which the
+//! fabric has checked) to `Device::handle_packet`, and it maps the engine's timers to
+//! simulator wake-ups. The application on top (a [`HostApp`]) posts work and polls
+//! completions after every engine interaction.
+//!
+//! Time: the engine sees whole nanoseconds ([`to_engine_nanos`]); its timer deadlines become
+//! simulator picoseconds ([`from_engine_nanos`]).
+
+use crate::hca::{Endpoint, HcaTx, Outgoing};
+use crate::packet::Packet;
+use crate::time::{from_engine_nanos, to_engine_nanos, Picos};
+use softib_transport::{Device, Nanos, RxGrh, RxMeta};
+use softib_wire::grh::{GrhPacket, GrhRepr};
+use softib_wire::lrh::{Lnh, LrhPacket, LrhRepr, LRH_LEN};
+
+const GRH_LEN: usize = 40;
+/// GRH next-header value for an IBA transport header (IBA 8.3.1).
+const NXT_HDR_IBA: u8 = 0x1B;
+
+/// The application running on a simulated host: it drives its device with verbs.
+pub trait HostApp {
+    /// Called once, at the first transmit opportunity (time 0).
+    fn on_start(&mut self, now: Nanos, dev: &mut Device);
+    /// Called after every engine interaction (a packet handled, a timer fired, packets
+    /// pulled): poll completions, post more work.
+    fn on_progress(&mut self, now: Nanos, dev: &mut Device);
+    /// When the application next wants `on_progress` without any engine activity.
+    fn next_wakeup(&self) -> Option<Nanos> {
+        None
+    }
+}
+
+/// Counters of the encapsulation layer (packets the engine never saw).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EncapCounters {
+    /// Received packets whose LRH/GRH did not parse or whose LNH is not an IBA transport.
+    pub rx_malformed: u64,
+    /// Packets the engine produced that the port could not send (SL on no operational VL).
+    pub tx_discarded: u64,
+}
+
+/// An HCA port running the transport engine and an application.
+pub struct EngineHca {
+    dev: Device,
+    app: Box<dyn HostApp>,
+    started: bool,
+    max_len: usize,
+    counters: EncapCounters,
+}
+
+impl EngineHca {
+    /// Wraps a configured device (QPs created and connected, as applications do out of band
+    /// before traffic starts) and its application.
+    pub fn new(dev: Device, app: Box<dyn HostApp>) -> Self {
+        // LRH + GRH + MTU + the largest header stack the engine writes (it asks for mtu + 64)
+        // + ICRC + VCRC.
+        let max_len = LRH_LEN + GRH_LEN + dev.config().max_mtu.bytes() as usize + 64 + 6;
+        EngineHca {
+            dev,
+            app,
+            started: false,
+            max_len,
+            counters: EncapCounters::default(),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// The device, mutable (verbs between runs).
+    pub fn device_mut(&mut self) -> &mut Device {
+        &mut self.dev
+    }
+
+    /// Encapsulation counters.
+    pub fn encap_counters(&self) -> &EncapCounters {
+        &self.counters
+    }
+
+    /// Moves packets from the engine to the port's send queues while there is room.
+    fn pull(&mut self, tx: &mut HcaTx<'_>) {
+        let now = to_engine_nanos(tx.now());
+        let slid = tx.lid();
+        let sl2vl = tx.sl2vl();
+        let sgid = self.dev.config().gid;
+        while tx.backlog() < tx.depth() {
+            let dev = &mut self.dev;
+            let r = tx.send_with(self.max_len, 0, |buf| {
+                let t = dev.poll_transmit(now, &mut buf[LRH_LEN..])?;
+                let mut off = LRH_LEN;
+                let lnh = match t.path.grh {
+                    None => Lnh::Bth,
+                    Some(g) => {
+                        buf.copy_within(LRH_LEN..LRH_LEN + t.len, LRH_LEN + GRH_LEN);
+                        let grh = GrhRepr {
+                            traffic_class: g.traffic_class,
+                            flow_label: g.flow_label,
+                            payload_len: (t.len + 4) as u16,
+                            next_header: NXT_HDR_IBA,
+                            hop_limit: g.hop_limit,
+                            sgid,
+                            dgid: g.dgid,
+                        };
+                        grh.emit(&mut GrhPacket::new_unchecked(&mut buf[LRH_LEN..]))
+                            .ok()?;
+                        off += GRH_LEN;
+                        Lnh::Grh
+                    }
+                };
+                let len = off + t.len;
+                let lrh = LrhRepr {
+                    vl: sl2vl.vl(t.path.sl),
+                    lver: 0,
+                    sl: t.path.sl,
+                    lnh,
+                    dlid: t.path.dlid,
+                    // LRH through ICRC, in words (IBA 7.7.8).
+                    pkt_len_words: ((len + 4) / 4) as u16,
+                    slid,
+                };
+                lrh.emit(&mut LrhPacket::new_unchecked(&mut buf[..LRH_LEN]))
+                    .ok()?;
+                Some(Outgoing {
+                    len,
+                    dlid: t.path.dlid,
+                    sl: t.path.sl,
+                    management: false,
+                })
+            });
+            match r {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => self.counters.tx_discarded += 1,
+            }
+        }
+    }
+
+    fn progress(&mut self, tx: &mut HcaTx<'_>) {
+        let now = to_engine_nanos(tx.now());
+        self.app.on_progress(now, &mut self.dev);
+        self.pull(tx);
+    }
+}
+
+fn rx_meta(packet: &Packet) -> Option<(RxMeta, usize)> {
+    let bytes = packet.bytes();
+    let lrh = LrhRepr::parse(&LrhPacket::new_checked(bytes).ok()?).ok()?;
+    let (grh, off) = match lrh.lnh {
+        Lnh::Bth => (None, LRH_LEN),
+        Lnh::Grh => {
+            let g = GrhRepr::parse(&GrhPacket::new_checked(&bytes[LRH_LEN..]).ok()?).ok()?;
+            (
+                Some(RxGrh {
+                    sgid: g.sgid,
+                    dgid: g.dgid,
+                    traffic_class: g.traffic_class,
+                    flow_label: g.flow_label,
+                    hop_limit: g.hop_limit,
+                }),
+                LRH_LEN + GRH_LEN,
+            )
+        }
+        _ => return None,
+    };
+    if bytes.len() < off + 6 {
+        return None;
+    }
+    Some((
+        RxMeta {
+            slid: packet.meta.slid,
+            sl: packet.meta.sl,
+            grh,
+            ecn_ce: false,
+        },
+        off,
+    ))
+}
+
+impl Endpoint for EngineHca {
+    fn on_transmit_ready(&mut self, tx: &mut HcaTx<'_>) {
+        if !self.started {
+            self.started = true;
+            let now = to_engine_nanos(tx.now());
+            self.app.on_start(now, &mut self.dev);
+        }
+        self.pull(tx);
+    }
+
+    fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>) {
+        let Some((meta, off)) = rx_meta(packet) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        let bytes = packet.bytes();
+        // BTH through pad: without ICRC (4) and VCRC (2).
+        let transport = &bytes[off..bytes.len() - 6];
+        self.dev
+            .handle_packet(to_engine_nanos(tx.now()), &meta, transport);
+        self.progress(tx);
+    }
+
+    fn next_wakeup(&self) -> Option<Picos> {
+        let engine = self.dev.poll_timeout();
+        let app = self.app.next_wakeup();
+        let t = match (engine, app) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        t.map(from_engine_nanos)
+    }
+
+    fn on_timer(&mut self, tx: &mut HcaTx<'_>) {
+        let now = to_engine_nanos(tx.now());
+        if self.dev.poll_timeout().is_some_and(|t| t <= now) {
+            self.dev.handle_timeout(now);
+        }
+        self.progress(tx);
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+}
