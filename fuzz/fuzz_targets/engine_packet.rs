@@ -1,0 +1,630 @@
+//! Arbitrary input -> `Device::handle_packet` of an engine holding live QPs of every type
+//! (RC, UC, UD) in every state (RESET, INIT, RTR, RTS, SQD, SQE, ERR), with send WRs
+//! outstanding (writes, reads, atomics, sends) and receive WRs posted, so random ACKs, read
+//! responses and requests meet real requester and responder state.
+//!
+//! The input is a script of records. Each record starts with a tag byte:
+//! - `0`: raw bytes (u16 length, then the bytes) handed to `handle_packet` as they are;
+//! - `1`: a structured packet: a valid opcode and headers whose fields come from the input
+//!   (DestQP picked among the live QPs, PSN near their expected PSNs, the real or a wrong
+//!   R_Key/Q_Key/P_Key, addresses in and around the registered region), so the fuzzer gets
+//!   past parsing into the transport logic;
+//! - `2`: advance virtual time and run the due timers;
+//! - `3`: take every packet the engine wants to send (feeding ACKs back into requesters is
+//!   left to record `1`).
+//!
+//! After the script, the engine is drained (transmit, timers, CQs, events). Checks: no
+//! panic; the read-only region is unchanged; the guard bytes of every region are unchanged
+//! (they are outside the registered length, so the engine must never touch them).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use softib_transport::{
+    AccessFlags, AhAttr, Device, DeviceConfig, GlobalRoute, Memory, MrKeys, Mtu, QpAttr,
+    QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RxGrh, RxMeta, SendFlags, SendWr,
+    Sge, SrqAttr, UdDest, VecMemory, WrOpcode,
+};
+use softib_wire::{
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Opcode, PacketRepr, RethRepr,
+    Syndrome,
+};
+
+const RW_ADDR: u64 = 0x1_0000;
+const RW_LEN: usize = 64 * 1024;
+const RO_ADDR: u64 = 0x10_0000;
+const RO_LEN: usize = 4096;
+const PSN_BASE: u32 = 0x00FF_FF00; // close to the 24-bit wrap on purpose
+const QKEY: u32 = 0x1234_5678;
+
+/// Bytes of the input, read front to back; running out yields zeros.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) | (u64::from(self.u32()) << 32)
+    }
+    fn take(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        a
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Memory that is `guard` bytes larger than the region on each side; the MR sees only the
+/// middle, so any access the engine makes must land there.
+struct Guarded {
+    inner: Vec<u8>,
+    len: usize,
+}
+
+const GUARD: usize = 64;
+const GUARD_BYTE: u8 = 0xA5;
+
+impl Guarded {
+    fn new(len: usize, fill: u8) -> Self {
+        let mut inner = vec![GUARD_BYTE; len + 2 * GUARD];
+        inner[GUARD..GUARD + len].fill(fill);
+        Guarded { inner, len }
+    }
+}
+
+impl Memory for Guarded {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        assert!(offset + dst.len() <= self.len, "read past the region");
+        dst.copy_from_slice(&self.inner[GUARD + offset..GUARD + offset + dst.len()]);
+    }
+    fn write(&mut self, offset: usize, src: &[u8]) {
+        assert!(offset + src.len() <= self.len, "write past the region");
+        self.inner[GUARD + offset..GUARD + offset + src.len()].copy_from_slice(src);
+    }
+    fn compare_swap(&mut self, offset: usize, compare: u64, swap: u64) -> u64 {
+        assert!(offset + 8 <= self.len, "atomic past the region");
+        let at = GUARD + offset;
+        let old = u64::from_le_bytes(self.inner[at..at + 8].try_into().unwrap());
+        if old == compare {
+            self.inner[at..at + 8].copy_from_slice(&swap.to_le_bytes());
+        }
+        old
+    }
+    fn fetch_add(&mut self, offset: usize, add: u64) -> u64 {
+        assert!(offset + 8 <= self.len, "atomic past the region");
+        let at = GUARD + offset;
+        let old = u64::from_le_bytes(self.inner[at..at + 8].try_into().unwrap());
+        self.inner[at..at + 8].copy_from_slice(&old.wrapping_add(add).to_le_bytes());
+        old
+    }
+}
+
+struct Bench {
+    dev: Device,
+    rw: MrKeys,
+    ro: MrKeys,
+    /// (qpn, type, state it was brought to, the PSN its peer would send from).
+    qps: Vec<(u32, QpType, QpState, u32)>,
+    cq: softib_transport::CqHandle,
+    ah: softib_transport::AhHandle,
+    now: u64,
+    buf: Vec<u8>,
+}
+
+fn gid(last: u8) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&[10, 0, 0, last]);
+    g
+}
+
+fn av() -> AhAttr {
+    AhAttr {
+        dlid: 2,
+        sl: 0,
+        src_path_bits: 0,
+        grh: Some(GlobalRoute {
+            dgid: gid(2),
+            flow_label: 0,
+            sgid_index: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+        }),
+    }
+}
+
+impl Bench {
+    fn new(selector: u8) -> Bench {
+        let config = DeviceConfig {
+            gid: gid(1),
+            lid: 1,
+            pkeys: vec![0xFFFF, 0x8001],
+            max_unacked_psns: 16,
+            ack_req_interval: 4,
+            ..DeviceConfig::default()
+        };
+        let mut dev = Device::new(config, u64::from(selector));
+        let pd = dev.alloc_pd();
+        let all = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let rw = dev
+            .reg_mr(pd, Box::new(Guarded::new(RW_LEN, 0)), RW_ADDR, all)
+            .unwrap();
+        let ro = dev
+            .reg_mr(
+                pd,
+                Box::new(Guarded::new(RO_LEN, 0x5A)),
+                RO_ADDR,
+                AccessFlags::REMOTE_READ,
+            )
+            .unwrap();
+        // A region of a plain VecMemory too, the type the simulator uses.
+        dev.reg_mr(pd, Box::new(VecMemory::zeroed(256)), 0x20_0000, all)
+            .unwrap();
+        let cq = dev.create_cq(64).unwrap();
+        let srq = dev
+            .create_srq(
+                pd,
+                SrqAttr {
+                    max_wr: 16,
+                    max_sge: 2,
+                    srq_limit: 2,
+                },
+            )
+            .unwrap();
+        for i in 0..4u64 {
+            let _ = dev.post_srq_recv(srq, &recv(100 + i, rw, 0x8000 + i * 0x1000, 0x1000));
+        }
+        let ah = dev.create_ah(pd, av()).unwrap();
+        let mtu = [Mtu::M256, Mtu::M1024, Mtu::M4096][usize::from(selector % 3)];
+        let mut bench = Bench {
+            dev,
+            rw,
+            ro,
+            qps: Vec::new(),
+            cq,
+            ah,
+            now: 0,
+            buf: vec![0u8; 4096 + 256],
+        };
+        let states = [
+            QpState::Reset,
+            QpState::Init,
+            QpState::Rtr,
+            QpState::Rts,
+            QpState::Sqd,
+            QpState::Sqe,
+            QpState::Err,
+        ];
+        for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            for state in states {
+                let use_srq = qp_type != QpType::Ud && selector & 0x80 != 0;
+                bench.add_qp(pd, cq, use_srq.then_some(srq), ah, qp_type, state, mtu);
+            }
+        }
+        bench.drain_transmit();
+        bench
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add_qp(
+        &mut self,
+        pd: softib_transport::PdHandle,
+        cq: softib_transport::CqHandle,
+        srq: Option<softib_transport::SrqHandle>,
+        ah: softib_transport::AhHandle,
+        qp_type: QpType,
+        target: QpState,
+        mtu: Mtu,
+    ) {
+        let Ok(qpn) = self.dev.create_qp(
+            pd,
+            QpInitAttr {
+                qp_type,
+                send_cq: cq,
+                recv_cq: cq,
+                srq,
+                cap: QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: 16,
+                    max_send_sge: 2,
+                    max_recv_sge: 2,
+                    max_inline_data: 64,
+                },
+                sq_sig_all: false,
+            },
+        ) else {
+            return;
+        };
+        let rq_psn = PSN_BASE.wrapping_add(qpn * 0x10) & 0xFF_FFFF;
+        self.qps.push((qpn, qp_type, target, rq_psn));
+        let path: &[QpState] = match target {
+            QpState::Reset => &[],
+            QpState::Init => &[QpState::Init],
+            QpState::Rtr => &[QpState::Init, QpState::Rtr],
+            QpState::Rts | QpState::Sqe => &[QpState::Init, QpState::Rtr, QpState::Rts],
+            QpState::Sqd => &[QpState::Init, QpState::Rtr, QpState::Rts, QpState::Sqd],
+            QpState::Err => &[QpState::Init, QpState::Rtr, QpState::Rts, QpState::Err],
+        };
+        // UC allows only remote writes (IBA 9.8.2); UD ignores the flags.
+        let all = match qp_type {
+            QpType::Uc => AccessFlags::REMOTE_WRITE,
+            _ => AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        };
+        let mut attr = QpAttr {
+            pkey_index: 0,
+            port_num: 1,
+            qkey: QKEY,
+            qp_access_flags: all,
+            path_mtu: mtu,
+            dest_qp_num: 0x77,
+            rq_psn,
+            sq_psn: PSN_BASE.wrapping_add(0x8000 + qpn) & 0xFF_FFFF,
+            max_rd_atomic: 2,
+            max_dest_rd_atomic: 2,
+            min_rnr_timer: 1,
+            timeout: 8,
+            retry_cnt: 2,
+            rnr_retry: 1,
+            ah_attr: av(),
+            ..QpAttr::default()
+        };
+        for &s in path {
+            if s == QpState::Init && target != QpState::Reset {
+                // Receives can be posted from INIT on.
+                if srq.is_none() {
+                    for i in 0..3u64 {
+                        let _ = self.dev.post_recv(
+                            qpn,
+                            &recv(i, self.rw, 0x4000 + (qpn as u64 % 4) * 0x1000, 0x800),
+                        );
+                    }
+                }
+            }
+            attr.qp_state = s;
+            let mask = match (qp_type, s) {
+                (QpType::Ud, QpState::Init) => {
+                    QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
+                }
+                (_, QpState::Init) => {
+                    QpAttrMask::STATE
+                        | QpAttrMask::PKEY_INDEX
+                        | QpAttrMask::PORT
+                        | QpAttrMask::ACCESS_FLAGS
+                }
+                (QpType::Ud, QpState::Rtr) => QpAttrMask::STATE,
+                (QpType::Uc, QpState::Rtr) => {
+                    QpAttrMask::STATE
+                        | QpAttrMask::AV
+                        | QpAttrMask::PATH_MTU
+                        | QpAttrMask::DEST_QPN
+                        | QpAttrMask::RQ_PSN
+                }
+                (QpType::Rc, QpState::Rtr) => {
+                    QpAttrMask::STATE
+                        | QpAttrMask::AV
+                        | QpAttrMask::PATH_MTU
+                        | QpAttrMask::DEST_QPN
+                        | QpAttrMask::RQ_PSN
+                        | QpAttrMask::MAX_DEST_RD_ATOMIC
+                        | QpAttrMask::MIN_RNR_TIMER
+                }
+                (QpType::Rc, QpState::Rts) => {
+                    QpAttrMask::STATE
+                        | QpAttrMask::SQ_PSN
+                        | QpAttrMask::TIMEOUT
+                        | QpAttrMask::RETRY_CNT
+                        | QpAttrMask::RNR_RETRY
+                        | QpAttrMask::MAX_QP_RD_ATOMIC
+                }
+                (_, QpState::Rts) => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                _ => QpAttrMask::STATE,
+            };
+            if s == QpState::Sqd {
+                self.post_sends(qpn, qp_type);
+            }
+            self.dev
+                .modify_qp(0, qpn, &attr, mask)
+                .expect("the state path uses the attributes ibv_modify_qp(3) lists");
+            if s == QpState::Rts && target != QpState::Sqe {
+                self.post_sends(qpn, qp_type);
+            }
+        }
+        if target == QpState::Sqe {
+            // UC/UD enter SQE on a send error; an SGE with an unknown lkey is one.
+            // (RC has no SQE: the same error moves it to ERR.)
+            let bad = SendWr {
+                wr_id: 999,
+                opcode: WrOpcode::Send,
+                sg_list: vec![Sge {
+                    addr: RW_ADDR,
+                    length: 16,
+                    lkey: self.rw.lkey ^ 0x100,
+                }],
+                flags: SendFlags::SIGNALED,
+                ud: (qp_type == QpType::Ud).then_some(UdDest {
+                    ah,
+                    remote_qpn: 0x77,
+                    remote_qkey: QKEY,
+                }),
+                ..Default::default()
+            };
+            let _ = self.dev.post_send(0, qpn, &bad);
+            self.drain_transmit();
+        }
+    }
+
+    /// Posts one WR of each kind the QP type allows (some fail to post; that is fine).
+    fn post_sends(&mut self, qpn: u32, qp_type: QpType) {
+        let ops: &[WrOpcode] = match qp_type {
+            QpType::Rc => &[
+                WrOpcode::RdmaWrite,
+                WrOpcode::RdmaRead,
+                WrOpcode::AtomicFetchAndAdd,
+                WrOpcode::Send,
+                WrOpcode::AtomicCmpAndSwp,
+                WrOpcode::RdmaWriteWithImm,
+                WrOpcode::SendWithInv,
+            ],
+            QpType::Uc => &[WrOpcode::RdmaWrite, WrOpcode::Send, WrOpcode::SendWithImm],
+            QpType::Ud => &[WrOpcode::Send, WrOpcode::SendWithImm],
+        };
+        for (i, &op) in ops.iter().enumerate() {
+            let len = if op.is_atomic() {
+                8
+            } else if qp_type == QpType::Ud {
+                200
+            } else {
+                3000
+            };
+            let wr = SendWr {
+                wr_id: u64::from(qpn) << 8 | i as u64,
+                opcode: op,
+                sg_list: vec![Sge {
+                    addr: RW_ADDR + 0x100 * i as u64,
+                    length: len,
+                    lkey: self.rw.lkey,
+                }],
+                flags: SendFlags::SIGNALED,
+                imm_data: Some(0x1234),
+                invalidate_rkey: 0x4242,
+                remote_addr: 0x9_0000,
+                rkey: 0x4242,
+                compare_add: 1,
+                swap: 2,
+                ud: (qp_type == QpType::Ud).then_some(UdDest {
+                    ah: self.ah,
+                    remote_qpn: 0x77,
+                    remote_qkey: QKEY,
+                }),
+            };
+            let _ = self.dev.post_send(self.now, qpn, &wr);
+        }
+    }
+
+    fn drain_transmit(&mut self) {
+        // Bounded: an engine that never stops sending would be a bug the fuzzer should see
+        // as a hang, but keep each input fast.
+        for _ in 0..4096 {
+            if self.dev.poll_transmit(self.now, &mut self.buf).is_none() {
+                break;
+            }
+        }
+    }
+
+    fn meta(&self, inp: &mut Input) -> RxMeta {
+        let f = inp.u8();
+        RxMeta {
+            slid: 2,
+            sl: f & 0xF,
+            grh: (f & 0x10 != 0).then_some(RxGrh {
+                sgid: gid(2),
+                dgid: gid(1),
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            }),
+            ecn_ce: f & 0x20 != 0,
+        }
+    }
+
+    fn structured(&mut self, inp: &mut Input, out: &mut Vec<u8>) {
+        let opcode = Opcode::ALL[usize::from(inp.u8()) % Opcode::ALL.len()];
+        let pick = inp.u8();
+        let (dest_qp, base_psn) = match self.qps.get(usize::from(pick) % (self.qps.len() + 2)) {
+            Some(&(qpn, _, _, psn)) => (qpn, psn),
+            None => (u32::from(pick) << 8 | 0x11, 0),
+        };
+        let flags = inp.u8();
+        let psn_delta = i32::from(inp.u8() as i8);
+        // Requests count up from rq_psn; ACKs/responses aim at the QP's send PSNs.
+        let base = if opcode.is_response() || opcode.has_aeth() {
+            PSN_BASE.wrapping_add(0x8000 + dest_qp)
+        } else {
+            base_psn
+        };
+        let psn = (base as i32).wrapping_add(psn_delta) as u32 & 0xFF_FFFF;
+        let pkey = match flags & 3 {
+            0 | 1 => 0xFFFF,
+            2 => 0x8001,
+            _ => inp.u16(),
+        };
+        let key_sel = inp.u8();
+        let rkey = match key_sel & 3 {
+            0 => self.rw.rkey,
+            1 => self.ro.rkey,
+            2 => self.rw.rkey ^ 1,
+            _ => inp.u32(),
+        };
+        let addr_sel = inp.u8();
+        let va = match addr_sel & 3 {
+            0 => RW_ADDR + u64::from(inp.u16()),
+            1 => RO_ADDR + u64::from(inp.u16() & 0x1FFF),
+            2 => RW_ADDR + RW_LEN as u64 - u64::from(inp.u8()),
+            _ => inp.u64(),
+        };
+        let dma_len = if addr_sel & 4 != 0 {
+            inp.u32()
+        } else {
+            u32::from(inp.u16())
+        };
+        let payload_len = if opcode.has_payload() {
+            usize::from(inp.u16() % 4200)
+        } else {
+            0
+        };
+        let fill = inp.u8();
+        let payload = vec![fill; payload_len];
+        let mut repr = PacketRepr::new(BthRepr {
+            opcode,
+            solicited: flags & 4 != 0,
+            mig_req: flags & 8 != 0,
+            pad_count: 0,
+            tver: 0,
+            pkey,
+            fecn: flags & 0x10 != 0,
+            becn: flags & 0x20 != 0,
+            dest_qp,
+            ack_req: flags & 0x40 != 0,
+            psn,
+        });
+        if opcode.has_reth() {
+            repr.reth = Some(RethRepr { va, rkey, dma_len });
+        }
+        if opcode.has_atomic_eth() {
+            repr.atomic_eth = Some(AtomicEthRepr {
+                va,
+                rkey,
+                swap_or_add: inp.u64(),
+                compare: inp.u64(),
+            });
+        }
+        if opcode.has_aeth() {
+            repr.aeth = Some(AethRepr {
+                syndrome: Syndrome::from_u8(inp.u8()),
+                msn: inp.u32() & 0xFF_FFFF,
+            });
+        }
+        if opcode.has_atomic_ack_eth() {
+            repr.atomic_ack_eth = Some(AtomicAckEthRepr {
+                orig_remote_data: inp.u64(),
+            });
+        }
+        if opcode.has_deth() {
+            repr.deth = Some(DethRepr {
+                qkey: if key_sel & 4 != 0 { inp.u32() } else { QKEY },
+                src_qp: inp.u32() & 0xFF_FFFF,
+            });
+        }
+        if opcode.has_immdt() {
+            repr.immdt = Some(inp.u32());
+        }
+        if opcode.has_ieth() {
+            repr.ieth = Some(rkey);
+        }
+        if opcode.has_rdeth() {
+            repr.rdeth = Some(softib_wire::RdethRepr { ee_context: inp.u32() });
+        }
+        if opcode.has_xrceth() {
+            repr.xrceth = Some(softib_wire::XrcethRepr { xrc_srq: inp.u32() });
+        }
+        repr.payload = &payload;
+        out.clear();
+        out.resize(repr.buffer_len(), 0);
+        if repr.emit(out).is_err() {
+            out.clear();
+        }
+    }
+
+    fn check(&self) {
+        let mut ro = vec![0u8; RO_LEN];
+        self.dev.memory(self.ro.lkey).expect("registered").read(0, &mut ro);
+        assert!(
+            ro.iter().all(|&b| b == 0x5A),
+            "a region without REMOTE_WRITE/ATOMIC changed"
+        );
+    }
+}
+
+fn recv(wr_id: u64, mr: MrKeys, addr: u64, len: u32) -> RecvWr {
+    RecvWr {
+        wr_id,
+        sg_list: vec![Sge {
+            addr,
+            length: len,
+            lkey: mr.lkey,
+        }],
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut inp = Input(data);
+    let mut bench = Bench::new(inp.u8());
+    let mut packet = Vec::new();
+    let mut records = 0;
+    while !inp.is_empty() && records < 64 {
+        records += 1;
+        match inp.u8() % 4 {
+            0 => {
+                let meta = bench.meta(&mut inp);
+                let len = usize::from(inp.u16()) % 4400;
+                let bytes = inp.take(len).to_vec();
+                bench.dev.handle_packet(bench.now, &meta, &bytes);
+            }
+            1 => {
+                let meta = bench.meta(&mut inp);
+                let repeat = 1 + inp.u8() % 3;
+                bench.structured(&mut inp, &mut packet);
+                if !packet.is_empty() {
+                    for _ in 0..repeat {
+                        bench.dev.handle_packet(bench.now, &meta, &packet);
+                    }
+                }
+            }
+            2 => {
+                bench.now += u64::from(inp.u32()) * 16;
+                if bench.dev.poll_timeout().is_some_and(|t| t <= bench.now) {
+                    bench.dev.handle_timeout(bench.now);
+                }
+            }
+            _ => bench.drain_transmit(),
+        }
+    }
+    // Drain: transmit, run timers far into the future, collect completions and events.
+    for _ in 0..16 {
+        bench.drain_transmit();
+        match bench.dev.poll_timeout() {
+            Some(t) => {
+                bench.now = bench.now.max(t);
+                bench.dev.handle_timeout(bench.now);
+            }
+            None => break,
+        }
+    }
+    let mut wcs = [softib_transport::harness::empty_wc(); 32];
+    while bench.dev.poll_cq(bench.cq, &mut wcs) > 0 {}
+    while bench.dev.poll_event().is_some() {}
+    let _ = bench.dev.counters();
+    bench.check();
+});
