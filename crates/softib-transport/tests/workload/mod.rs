@@ -20,9 +20,11 @@
 //! compared with the model, so "no byte outside the targeted ranges changed" is checked
 //! byte for byte.
 #![allow(dead_code)]
+// Sides are indices into several parallel per-side arrays (endpoints, plans, seen, memory).
+#![allow(clippy::needless_range_loop)]
 
 use proptest::prelude::*;
-use softib_transport::harness::{empty_wc, Endpoint, Faults, Pair, QpOptions};
+use softib_transport::harness::{empty_wc, Endpoint, Faults, Pair, QpOptions, Verdict};
 use softib_transport::{
     AccessFlags, AhAttr, AhHandle, AsyncEvent, GlobalRoute, MrKeys, Mtu, QpState, QpType, RecvWr,
     SendFlags, SendWr, Sge, UdDest, VecMemory, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -42,11 +44,11 @@ pub const A_SLOTS: usize = 32;
 pub const A_LEN: usize = A_SLOTS * 8;
 pub const L_OFF: usize = A_OFF + 4 * KIB;
 /// Landing + receive space (bounded by the per-case byte budget).
-pub const LR_LEN: usize = 3 * MIB;
+pub const LR_LEN: usize = 2 * BYTE_BUDGET + 256 * KIB;
 pub const BUF_LEN: usize = L_OFF + LR_LEN;
 pub const GUARD_LEN: usize = 4096;
 /// Bytes one side may move in one case (keeps a case's run time bounded).
-pub const BYTE_BUDGET: usize = 2 * MIB + 512 * KIB;
+pub const BYTE_BUDGET: usize = 2 * MIB;
 
 /// Initial content of byte `i` of side `side`'s buffer of QP `qp` (never constant, never
 /// all-zero).
@@ -228,7 +230,11 @@ pub fn case_strategy(
         .prop_flat_map(
             move |(seed, mtu, nqps, faults, srq, max_rd_atomic, timeout, late_recv, batches)| {
                 // UD has one path MTU: the port's (4096 in the harness config).
-                let mtu = if qp_type == QpType::Ud { Mtu::M4096 } else { mtu };
+                let mtu = if qp_type == QpType::Ud {
+                    Mtu::M4096
+                } else {
+                    mtu
+                };
                 let plans = prop::collection::vec((side(mtu), side(mtu)), nqps)
                     .prop_map(|v| v.into_iter().map(|(a, b)| [a, b]).collect::<Vec<_>>());
                 plans.prop_map(move |plans| Case {
@@ -449,7 +455,9 @@ pub fn place(
         remote_off,
         local_off,
         slot_off,
-        inv_rkey: (o.opcode == WrOpcode::SendWithInv).then_some(inv_rkey).flatten(),
+        inv_rkey: (o.opcode == WrOpcode::SendWithInv)
+            .then_some(inv_rkey)
+            .flatten(),
         len,
     }
 }
@@ -597,11 +605,57 @@ pub fn gid_of(side: usize) -> [u8; 16] {
     g
 }
 
+/// How many times the link may lose one packet (same direction, opcode, DestQP and PSN).
+///
+/// Losses are drawn at random (up to 10% drop plus up to 10% corruption caught by the ICRC),
+/// but no single packet is lost more than this many times. Without the bound, a case
+/// occasionally loses the one packet that recovery depends on in retry_cnt + 1 = 8
+/// consecutive rounds (at 20% loss the chance per stall is about 1e-5, and a soak run
+/// meets thousands of stalls), and "transport retry counter exceeded" is then the right
+/// outcome, not a bug. The bound keeps the exact model applicable without making the link
+/// any less hostile to the recovery logic.
+pub const MAX_LOSSES_PER_PACKET: u8 = 2;
+
+/// Installs the bounded random loss as the pair's filter; the pair's own drop/corrupt
+/// probabilities are zeroed (duplicate, reorder and delay stay with the harness).
+pub fn install_bounded_loss(pair: &mut Pair, faults: Faults, seed: u64) {
+    let mut mix = Mix::new(seed ^ 0x1055);
+    let mut losses: std::collections::HashMap<(usize, u8, u32, u32), u8> =
+        std::collections::HashMap::new();
+    let p_loss = faults.drop + faults.corrupt;
+    pair.faults = Faults {
+        drop: 0.0,
+        corrupt: 0.0,
+        ..faults
+    };
+    if p_loss <= 0.0 {
+        return;
+    }
+    pair.filter = Some(Box::new(move |from, _now, b| {
+        let draw = (mix.next() >> 11) as f64 / (1u64 << 53) as f64;
+        if draw >= p_loss || b.len() < 12 {
+            return Verdict::Pass;
+        }
+        let key = (
+            from,
+            b[0],
+            u32::from_be_bytes([0, b[5], b[6], b[7]]),
+            u32::from_be_bytes([0, b[9], b[10], b[11]]),
+        );
+        let n = losses.entry(key).or_insert(0);
+        if *n >= MAX_LOSSES_PER_PACKET {
+            return Verdict::Pass;
+        }
+        *n += 1;
+        Verdict::Drop
+    }));
+}
+
 /// Builds the pair, the QPs, registers guards and invalidation targets, fills memory, and
 /// places every op.
 pub fn setup(case: &Case) -> (Pair, Vec<QpRun>) {
     let mut pair = Pair::new(case.seed);
-    pair.faults = case.faults;
+    install_bounded_loss(&mut pair, case.faults, case.seed);
     let opts = QpOptions {
         qp_type: case.qp_type,
         mtu: case.mtu,
@@ -637,15 +691,13 @@ pub fn setup(case: &Case) -> (Pair, Vec<QpRun>) {
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC;
-            for (g, at) in [(0, ep.addr - GUARD_LEN as u64), (1, ep.addr + BUF_LEN as u64)] {
+            for (g, at) in [
+                (0, ep.addr - GUARD_LEN as u64),
+                (1, ep.addr + BUF_LEN as u64),
+            ] {
                 guards[side][g] = pair
                     .dev(side)
-                    .reg_mr(
-                        ep.pd,
-                        Box::new(VecMemory(vec![0xEE; GUARD_LEN])),
-                        at,
-                        all,
-                    )
+                    .reg_mr(ep.pd, Box::new(VecMemory(vec![0xEE; GUARD_LEN])), at, all)
                     .expect("guard MR");
             }
             init[side] = init_buffer(side, qi);
@@ -816,11 +868,13 @@ pub fn run(
         pair.drive(t);
         post_recvs(pair, runs);
     }
-    let done = |pair: &mut Pair, seen: &mut Vec<[(Vec<WorkCompletion>, Vec<WorkCompletion>); 2]>| {
+    let done = |pair: &mut Pair,
+                seen: &mut Vec<[(Vec<WorkCompletion>, Vec<WorkCompletion>); 2]>| {
         collect(pair, runs, seen);
         seen.iter().enumerate().all(|(q, s)| {
             (0..2).all(|side| {
-                s[side].0.len() >= expected_send[q][side] && s[side].1.len() >= expected_recv[q][side]
+                s[side].0.len() >= expected_send[q][side]
+                    && s[side].1.len() >= expected_recv[q][side]
             })
         })
     };
@@ -839,7 +893,10 @@ fn collect(
     let mut buf = [empty_wc(); 64];
     for (q, r) in runs.iter().enumerate() {
         for side in 0..2 {
-            for (i, cq) in [r.eps[side].send_cq, r.eps[side].recv_cq].into_iter().enumerate() {
+            for (i, cq) in [r.eps[side].send_cq, r.eps[side].recv_cq]
+                .into_iter()
+                .enumerate()
+            {
                 loop {
                     let n = pair.dev(side).poll_cq(cq, &mut buf);
                     let dst = if i == 0 {
@@ -873,16 +930,19 @@ pub fn assert_no_bad_events(pair: &mut Pair) -> Result<(), TestCaseError> {
 }
 
 /// Compares the whole buffer with the model; reports the first differing range.
-pub fn assert_memory(
-    what: &str,
-    got: &[u8],
-    want: &[u8],
-) -> Result<(), TestCaseError> {
+pub fn assert_memory(what: &str, got: &[u8], want: &[u8]) -> Result<(), TestCaseError> {
     if got == want {
         return Ok(());
     }
     let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-    let last = got.len() - 1 - got.iter().rev().zip(want.iter().rev()).position(|(a, b)| a != b).unwrap();
+    let last = got.len()
+        - 1
+        - got
+            .iter()
+            .rev()
+            .zip(want.iter().rev())
+            .position(|(a, b)| a != b)
+            .unwrap();
     let area = |i: usize| match i {
         _ if i < T_OFF => "S (source, never written)",
         _ if i < A_OFF => "T (write target)",
