@@ -593,3 +593,84 @@ fn fecn_on_read_traffic_returns_becn_in_the_response_and_a_cnp_for_the_responses
     assert_eq!(resp.cnps_received, 3);
     assert_eq!(resp.cnps_sent, 0, "FECN-marked CNPs are not answered");
 }
+
+#[test]
+fn rc_stays_correct_while_paced_with_marks_loss_and_reordering() {
+    use softib_transport::harness::Faults;
+    use softib_transport::WcStatus;
+    let steep: Vec<(u8, u16)> = (0..32u16).map(|i| (2, i * 8)).collect();
+    let entry = CaCongestionEntry {
+        ccti_timer: 20,
+        ccti_increase: 4,
+        trigger_threshold: 0,
+        ccti_min: 0,
+    };
+    let algorithms = [
+        iba(PortControl::Qp, entry, cct(&steep)),
+        iba(PortControl::Sl, entry, cct(&steep)),
+        CcConfig {
+            algorithm: CcAlgorithm::Dcqcn(DcqcnConfig {
+                rpg_min_rate: 100,
+                ..DcqcnConfig::default()
+            }),
+            notify: true,
+            min_time_between_cnps: 5,
+            ..CcConfig::default()
+        },
+    ];
+    for (seed, cc) in algorithms.into_iter().enumerate() {
+        let mut pair = pair_with(20 + seed as u64, cc);
+        pair.faults = Faults {
+            fecn_mark: 0.5,
+            ecn_mark: 0.2,
+            drop: 0.02,
+            reorder: 0.05,
+            reorder_window: 5_000,
+            ..Default::default()
+        };
+        let (a, b) = pair.connect(&QpOptions {
+            mtu: Mtu::M1024,
+            timeout: 8,
+            ..Default::default()
+        });
+        let data = pattern(64 * 1024, seed as u8);
+        pair.fill(0, &a, 0, &data);
+        for i in 0..16u64 {
+            let off = i * 4096;
+            let op = if i % 4 == 3 {
+                WrOpcode::RdmaRead
+            } else {
+                WrOpcode::RdmaWrite
+            };
+            let (src, dst) = if op == WrOpcode::RdmaRead {
+                (0x20000 + off, off)
+            } else {
+                (off, off)
+            };
+            pair.dev(0)
+                .post_send(0, a.qpn, &wr(op, i, &a, src, &b, dst, 4096))
+                .unwrap();
+        }
+        let wcs = wait_send(&mut pair, &a, 16, 10 * SEC);
+        assert_eq!(wcs.len(), 16, "seed {seed}");
+        assert!(
+            wcs.iter().all(|w| w.status == WcStatus::Success),
+            "seed {seed}"
+        );
+        for i in (0..16usize).filter(|i| i % 4 != 3) {
+            let off = i * 4096;
+            assert_eq!(
+                pair.read(1, &b, off, 4096),
+                data[off..off + 4096],
+                "seed {seed}"
+            );
+        }
+        let req = counters(&pair, 0, a.qpn);
+        let resp = counters(&pair, 1, b.qpn);
+        assert!(
+            resp.becns_sent + resp.cnps_sent > 0,
+            "seed {seed}: notified"
+        );
+        assert!(req.throttled_ns > 0, "seed {seed}: the requester was paced");
+    }
+}

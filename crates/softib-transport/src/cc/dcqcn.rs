@@ -252,9 +252,19 @@ impl DcqcnState {
             }
             while self.timer_anchor + t <= now {
                 self.timer_anchor += t;
-                if self.limited() {
-                    self.time_stage += 1;
-                    self.increase(cfg);
+                if !self.limited() {
+                    // Recovered: keep the phase, skip the remaining periods.
+                    self.timer_anchor += now.saturating_sub(self.timer_anchor) / t * t;
+                    break;
+                }
+                let before = (self.rc, self.rt);
+                self.time_stage += 1;
+                self.increase(cfg);
+                if self.time_stage > cfg.rpg_threshold + 1 && (self.rc, self.rt) == before {
+                    // Past F the stage no longer changes and this step changed nothing (e.g.
+                    // R_AI = R_HAI = 0): later timer steps cannot either, skip them.
+                    self.timer_anchor += now.saturating_sub(self.timer_anchor) / t * t;
+                    break;
                 }
             }
         }
@@ -417,6 +427,8 @@ mod tests {
         let end = 2_000 * 55_000;
         let r = s.at(end, &cfg);
         assert_eq!(r.rate(), 100_000_000_000);
+        // Once recovered, an hour later costs no step per period.
+        assert_eq!(s.at(3_600_000_000_000, &cfg).rate(), 100_000_000_000);
         assert!(!r.limited());
         assert_eq!(r.next_event(&cfg), None);
     }
@@ -441,6 +453,25 @@ mod tests {
         );
         s.on_cnp(20_000, &cfg);
         assert_eq!(s.rate(), 30_000_000_000, "cut floored at rpg_min_rate");
+    }
+
+    #[test]
+    fn a_rate_that_cannot_grow_does_not_cost_a_step_per_period() {
+        // R_AI = R_HAI = 0: after fast recovery Rc sits at Rt forever. An hour of idle time
+        // (65 million timer periods) must still evaluate at once and keep the timer phase.
+        let cfg = DcqcnConfig {
+            rpg_ai_rate: 0,
+            rpg_hai_rate: 0,
+            ..Default::default()
+        };
+        let mut s = DcqcnState::new(&cfg, LINE, 0);
+        s.on_cnp(0, &cfg);
+        s.on_cnp(0, &cfg);
+        let hour = 3_600_000_000_000u64;
+        let r = s.at(hour, &cfg);
+        assert_eq!(r.rate(), 50_000_000_000, "Rc reached Rt and stays");
+        assert!(r.limited());
+        assert_eq!(r.next_event(&cfg), Some(hour / 55_000 * 55_000 + 55_000));
     }
 
     #[test]
