@@ -135,6 +135,7 @@ pub fn faults_strategy(max_p: f64) -> impl Strategy<Value = Faults> {
             corrupt,
             delay,
             ecn_mark: 0.0,
+            fecn_mark: 0.0,
             reorder_window,
             delay_max,
             corrupt_bypasses_icrc: false,
