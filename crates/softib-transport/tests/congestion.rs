@@ -674,3 +674,32 @@ fn rc_stays_correct_while_paced_with_marks_loss_and_reordering() {
         assert!(req.throttled_ns > 0, "seed {seed}: the requester was paced");
     }
 }
+
+#[test]
+fn reset_clears_the_qp_congestion_state() {
+    use softib_transport::{QpAttr, QpAttrMask, QpState};
+    let cc = CcConfig {
+        algorithm: CcAlgorithm::Dcqcn(DcqcnConfig::default()),
+        ..CcConfig::default()
+    };
+    let mut pair = pair_with(12, cc);
+    let (a, _b) = pair.connect(&QpOptions::default());
+    inject_cnp(&mut pair, 0, a.qpn, 0);
+    assert!(pair
+        .device(0)
+        .cc_status(0, a.qpn)
+        .unwrap()
+        .rate_bps
+        .is_some());
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    pair.dev(0)
+        .modify_qp(0, a.qpn, &reset, QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(
+        pair.device(0).cc_status(0, a.qpn).unwrap(),
+        softib_transport::cc::CcStatus::default()
+    );
+}

@@ -266,6 +266,7 @@ impl Qp {
                 self.resp = Responder::default();
                 self.timers = [None; TimerKind::COUNT];
                 self.drained = false;
+                self.cc = crate::cc::QpCc::default();
             }
             QpState::Err => self.enter_error(sh, false),
             QpState::Sqd => {
