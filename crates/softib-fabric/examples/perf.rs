@@ -1,7 +1,12 @@
-//! Simulator throughput on the issue's reference workloads, with a raw-packet traffic source
-//! (line-rate streams of 4096-byte payloads; no transport engine yet):
+//! Simulator throughput on the issue's reference workloads, either with a raw-packet traffic
+//! source (line-rate streams of 4096-byte payloads: the link layer alone) or, for the `rc-`
+//! cases, with the real RC transport engine on every host running write_bw (RDMA WRITEs,
+//! MTU 4096, 16 in flight):
 //!
 //! ```sh
+//! cargo run --release -p softib-fabric --example perf -- rc-one-to-one  # 1 s, engine, 64 KiB WRITEs
+//! cargo run --release -p softib-fabric --example perf -- rc-incast      # 1 s, engine, 8 -> 1
+//! cargo run --release -p softib-fabric --example perf -- rc-permutation # 1 ms, engine, 3456 hosts, 16 KiB
 //! cargo run --release -p softib-fabric --example perf -- one-to-one     # 1 s, 1 -> 1 via one switch
 //! cargo run --release -p softib-fabric --example perf -- incast         # 1 s, 8 -> 1 on one switch
 //! cargo run --release -p softib-fabric --example perf -- permutation    # 1 ms, 3456-host 3-level fat tree (ftree routing;
@@ -12,12 +17,15 @@
 //! wall second, events, and peak resident memory. The wall clock is read here, by the
 //! harness, never by the simulator.
 
+use softib_fabric::engine_hca::{EngineHca, HostApp};
 use softib_fabric::fabric::{Fabric, FabricConfig};
 use softib_fabric::hca::{Endpoint, HcaTx};
 use softib_fabric::packet::Packet;
+use softib_fabric::perftest::{device, rc_connect, rc_side, Passive, WriteBw};
 use softib_fabric::routing::RoutingEngine;
 use softib_fabric::time::{Picos, PS_PER_MS, PS_PER_S};
 use softib_fabric::topology::Topology;
+use softib_transport::{Device, Mtu};
 use softib_wire::lrh::{Lnh, LrhPacket, LrhRepr};
 use std::time::Instant;
 
@@ -63,6 +71,37 @@ impl Endpoint for Sink {
 }
 
 const LEN: usize = 4096 + 26; // LRH + BTH + payload + ICRC + VCRC
+
+/// Connects an RC QP pair for every (source, destination) host pair and attaches engines:
+/// sources run write_bw with `size`-byte WRITEs, 16 in flight.
+fn rc_flows(f: &mut Fabric, flows: &[(usize, usize)], size: u32) {
+    let hosts: Vec<usize> = f.topology().hcas().collect();
+    let mut devices: Vec<Option<Device>> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, _)| Some(device(f.lid(&format!("h{i}")).unwrap(), i as u64)))
+        .collect();
+    let mut apps: Vec<Vec<WriteBw>> = (0..hosts.len()).map(|_| Vec::new()).collect();
+    for &(s, d) in flows {
+        let (ls, ld) = (
+            f.lid(&format!("h{s}")).unwrap(),
+            f.lid(&format!("h{d}")).unwrap(),
+        );
+        let a = rc_side(devices[s].as_mut().unwrap(), size as usize, 0x1000_0000).unwrap();
+        let b = rc_side(devices[d].as_mut().unwrap(), size as usize, 0x2000_0000).unwrap();
+        rc_connect(devices[s].as_mut().unwrap(), &a, &b, ld, 0, Mtu::M4096, 14).unwrap();
+        rc_connect(devices[d].as_mut().unwrap(), &b, &a, ls, 0, Mtu::M4096, 14).unwrap();
+        apps[s].push(WriteBw::new(a, b, size, 16, None));
+    }
+    for (i, dev) in devices.iter_mut().enumerate() {
+        let app: Box<dyn HostApp> = match apps[i].pop() {
+            Some(a) => Box::new(a),
+            None => Box::new(Passive),
+        };
+        let hca = EngineHca::new(dev.take().unwrap(), app);
+        f.attach(&format!("h{i}"), Box::new(hca)).unwrap();
+    }
+}
 
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -127,8 +166,35 @@ fn main() {
             }
             (f, PS_PER_MS)
         }
+        "rc-one-to-one" => {
+            let t = Topology::single_switch(2, 36).unwrap();
+            let mut f = Fabric::new(t, FabricConfig::default()).unwrap();
+            rc_flows(&mut f, &[(0, 1)], 65_536);
+            (f, PS_PER_S)
+        }
+        "rc-incast" => {
+            let t = Topology::single_switch(9, 36).unwrap();
+            let mut f = Fabric::new(t, FabricConfig::default()).unwrap();
+            let flows: Vec<(usize, usize)> = (0..8).map(|i| (i, 8)).collect();
+            rc_flows(&mut f, &flows, 65_536);
+            (f, PS_PER_S)
+        }
+        "rc-permutation" => {
+            let t = Topology::fat_tree_3(24).unwrap();
+            let n = t.hcas().count();
+            let cfg = FabricConfig {
+                routing: RoutingEngine::Ftree,
+                ..FabricConfig::default()
+            };
+            let mut f = Fabric::new(t, cfg).unwrap();
+            let flows: Vec<(usize, usize)> = (0..n).map(|i| (i, (i + n / 2) % n)).collect();
+            rc_flows(&mut f, &flows, 16_384);
+            (f, PS_PER_MS)
+        }
         other => {
-            eprintln!("unknown case `{other}`: one-to-one, incast or permutation");
+            eprintln!(
+                "unknown case `{other}`: one-to-one, incast, permutation, rc-one-to-one, rc-incast, rc-permutation"
+            );
             std::process::exit(2);
         }
     };

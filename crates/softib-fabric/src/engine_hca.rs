@@ -33,6 +33,10 @@ pub trait HostApp {
     fn next_wakeup(&self) -> Option<Nanos> {
         None
     }
+    /// The application as `Any`, for [`EngineHca::app`]; `None` keeps it opaque.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// Counters of the encapsulation layer (packets the engine never saw).
@@ -77,6 +81,12 @@ impl EngineHca {
     /// The device, mutable (verbs between runs).
     pub fn device_mut(&mut self) -> &mut Device {
         &mut self.dev
+    }
+
+    /// The application, as its concrete type (when it exposes itself via
+    /// [`HostApp::as_any`]).
+    pub fn app<T: 'static>(&self) -> Option<&T> {
+        self.app.as_any()?.downcast_ref::<T>()
     }
 
     /// Encapsulation counters.

@@ -74,6 +74,8 @@ pub struct EventQueue<E> {
     nodes: Vec<Node<E>>,
     free: u32,
     bitmap: [u64; WORDS],
+    /// Bit w set when `bitmap[w]` is non-zero: finding the next bucket is two bit scans.
+    summary: u64,
     ring_len: usize,
     /// Entries at or beyond bucket base + BUCKETS.
     overflow: BinaryHeap<Entry<E>>,
@@ -96,6 +98,7 @@ impl<E> EventQueue<E> {
             nodes: Vec::new(),
             free: NIL,
             bitmap: [0; WORDS],
+            summary: 0,
             ring_len: 0,
             overflow: BinaryHeap::new(),
             next_seq: 0,
@@ -134,6 +137,7 @@ impl<E> EventQueue<E> {
             };
             self.ring[i] = n;
             self.bitmap[i / 64] |= 1 << (i % 64);
+            self.summary |= 1 << (i / 64);
             self.ring_len += 1;
         } else {
             self.overflow.push(e);
@@ -154,6 +158,9 @@ impl<E> EventQueue<E> {
                 let offset = (i + BUCKETS - start) % BUCKETS;
                 self.base += 1 + offset as u64;
                 self.bitmap[i / 64] &= !(1 << (i % 64));
+                if self.bitmap[i / 64] == 0 {
+                    self.summary &= !(1 << (i / 64));
+                }
                 let mut n = std::mem::replace(&mut self.ring[i], NIL);
                 while n != NIL {
                     let node = &mut self.nodes[n as usize];
@@ -184,18 +191,26 @@ impl<E> EventQueue<E> {
         if first != 0 {
             return w0 * 64 + first.trailing_zeros() as usize;
         }
-        for k in 1..=WORDS {
-            let w = (w0 + k) % WORDS;
-            let bits = if w == w0 {
-                self.bitmap[w] & !(!0u64 << b0)
-            } else {
-                self.bitmap[w]
-            };
-            if bits != 0 {
-                return w * 64 + bits.trailing_zeros() as usize;
-            }
-        }
-        unreachable!("ring_len > 0 but no bucket is marked")
+        // Words after w0, then (wrapping) words from 0 up to and including w0.
+        let after = if w0 + 1 < WORDS {
+            self.summary & (!0u64 << (w0 + 1))
+        } else {
+            0
+        };
+        let w = if after != 0 {
+            after.trailing_zeros() as usize
+        } else {
+            let before = self.summary & (u64::MAX >> (63 - w0));
+            debug_assert!(before != 0, "ring_len > 0 but no bucket is marked");
+            before.trailing_zeros() as usize
+        };
+        // Back in w0 after wrapping: only the bits below b0 are still unvisited.
+        let bits = if w == w0 {
+            self.bitmap[w] & !(!0u64 << b0)
+        } else {
+            self.bitmap[w]
+        };
+        w * 64 + bits.trailing_zeros() as usize
     }
 
     /// Removes and returns the earliest event.

@@ -19,6 +19,7 @@ pub mod fabric;
 pub mod hca;
 pub mod link;
 pub mod packet;
+pub mod perftest;
 mod port;
 pub mod qos;
 pub mod rng;

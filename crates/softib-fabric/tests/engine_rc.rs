@@ -7,18 +7,12 @@ use softib_fabric::fabric::{Fabric, FabricConfig};
 use softib_fabric::time::{Picos, PS_PER_US};
 use softib_fabric::topology::Topology;
 use softib_transport::Mtu;
-use std::cell::RefCell;
-use std::rc::Rc;
 use support::engine::*;
 
 const MSG: u32 = 64 * 1024;
 
 /// h0 runs write_bw (64 KiB RDMA WRITEs, 16 in flight) to h1 over one 4x EDR cable.
-fn write_bw_b2b(
-    delay_ps: Picos,
-    rx_buffer_bytes: u32,
-    end: Picos,
-) -> (Fabric, Rc<RefCell<BwStats>>) {
+fn write_bw_b2b(delay_ps: Picos, rx_buffer_bytes: u32, end: Picos) -> (Fabric, BwStats) {
     let mut t = Topology::back_to_back();
     t.links[0].delay_ps = Some(delay_ps);
     let cfg = FabricConfig {
@@ -29,28 +23,32 @@ fn write_bw_b2b(
     let (l0, l1) = (f.lid("h0").unwrap(), f.lid("h1").unwrap());
     let mut d0 = device(l0, 1);
     let mut d1 = device(l1, 2);
-    let s0 = rc_side(&mut d0, MSG as usize, 0x1000_0000);
-    let s1 = rc_side(&mut d1, MSG as usize, 0x2000_0000);
+    let s0 = rc_side(&mut d0, MSG as usize, 0x1000_0000).unwrap();
+    let s1 = rc_side(&mut d1, MSG as usize, 0x2000_0000).unwrap();
     // Local ACK timeout 14 (67 ms): no spurious retransmission in these runs.
-    rc_connect(&mut d0, &s0, &s1, l1, 0, Mtu::M4096, 14);
-    rc_connect(&mut d1, &s1, &s0, l0, 0, Mtu::M4096, 14);
-    let stats = Rc::new(RefCell::new(BwStats::default()));
-    let app = WriteBw::new(s0, s1, MSG, 16, stats.clone());
+    rc_connect(&mut d0, &s0, &s1, l1, 0, Mtu::M4096, 14).unwrap();
+    rc_connect(&mut d1, &s1, &s0, l0, 0, Mtu::M4096, 14).unwrap();
+    let app = WriteBw::new(s0, s1, MSG, 16, None);
     f.attach("h0", Box::new(EngineHca::new(d0, Box::new(app))))
         .unwrap();
     f.attach("h1", Box::new(EngineHca::new(d1, Box::new(Passive))))
         .unwrap();
     f.run_until(end);
+    let stats = app_stats(&mut f, "h0");
     (f, stats)
 }
 
-fn messages_between(stats: &Rc<RefCell<BwStats>>, from: Picos, to: Picos) -> u64 {
-    stats
-        .borrow()
-        .completions
-        .iter()
-        .filter(|&&t| t * 1000 >= from && t * 1000 < to)
-        .count() as u64
+fn app_stats(f: &mut Fabric, host: &str) -> BwStats {
+    f.endpoint_mut::<EngineHca>(host, 1)
+        .unwrap()
+        .app::<WriteBw>()
+        .unwrap()
+        .stats()
+        .clone()
+}
+
+fn messages_between(stats: &BwStats, from: Picos, to: Picos) -> u64 {
+    stats.completed_between(from / 1000, to / 1000)
 }
 
 /// Wire bytes of one 64 KiB RDMA WRITE at MTU 4096: WRITE_FIRST carries a RETH.
@@ -66,7 +64,7 @@ fn rc_write_bw_reaches_the_fraction_headers_and_flow_control_allow() {
     let from = 200 * PS_PER_US;
     let to = 2_200 * PS_PER_US;
     let (f, stats) = write_bw_b2b(10_000, 64 * 1024, to);
-    assert!(stats.borrow().errors.is_empty());
+    assert!(stats.errors.is_empty());
     let msgs = messages_between(&stats, from, to) as f64;
     let goodput = msgs * MSG as f64 * 8.0 / ((to - from) as f64 * 1e-12);
     // 100 Gb/s data rate x payload / wire bytes; the flow-control packets h0 sends (one per
@@ -117,7 +115,7 @@ fn rc_write_bw_with_a_buffer_below_the_bdp_falls_in_proportion_without_loss() {
         assert_eq!(c.qp.local_ack_timeouts, 0);
         assert_eq!(hca.encap_counters().rx_malformed, 0);
     }
-    assert!(s_stats.borrow().errors.is_empty() && b_stats.borrow().errors.is_empty());
+    assert!(s_stats.errors.is_empty() && b_stats.errors.is_empty());
 }
 
 #[test]
@@ -134,22 +132,22 @@ fn rc_through_a_fat_tree_delivers_byte_exact_data() {
     let (la, lb) = (f.lid("h0").unwrap(), f.lid("h7").unwrap());
     let mut da = device(la, 3);
     let mut db = device(lb, 4);
-    let sa = rc_side(&mut da, MSG as usize, 0x1000_0000);
-    let sb = rc_side(&mut db, MSG as usize, 0x2000_0000);
+    let sa = rc_side(&mut da, MSG as usize, 0x1000_0000).unwrap();
+    let sb = rc_side(&mut db, MSG as usize, 0x2000_0000).unwrap();
     let pattern: Vec<u8> = (0..MSG).map(|i| (i * 7 + 3) as u8).collect();
     softib_transport::Memory::write(da.memory_mut(sa.keys.lkey).unwrap(), 0, &pattern);
     // Local ACK timeout 8 (1 ms): lost packets are retransmitted within the run.
-    rc_connect(&mut da, &sa, &sb, lb, 0, Mtu::M4096, 8);
-    rc_connect(&mut db, &sb, &sa, la, 0, Mtu::M4096, 8);
-    let stats = Rc::new(RefCell::new(BwStats::default()));
-    let app = WriteBw::new(sa, sb, MSG, 4, stats.clone());
+    rc_connect(&mut da, &sa, &sb, lb, 0, Mtu::M4096, 8).unwrap();
+    rc_connect(&mut db, &sb, &sa, la, 0, Mtu::M4096, 8).unwrap();
+    let app = WriteBw::new(sa, sb, MSG, 4, None);
     f.attach("h0", Box::new(EngineHca::new(da, Box::new(app))))
         .unwrap();
     f.attach("h7", Box::new(EngineHca::new(db, Box::new(Passive))))
         .unwrap();
     f.run_until(20_000 * PS_PER_US);
-    assert!(stats.borrow().errors.is_empty());
-    assert!(stats.borrow().completions.len() > 1000);
+    let stats = app_stats(&mut f, "h0");
+    assert!(stats.errors.is_empty());
+    assert!(stats.completions.len() > 1000);
     let corrupted: u64 = f.total_counters().port_rcv_errors;
     assert!(corrupted > 0, "the links did corrupt packets");
     let hb = f.endpoint_mut::<EngineHca>("h7", 1).unwrap();
