@@ -134,11 +134,11 @@ pub fn faults_strategy(max_p: f64) -> impl Strategy<Value = Faults> {
             reorder,
             corrupt,
             delay,
-            ecn_mark: 0.0,
-            fecn_mark: 0.0,
             reorder_window,
             delay_max,
             corrupt_bypasses_icrc: false,
+            // ECN/FECN marks do not change delivery; the CC tests cover them.
+            ..Faults::default()
         },
     )
 }
@@ -471,6 +471,33 @@ pub fn consumes_recv(op: WrOpcode) -> bool {
     )
 }
 
+/// The 40 bytes in front of a UD receive for RoCEv2 over IPv4 (the harness's GIDs are
+/// IPv4-mapped), as Linux delivers them (`union rdma_network_hdr`): 20 zero bytes, then the
+/// IPv4 header of the packet (Identification unknown, so 0; DF set; TTL = hop limit; UDP).
+pub fn ud_network_header(sgid: &[u8; 16], dgid: &[u8; 16], p: &Placed) -> [u8; 40] {
+    let pad = (4 - p.len % 4) % 4;
+    let imm = if p.wr.imm_data.is_some() { 4 } else { 0 };
+    // IPv4 + UDP + BTH + DETH + ImmDt + payload + pad + ICRC
+    let total = (20 + 8 + 12 + 8 + imm + p.len + pad + 4) as u16;
+    let mut b = [0u8; 40];
+    let h = &mut b[20..];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[6] = 0x40;
+    h[8] = 64;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&sgid[12..]);
+    h[16..20].copy_from_slice(&dgid[12..]);
+    let sum: u32 = h
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    let folded = (sum & 0xFFFF) + (sum >> 16);
+    let folded = (folded & 0xFFFF) + (folded >> 16);
+    h[10..12].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+    b
+}
+
 /// Everything the model predicts for one side of one QP.
 pub struct Expect {
     pub send_wcs: Vec<WorkCompletion>,
@@ -528,11 +555,8 @@ pub fn model(
                 let mut at = r.off;
                 if let Some(sgid) = ud_grh {
                     flags |= WcFlags::GRH;
-                    // GRH area (IBA 8.3.1 layout): the GIDs are predicted; bytes 0..8
-                    // (version/class/flow, payload length, next header, hop limit) are
-                    // checked by `ud_grh_head_ok`.
-                    peer_mem[at + 8..at + 24].copy_from_slice(&sgid);
-                    peer_mem[at + 24..at + 40].copy_from_slice(&gid_of(peer.side));
+                    let area = ud_network_header(&sgid, &gid_of(peer.side), p);
+                    peer_mem[at..at + 40].copy_from_slice(&area);
                     at += 40;
                     byte_len += 40;
                 }
@@ -1103,28 +1127,160 @@ pub fn check_exact_traced(
                 q,
                 side
             );
-            let mut got = read_all(&pair, side, &r.eps[side]);
-            if ud {
-                // Bytes 0..8 of each GRH area: version 6, then the payload length and
-                // next header of the received packet; hop limit as sent.
-                for (rv, wc) in r.recvs[side].iter().zip(&want_recv[q][side]) {
-                    let head = &got[rv.off..rv.off + 8];
-                    prop_assert_eq!(head[0] >> 4, 6, "GRH IP version");
-                    prop_assert_eq!(head[6], 0x1B, "GRH next header (IBA 8.3.1)");
-                    prop_assert_eq!(head[7], 64, "GRH hop limit");
-                    let plen = u16::from_be_bytes([head[4], head[5]]) as u32;
-                    prop_assert!(plen >= wc.byte_len - 40, "GRH payload length {}", plen);
-                    let want = &mut want_mem[q][side];
-                    want[rv.off..rv.off + 8].copy_from_slice(&got[rv.off..rv.off + 8]);
-                }
-            }
-            // (after the GRH check so `got` is compared whole)
-            got.truncate(BUF_LEN);
+            let got = read_all(&pair, side, &r.eps[side]);
             assert_memory(
                 &format!("qp {q} side {side} ({:?})", case.qp_type),
                 &got,
                 &want_mem[q][side],
             )?;
+        }
+    }
+    assert_guards(&pair, &runs)?;
+    assert_state(&pair, &runs, QpState::Rts)?;
+    assert_no_bad_events(&mut pair)?;
+    Ok(())
+}
+
+/// Runs an unreliable (UC/UD) `case` with faults and checks what those services promise
+/// (IBA 9.8.2 UC, 9.8.3 UD: messages may be lost, and on this link also duplicated or
+/// reordered; a lost message shifts later ones onto earlier receive WQEs):
+/// - every signaled send WR completes exactly once, in order, successfully (UC/UD send
+///   completions are local);
+/// - receive completions consume the posted receive WQEs in order; each is either a
+///   success whose bytes, length, immediate and (UD) network header area are exactly those
+///   of one message the peer sent, or a local length error (a larger message reached a
+///   smaller WQE);
+/// - every byte that changed lies in a range the peer targeted: a WRITE target range
+///   (holding the byte of one of the WRITEs covering it) or a posted receive buffer (UD:
+///   only the consumed part of a consumed buffer); guard regions, source, atomic and
+///   landing areas are untouched; the QPs stay in RTS.
+pub fn check_unreliable(case: &Case) -> Result<(), TestCaseError> {
+    let (mut pair, runs) = setup(case);
+    let ud = case.qp_type == QpType::Ud;
+    let mut want_send = vec![[Vec::new(), Vec::new()]; runs.len()];
+    for (q, r) in runs.iter().enumerate() {
+        for side in 0..2 {
+            // The model's send completions do not depend on delivery.
+            let mut scratch_me = r.init[side].clone();
+            let mut scratch_peer = r.init[1 - side].clone();
+            let e = model(
+                &r.placed[side],
+                &r.recvs[1 - side],
+                &r.eps[side],
+                &r.eps[1 - side],
+                &mut scratch_me,
+                &mut scratch_peer,
+                &r.init[1 - side],
+                ud.then(|| gid_of(side)),
+            );
+            want_send[q][side] = e.send_wcs;
+        }
+    }
+    let n_send: Vec<[usize; 2]> = want_send.iter().map(|w| [w[0].len(), w[1].len()]).collect();
+    let n_recv = vec![[0usize; 2]; runs.len()];
+    let seen = run(case, &mut pair, &runs, &n_send, &n_recv, DEADLINE);
+    for (q, r) in runs.iter().enumerate() {
+        for side in 0..2 {
+            let (got_send, got_recv) = &seen[q][side];
+            prop_assert_eq!(
+                got_send,
+                &want_send[q][side],
+                "qp {} side {}: send completions",
+                q,
+                side
+            );
+            let got = read_all(&pair, side, &r.eps[side]);
+            let init = &r.init[side];
+            let peer_ops = &r.placed[1 - side];
+            let posted = &r.recvs[side];
+            prop_assert!(
+                got_recv.len() <= posted.len(),
+                "more receive completions than WQEs"
+            );
+            // Bytes a receive may legitimately have changed.
+            let mut allowed = vec![false; BUF_LEN];
+            for (i, wc) in got_recv.iter().enumerate() {
+                let rv = &posted[i];
+                prop_assert_eq!(
+                    wc.wr_id,
+                    rv.wr.wr_id,
+                    "qp {} side {}: WQEs consumed in order",
+                    q,
+                    side
+                );
+                prop_assert_eq!(wc.qp_num, r.eps[side].qpn);
+                match wc.status {
+                    WcStatus::LocLenErr => continue,
+                    WcStatus::Success => {}
+                    s => {
+                        return Err(TestCaseError::fail(format!(
+                            "qp {q} side {side}: receive completed with {s:?}: {wc:?}"
+                        )))
+                    }
+                }
+                prop_assert_eq!(wc.src_qp, r.eps[1 - side].qpn);
+                let hdr = if ud { 40 } else { 0 };
+                let found = peer_ops.iter().any(|p| {
+                    if !consumes_recv(p.wr.opcode) || p.wr.imm_data != wc.imm_data {
+                        return false;
+                    }
+                    if p.wr.opcode == WrOpcode::RdmaWriteWithImm {
+                        return wc.opcode == WcOpcode::RecvRdmaWithImm
+                            && wc.byte_len as usize == p.len;
+                    }
+                    if wc.opcode != WcOpcode::Recv || wc.byte_len as usize != p.len + hdr {
+                        return false;
+                    }
+                    let body = &got[rv.off + hdr..rv.off + hdr + p.len];
+                    let head_ok = !ud
+                        || got[rv.off..rv.off + 40]
+                            == ud_network_header(&gid_of(1 - side), &gid_of(side), p);
+                    body == &p.data[..] && head_ok
+                });
+                prop_assert!(
+                    found,
+                    "qp {} side {}: receive {:?} matches no message the peer sent",
+                    q,
+                    side,
+                    wc
+                );
+                if wc.opcode == WcOpcode::Recv {
+                    let n = if ud {
+                        wc.byte_len as usize
+                    } else {
+                        rv.capacity
+                    };
+                    allowed[rv.off..rv.off + n]
+                        .iter_mut()
+                        .for_each(|a| *a = true);
+                }
+            }
+            if !ud {
+                // UC: an interrupted SEND leaves its bytes in the WQE it started to fill, and
+                // the WQE is reused (IBA 9.8.2.2), so any posted buffer may hold partial data.
+                for rv in posted {
+                    allowed[rv.off..rv.off + rv.capacity]
+                        .iter_mut()
+                        .for_each(|a| *a = true);
+                }
+            }
+            for i in 0..BUF_LEN {
+                if got[i] == init[i] || allowed[i] {
+                    continue;
+                }
+                let by_write = peer_ops.iter().any(|p| {
+                    matches!(
+                        p.wr.opcode,
+                        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+                    ) && (p.remote_off..p.remote_off + p.len).contains(&i)
+                        && p.data[i - p.remote_off] == got[i]
+                });
+                prop_assert!(
+                    by_write,
+                    "qp {} side {}: byte {} changed ({:02x} -> {:02x}) outside every targeted range",
+                    q, side, i, init[i], got[i]
+                );
+            }
         }
     }
     assert_guards(&pair, &runs)?;
