@@ -362,3 +362,44 @@ fn ud_local_protection_error_enters_sqe_and_flushes_then_recovers() {
     assert_eq!(pair.completions(0, &a)[0].status, WcStatus::Success);
     assert_eq!(recv_wcs(&mut pair, &b).len(), 1);
 }
+
+#[test]
+fn requester_honours_end_to_end_credits() {
+    let mut pair = Pair::new(48);
+    pair.trace = true;
+    let (a, b) = pair.connect(&QpOptions {
+        min_rnr_timer: 5,
+        ..Default::default()
+    });
+    for i in 0..2 {
+        pair.dev(1)
+            .post_recv(b.qpn, &recv(i, &b, i * 4096, 4096))
+            .unwrap();
+    }
+    for i in 0..5 {
+        pair.dev(0)
+            .post_send(0, a.qpn, &wr(WrOpcode::Send, i, &a, 0, &b, 0, 64))
+            .unwrap();
+    }
+    pair.drive_until(SEC, |p| {
+        p.device(0).qp_counters(a.qpn).unwrap().rnr_naks_received >= 1
+    });
+    // Two messages within the credits plus the one allowed beyond them (IBA 9.7.7.2);
+    // sends 4 and 5 wait instead of being sent into an empty receive queue.
+    let mut psns: Vec<u32> = pair
+        .trace_log
+        .iter()
+        .filter(|e| e.from == 0)
+        .map(|e| e.psn)
+        .collect();
+    psns.dedup();
+    assert_eq!(psns, vec![0x100, 0x101, 0x102]);
+    for i in 2..5 {
+        pair.dev(1)
+            .post_recv(b.qpn, &recv(i, &b, i * 4096, 4096))
+            .unwrap();
+    }
+    let wcs = wait_send(&mut pair, &a, 5, 10 * SEC);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(recv_wcs(&mut pair, &b).len(), 5);
+}

@@ -65,6 +65,14 @@ pub(crate) struct Requester {
     pub recovering: bool,
     /// The next WQE failed its local buffer check; it fails once it reaches the head.
     pub blocked_local_error: bool,
+    /// Send sequence number of the last started WQE (IBA 9.7.7.2: every WQE has one).
+    pub ssn: u32,
+    /// Limit sequence number: the last AETH's MSN + its credit count.
+    pub lsn: u32,
+    /// Everything before this PSN is known to have reached the responder.
+    pub confirmed: u32,
+    /// The responder advertised credit code 31 (no end-to-end flow control, e.g. an SRQ).
+    pub unlimited_credit: bool,
 }
 
 /// A message being received by the responder.

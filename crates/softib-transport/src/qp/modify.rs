@@ -239,6 +239,7 @@ impl Qp {
             self.req.una = a.sq_psn;
             self.req.tx_psn = a.sq_psn;
             self.req.max_sent = a.sq_psn;
+            self.req.confirmed = a.sq_psn;
         }
         if m.contains(M::MAX_DEST_RD_ATOMIC) {
             t.max_dest_rd_atomic = a.max_dest_rd_atomic;

@@ -4,7 +4,9 @@
 //! fences, read-response placement with partial-read retry, atomic responses, and error
 //! completions.
 
-use softib_wire::{AtomicEthRepr, NakCode, Operation, PacketRepr, RethRepr, Service, Syndrome};
+use softib_wire::{
+    AethRepr, AtomicEthRepr, NakCode, Operation, PacketRepr, RethRepr, Service, Syndrome,
+};
 
 use crate::device::{Shared, Transmit};
 use crate::dma;
@@ -43,9 +45,23 @@ impl Qp {
     }
 
     /// Can the next unstarted WQE start now? (fence: after prior READs/atomics complete,
-    /// IBA 10.8.3.3; READs/atomics: at most max_rd_atomic outstanding, IBA 9.7.6.1.x.)
+    /// IBA 10.8.3.3; READs/atomics: at most max_rd_atomic outstanding, IBA 9.7.6.1.x;
+    /// end-to-end credits for messages that consume a receive WQE, IBA 9.7.7.2.)
     fn can_start(&self, w: &SendWqe) -> bool {
         if w.fence && self.req.rd_atomic_out > 0 {
+            return false;
+        }
+        // A message that consumes a receive WQE may go when its SSN <= LSN + 1: one message
+        // beyond the advertised credits is allowed, so a requester with no credits still
+        // learns new ones from that message's ACK (or RNR NAK).
+        let consumes_wqe = matches!(
+            w.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWriteWithImm
+        );
+        if consumes_wqe && !self.req.unlimited_credit && psn::diff(self.req.ssn, self.req.lsn) > 0 {
             return false;
         }
         !(w.opcode.is_read_or_atomic() && self.req.rd_atomic_out >= self.max_rd_atomic())
@@ -92,6 +108,7 @@ impl Qp {
             _ => packets_for(w.length, mtu),
         };
         w.read_done = 0;
+        self.req.ssn = psn::add(self.req.ssn, 1);
         if w.opcode.is_read_or_atomic() {
             self.req.rd_atomic_out += 1;
         }
@@ -248,12 +265,16 @@ impl Qp {
             self.counters.stale_responses += 1;
             return;
         }
+        if let Some(aeth) = pkt.aeth {
+            self.update_credits(aeth);
+        }
         let op = pkt.bth.opcode.operation();
         match op {
             Operation::Acknowledge => {
                 let Some(aeth) = pkt.aeth else { return };
                 match aeth.syndrome {
                     Syndrome::Ack { .. } => {
+                        self.note_responder_progress(psn::add(p, 1));
                         self.rc_ack_through(now, p, sh);
                     }
                     Syndrome::RnrNak { timer } => {
@@ -277,6 +298,7 @@ impl Qp {
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.counters.seq_naks_received += 1;
+                        self.note_responder_progress(p);
                         self.rc_ack_through(now, psn::add(p, psn::PSN_MASK), sh);
                         if self.state() != QpState::Err {
                             self.rc_retry(p, RetryCause::SeqNak, sh);
@@ -316,6 +338,35 @@ impl Qp {
         self.check_drained(sh);
     }
 
+    /// The responder confirmed receiving everything before `confirmed` (an ACK for
+    /// `confirmed - 1`, or a sequence NAK expecting `confirmed`). If that is further than
+    /// before, the connection makes progress even when completions cannot (an earlier READ
+    /// is still missing responses), so the retry counter starts again (IBA 9.7.6.1.3 counts
+    /// retries without progress).
+    fn note_responder_progress(&mut self, confirmed: u32) {
+        if psn::diff(confirmed, self.req.confirmed) > 0 {
+            self.req.confirmed = confirmed;
+            self.req.retry_left = self.attr.retry_cnt;
+        }
+    }
+
+    /// Takes the end-to-end credits of a positive AETH: LSN = MSN + credits (IBA 9.7.7.2),
+    /// never moving backwards; code 31 switches credit checks off.
+    fn update_credits(&mut self, aeth: AethRepr) {
+        let Syndrome::Ack { credit } = aeth.syndrome else {
+            return;
+        };
+        match credit.wqes() {
+            None => self.req.unlimited_credit = true,
+            Some(n) => {
+                let lsn = psn::add(aeth.msn, n);
+                if psn::diff(lsn, self.req.lsn) > 0 {
+                    self.req.lsn = lsn;
+                }
+            }
+        }
+    }
+
     /// Completes every WQE whose PSNs are all <= `p` (IBA 9.7.5.1.2: an ACK acknowledges
     /// all earlier PSNs). A fully covered READ/atomic without its response means the
     /// response was lost: go back to it (implicit NAK).
@@ -350,6 +401,9 @@ impl Qp {
     /// that fell behind the acknowledged point.
     fn progress(&mut self, now: Nanos) {
         self.req.recovering = false;
+        if psn::diff(self.req.una, self.req.confirmed) > 0 {
+            self.req.confirmed = self.req.una;
+        }
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
         if psn::diff(self.req.tx_psn, self.req.una) < 0 {
