@@ -371,12 +371,21 @@ fn requester_honours_end_to_end_credits() {
         min_rnr_timer: 5,
         ..Default::default()
     });
-    for i in 0..2 {
+    for i in 0..3 {
         pair.dev(1)
             .post_recv(b.qpn, &recv(i, &b, i * 4096, 4096))
             .unwrap();
     }
-    for i in 0..5 {
+    // The first message teaches the requester the credits: MSN 1 + 2 WQEs left = LSN 3.
+    pair.dev(0)
+        .post_send(0, a.qpn, &wr(WrOpcode::Send, 0, &a, 0, &b, 0, 64))
+        .unwrap();
+    assert_eq!(
+        wait_send(&mut pair, &a, 1, SEC)[0].status,
+        WcStatus::Success
+    );
+    pair.trace_log.clear();
+    for i in 1..6 {
         pair.dev(0)
             .post_send(0, a.qpn, &wr(WrOpcode::Send, i, &a, 0, &b, 0, 64))
             .unwrap();
@@ -385,7 +394,7 @@ fn requester_honours_end_to_end_credits() {
         p.device(0).qp_counters(a.qpn).unwrap().rnr_naks_received >= 1
     });
     // Two messages within the credits plus the one allowed beyond them (IBA 9.7.7.2);
-    // sends 4 and 5 wait instead of being sent into an empty receive queue.
+    // the last two wait instead of being sent into an empty receive queue.
     let mut psns: Vec<u32> = pair
         .trace_log
         .iter()
@@ -393,13 +402,13 @@ fn requester_honours_end_to_end_credits() {
         .map(|e| e.psn)
         .collect();
     psns.dedup();
-    assert_eq!(psns, vec![0x100, 0x101, 0x102]);
-    for i in 2..5 {
+    assert_eq!(psns, vec![0x101, 0x102, 0x103]);
+    for i in 3..6 {
         pair.dev(1)
             .post_recv(b.qpn, &recv(i, &b, i * 4096, 4096))
             .unwrap();
     }
     let wcs = wait_send(&mut pair, &a, 5, 10 * SEC);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
-    assert_eq!(recv_wcs(&mut pair, &b).len(), 5);
+    assert_eq!(recv_wcs(&mut pair, &b).len(), 6);
 }

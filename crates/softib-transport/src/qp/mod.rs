@@ -71,6 +71,9 @@ pub(crate) struct Requester {
     pub lsn: u32,
     /// Everything before this PSN is known to have reached the responder.
     pub confirmed: u32,
+    /// An AETH with a credit count arrived: until then the requester cannot know the
+    /// responder's receive queue and does not throttle (the first RNR NAK or ACK teaches it).
+    pub credits_known: bool,
     /// The responder advertised credit code 31 (no end-to-end flow control, e.g. an SRQ).
     pub unlimited_credit: bool,
 }

@@ -61,7 +61,11 @@ impl Qp {
                 | WrOpcode::SendWithInv
                 | WrOpcode::RdmaWriteWithImm
         );
-        if consumes_wqe && !self.req.unlimited_credit && psn::diff(self.req.ssn, self.req.lsn) > 0 {
+        if consumes_wqe
+            && self.req.credits_known
+            && !self.req.unlimited_credit
+            && psn::diff(self.req.ssn, self.req.lsn) > 0
+        {
             return false;
         }
         !(w.opcode.is_read_or_atomic() && self.req.rd_atomic_out >= self.max_rd_atomic())
@@ -360,9 +364,10 @@ impl Qp {
             None => self.req.unlimited_credit = true,
             Some(n) => {
                 let lsn = psn::add(aeth.msn, n);
-                if psn::diff(lsn, self.req.lsn) > 0 {
+                if !self.req.credits_known || psn::diff(lsn, self.req.lsn) > 0 {
                     self.req.lsn = lsn;
                 }
+                self.req.credits_known = true;
             }
         }
     }
