@@ -35,6 +35,9 @@ pub struct PortCounters {
     pub fc_packets_sent: u64,
     /// Flow-control packets received.
     pub fc_packets_rcvd: u64,
+    /// Packets this (switch) port marked with FECN (vendor counters call this e.g.
+    /// `marked_fecn`; not a PortCounters field).
+    pub fecn_marked: u64,
     /// SymbolErrorCounter.
     pub symbol_error_counter: u64,
     /// LinkErrorRecoveryCounter.

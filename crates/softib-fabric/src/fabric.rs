@@ -16,6 +16,7 @@
 //! rate times the speed-up; an input feeds one transfer at a time. The input buffer is freed
 //! when the packet has crossed the crossbar (and, cut-through, has fully arrived).
 
+use crate::congestion::{CongestionMarker, OutputState};
 use crate::counters::{data_words, PortCounters};
 use crate::credits::{FC_PACKET_BYTES, MAX_WINDOW};
 use crate::event::EventQueue;
@@ -180,6 +181,7 @@ pub struct Fabric {
     events: u64,
     samples: Vec<CounterSample>,
     delivered: u64,
+    marker: Option<Box<dyn CongestionMarker>>,
 }
 
 impl Fabric {
@@ -353,6 +355,7 @@ impl Fabric {
             events: 0,
             samples: Vec::new(),
             delivered: 0,
+            marker: None,
         })
     }
 
@@ -427,6 +430,7 @@ impl Fabric {
             t.xmit_wait_ps += c.xmit_wait_ps;
             t.fc_packets_sent += c.fc_packets_sent;
             t.fc_packets_rcvd += c.fc_packets_rcvd;
+            t.fecn_marked += c.fecn_marked;
             t.port_rcv_errors += c.port_rcv_errors;
             t.port_rcv_switch_relay_errors += c.port_rcv_switch_relay_errors;
             t.port_xmit_discards += c.port_xmit_discards;
@@ -514,6 +518,18 @@ impl Fabric {
             .as_mut()?
             .as_any_mut()?
             .downcast_mut::<T>()
+    }
+
+    /// Installs the switches' congestion-marking policy (Annex A10; see
+    /// [`crate::congestion`]).
+    pub fn set_congestion_marker(&mut self, marker: Box<dyn CongestionMarker>) {
+        self.marker = Some(marker);
+    }
+
+    /// Blocks routed to output VL `vl` of switch port (`name`, `port`) and not yet sent.
+    pub fn queued_blocks(&self, name: &str, port: u8, vl: u8) -> Option<u32> {
+        let p = &self.ports[self.port_index(name, port)?];
+        p.queued_blocks.get(vl as usize).copied()
     }
 
     /// Sets the SL2VL table a switch uses from input port `in_port` to output `out_port`.
@@ -867,6 +883,15 @@ impl Fabric {
                 (id, Some((port, ivl)))
             }
         };
+        if from.is_some() {
+            // Annex A10: the marking decision at the switch output, before the packet leaves.
+            if vl != VL15 {
+                self.mark_congestion(qi, vl, id, now);
+            }
+            let blocks = self.pool.get(id).meta.blocks as u32;
+            let p = &mut self.ports[qi];
+            p.queued_blocks[vl as usize] = p.queued_blocks[vl as usize].saturating_sub(blocks);
+        }
         let p = &mut self.ports[qi];
         let pkt = self.pool.get_mut(id);
         let (blocks, len) = (pkt.meta.blocks, pkt.meta.len);
@@ -918,6 +943,33 @@ impl Fabric {
         let p = &self.ports[qi];
         if p.nonempty != 0 || p.fc_pending != 0 || p.release_on_done.is_some() {
             self.schedule_done(q);
+        }
+    }
+
+    /// Asks the congestion marker about a data packet a switch output `qi` grants on `vl`.
+    fn mark_congestion(&mut self, qi: usize, vl: u8, id: PacketId, now: Picos) {
+        let Some(marker) = self.marker.as_mut() else {
+            return;
+        };
+        let p = &self.ports[qi];
+        let since = p.vl_wait_since[vl as usize];
+        let state = OutputState {
+            now,
+            node: p.node,
+            port: p.num,
+            vl,
+            queued_blocks: p.queued_blocks[vl as usize],
+            credits: p.tx[vl as usize].available(),
+            waited_ps: if since == NOT_WAITING { 0 } else { now - since },
+        };
+        let pkt = self.pool.get_mut(id);
+        if marker.mark(&state, &pkt.meta) && crate::congestion::set_fecn(pkt.bytes_mut()) {
+            // FECN is outside the ICRC (masked) but inside the VCRC: materialised CRCs are
+            // stale now and will be recomputed when next needed.
+            if pkt.meta.crc == CrcState::Materialized {
+                pkt.meta.crc = CrcState::Implicit;
+            }
+            self.ports[qi].counters.fecn_marked += 1;
         }
     }
 
@@ -1067,6 +1119,11 @@ impl Fabric {
             self.release(q, vl, meta.blocks);
             return;
         }
+        let (op, ovl) = {
+            let pkt = self.pool.get(id);
+            (pkt.out_port, pkt.out_vl)
+        };
+        self.ports[op as usize].queued_blocks[ovl as usize] += meta.blocks as u32;
         let p = &mut self.ports[qi];
         p.in_q[vl as usize].push_back(id);
         if p.in_q[vl as usize].len() == 1 {

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod congestion;
 pub mod counters;
 pub mod crc;
 pub mod credits;

@@ -26,22 +26,25 @@ pub struct Side {
     pub len: usize,
 }
 
-/// A native-IB device for the HCA port with `lid` (GID fe80::LID), MTU 4096.
-pub fn device(lid: u16, seed: u64) -> Device {
+/// The configuration of a native-IB device for the HCA port with `lid`: GID fe80::LID,
+/// MTU 4096, `LinkLayer::InfiniBand`, engine defaults otherwise.
+pub fn device_config(lid: u16) -> DeviceConfig {
     let mut gid = [0u8; 16];
     gid[0] = 0xfe;
     gid[1] = 0x80;
     gid[14..].copy_from_slice(&lid.to_be_bytes());
-    Device::new(
-        DeviceConfig {
-            lid,
-            gid,
-            max_mtu: Mtu::M4096,
-            link_layer: LinkLayer::InfiniBand,
-            ..DeviceConfig::default()
-        },
-        seed,
-    )
+    DeviceConfig {
+        lid,
+        gid,
+        max_mtu: Mtu::M4096,
+        link_layer: LinkLayer::InfiniBand,
+        ..DeviceConfig::default()
+    }
+}
+
+/// A device with [`device_config`], its random stream seeded with `seed`.
+pub fn device(lid: u16, seed: u64) -> Device {
+    Device::new(device_config(lid), seed)
 }
 
 /// A protection domain, CQ, registered buffer of `buf_len` bytes at `addr` (local write,

@@ -58,6 +58,8 @@ pub(crate) struct Port {
     pub tx: [TxCredits; DATA_VLS],
     pub out_q: [VecDeque<Source>; 16],
     pub nonempty: u16,
+    /// Per output VL of a switch port, blocks of the packets routed to it and not yet sent.
+    pub queued_blocks: [u32; 16],
     /// Per output VL, the input port number served last (round-robin among inputs).
     pub rr_last: [u8; 16],
     pub arb: VlArbiter,
@@ -159,6 +161,7 @@ impl Port {
             out_q: Default::default(),
             nonempty: 0,
             rr_last: [0; 16],
+            queued_blocks: [0; 16],
             arb,
             fc_pending: 0,
             fc_last: [0; DATA_VLS],
