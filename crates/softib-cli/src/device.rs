@@ -40,6 +40,11 @@ pub struct DeviceArgs {
     /// core busy).
     #[arg(long)]
     pub busy_poll: bool,
+    /// Microseconds the device thread keeps spinning after the last datagram before it
+    /// sleeps (without --busy-poll). The tools poll the device themselves while a test
+    /// runs, so a spinning device thread only competes with them for a core.
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = 0)]
+    pub spin_us: u64,
 }
 
 impl DeviceArgs {
@@ -96,7 +101,9 @@ impl DeviceArgs {
         let mode = if self.busy_poll {
             WaitMode::Polling
         } else {
-            WaitMode::default()
+            WaitMode::Blocking {
+                spin: Duration::from_micros(self.spin_us),
+            }
         };
         Context::open(config, mode)
             .with_context(|| format!("cannot open a softib device on {addr}"))

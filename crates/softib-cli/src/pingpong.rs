@@ -192,7 +192,6 @@ fn pingpong(
         ctx.post_recv(qpn, &wrs)?;
         Ok(())
     };
-    post_recvs(a.rx_depth)?;
     let mut routs = a.rx_depth;
 
     let psn = ctx.random_psn();
@@ -239,7 +238,10 @@ fn pingpong(
             ..ConnectOptions::default()
         };
         ctx.connect(qpn, QpType::Rc, psn, &endpoint, &opts)
-            .with_context(|| format!("cannot connect to the remote QP {:#x}", rem.qpn))
+            .with_context(|| format!("cannot connect to the remote QP {:#x}", rem.qpn))?;
+        // A softib QP takes receives from INIT on; `connect` goes from RESET to RTS in one
+        // call, so the receives are posted here, before the peer can send.
+        post_recvs(a.rx_depth)
     };
     let rem = if client {
         oob.write_msg("send our address", &my.to_bytes())?;

@@ -190,6 +190,16 @@ fn client_run(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<BwResult
         if let Some(d) = deadline {
             if !stop_posting && Instant::now() >= d {
                 stop_posting = true;
+                // Unsignalled messages since the last signalled one complete only with a
+                // signalled successor: post one per QP (the queue has room for one more
+                // than the depth).
+                for i in 0..qps {
+                    if scnt[i] > ccnt[i] && scnt[i] % u64::from(p.cq_mod) != 0 {
+                        let wr = send_wr(s, p, i, size, scnt[i], true);
+                        s.ctx.post_send(s.qpns[i], &[wr])?;
+                        scnt[i] += 1;
+                    }
+                }
             }
         }
         for i in 0..qps {

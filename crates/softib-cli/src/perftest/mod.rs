@@ -546,7 +546,7 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
                 recv_cq: cq,
                 srq: None,
                 cap: QpCap {
-                    max_send_wr: p.tx_depth.max(16),
+                    max_send_wr: p.tx_depth.max(16) + 1,
                     max_recv_wr: p.rx_depth.max(16),
                     max_send_sge: 1,
                     max_recv_sge: 1,
