@@ -246,7 +246,9 @@ pub fn case_strategy(
                     srq: srq && qp_type != QpType::Ud,
                     max_rd_atomic,
                     timeout,
-                    late_recv,
+                    // Only RC answers a missing receive with RNR NAK and retries; UC and UD
+                    // drop the message (IBA 9.8.2.2, 9.8.3), which the exact model excludes.
+                    late_recv: late_recv.filter(|_| qp_type == QpType::Rc),
                     batches,
                     plans,
                 })
