@@ -582,6 +582,19 @@ impl<'a> RoceFrame<'a> {
     #[inline]
     fn parse_ipv4(packet: &'a [u8]) -> Result<RoceFrame<'a>> {
         let p = Ipv4Packet::new_checked(packet)?;
+        // Decide "is this RoCEv2 at all" before judging the header as RoCEv2: IGMP reports,
+        // for one, carry the Router Alert option (RFC 2113) and share the wire with rxe, so
+        // IPv4 options make a packet malformed only when it is UDP to port 4791 (Annex
+        // A17.4.1: RoCEv2 IPv4 headers carry no options).
+        if p.version() == 4 && p.protocol() != PROTOCOL_UDP {
+            return Err(Error::NotInfiniBand("IP protocol is not UDP"));
+        }
+        if p.version() == 4 && p.header_len() > IPV4_HEADER_LEN {
+            let dport = packet.get(p.header_len() + 2..p.header_len() + 4);
+            if dport.is_some_and(|d| u16::from_be_bytes([d[0], d[1]]) != ROCEV2_UDP_PORT) {
+                return Err(Error::NotInfiniBand("UDP destination port is not 4791"));
+            }
+        }
         let ip = Ipv4Repr::parse(&p)?;
         if ip.protocol != PROTOCOL_UDP {
             return Err(Error::NotInfiniBand("IP protocol is not UDP"));
@@ -874,6 +887,37 @@ mod tests {
         assert!(matches!(
             RoceFrame::parse_ethernet(&other_port),
             Err(Error::NotInfiniBand(_))
+        ));
+    }
+
+    /// The first frame of a capture on the rxe oracle's bridge (issue 8): an IGMPv3 report
+    /// from the host, whose IPv4 header carries the Router Alert option. It is not RoCEv2,
+    /// so decoders must skip it, not count it as a malformed RoCEv2 packet.
+    #[test]
+    fn ipv4_with_options_that_is_not_roce_is_not_infiniband() {
+        const IGMP: [u8; 54] = [
+            0x01, 0x00, 0x5e, 0x00, 0x00, 0x16, 0x8a, 0x27, 0x5e, 0xf4, 0x9d, 0xeb, 0x08, 0x00,
+            0x46, 0xc0, 0x00, 0x28, 0x00, 0x00, 0x40, 0x00, 0x01, 0x02, 0xf8, 0x98, 0x0a, 0x63,
+            0x00, 0xfe, 0xe0, 0x00, 0x00, 0x16, 0x94, 0x04, 0x00, 0x00, 0x22, 0x00, 0xf9, 0x93,
+            0x00, 0x00, 0x00, 0x01, 0x04, 0x00, 0x00, 0x00, 0xe0, 0x00, 0x00, 0x6a,
+        ];
+        assert!(matches!(
+            RoceFrame::parse_ethernet(&IGMP),
+            Err(Error::NotInfiniBand(_))
+        ));
+        // The same header as UDP to another port is not RoCEv2 either ...
+        let mut udp = IGMP;
+        udp[14 + 9] = PROTOCOL_UDP;
+        udp[14 + 24..14 + 28].copy_from_slice(&[0x13, 0x88, 0x00, 0x35]);
+        assert!(matches!(
+            RoceFrame::parse_ethernet(&udp),
+            Err(Error::NotInfiniBand(_))
+        ));
+        // ... but UDP to 4791 with options is a malformed RoCEv2 packet.
+        udp[14 + 26..14 + 28].copy_from_slice(&ROCEV2_UDP_PORT.to_be_bytes());
+        assert!(matches!(
+            RoceFrame::parse_ethernet(&udp),
+            Err(Error::Malformed { .. })
         ));
     }
 
