@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# softib loopback benchmark (issue 4's goals), in one run:
+#   1. RC RDMA WRITE bandwidth, 64 KiB messages, 1 QP    vs iperf3 TCP        goal >= 1.0x
+#   2. RC SEND latency, 64-byte messages (half round trip) vs sockperf UDP
+#      ping-pong (half round trip, average)                                   goal <= 1.5x
+#   3. FETCH_AND_ADD operations/s with 16 outstanding                          goal >= 1 M/s
+# Everything runs on loopback (softib devices on 127.0.0.1 and 127.0.0.2). iperf3 and
+# sockperf are installed with apt-get when missing. Usage: bench/run.sh [SECONDS]
+set -euo pipefail
+
+secs=${1:-5}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mktemp -d /tmp/softib-bench.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]:-}"; do
+        [ -n "$p" ] && kill "$p" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+need() {
+    command -v "$1" >/dev/null 2>&1 && return
+    echo "installing $1 ..." >&2
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+    else
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+    fi
+}
+need iperf3
+need sockperf
+need python3
+
+echo "building softib (release) ..." >&2
+(cd "$root" && cargo build --release -q -p softib-cli)
+softib="${CARGO_TARGET_DIR:-$root/target}/release/softib"
+
+# Runs a softib tool as server (127.0.0.2) and client (127.0.0.1); prints the client's
+# output file.
+pair() {
+    local name=$1 port=$2
+    shift 2
+    "$softib" "$name" --bind 127.0.0.2 -p "$port" "$@" >"$out/$name-server.txt" 2>&1 &
+    local spid=$!
+    pids+=("$spid")
+    for _ in $(seq 100); do
+        grep -q "Waiting for client" "$out/$name-server.txt" 2>/dev/null && break
+        sleep 0.05
+    done
+    "$softib" "$name" 127.0.0.2 --bind 127.0.0.1 -p "$port" "$@" >"$out/$name-client.txt" 2>&1
+    wait "$spid"
+    echo "$out/$name-client.txt"
+}
+
+# The first row of a perftest table in FILE: field N (1-based).
+field() {
+    python3 - "$1" "$2" <<'PY'
+import sys
+rows, table = [], False
+for line in open(sys.argv[1]):
+    if "#bytes" in line:
+        table = True
+        continue
+    f = line.split()
+    if table and f and f[0].isdigit():
+        rows.append(f)
+print(rows[0][int(sys.argv[2]) - 1])
+PY
+}
+
+echo "== 1. bandwidth: iperf3 TCP vs softib write-bw (RC, 64 KiB, 1 QP), ${secs}s each" >&2
+iperf3 -s -1 -B 127.0.0.1 -p 25201 >"$out/iperf3-server.txt" 2>&1 &
+pids+=("$!")
+sleep 0.5
+iperf3 -c 127.0.0.1 -p 25201 -t "$secs" -J >"$out/iperf3.json"
+tcp_gbps=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['end']['sum_received']['bits_per_second']/1e9)" "$out/iperf3.json")
+f=$(pair write-bw 25202 -s 65536 -q 1 -D "$secs" --report_gbits)
+rdma_gbps=$(field "$f" 4)
+
+echo "== 2. latency: sockperf UDP ping-pong vs softib send-lat (RC, 64 B), ${secs}s each" >&2
+sockperf server -i 127.0.0.1 -p 25203 >"$out/sockperf-server.txt" 2>&1 &
+pids+=("$!")
+sleep 0.5
+sockperf ping-pong -i 127.0.0.1 -p 25203 -m 64 -t "$secs" >"$out/sockperf.txt" 2>&1
+udp_avg=$(sed -n 's/.*Summary: Latency is \([0-9.]*\) usec.*/\1/p' "$out/sockperf.txt")
+udp_med=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$out/sockperf.txt")
+f=$(pair send-lat 25204 -s 64 -n $((secs * 20000)))
+lat_med=$(field "$f" 5)
+lat_avg=$(field "$f" 6)
+
+echo "== 3. FETCH_AND_ADD rate, 16 outstanding" >&2
+f=$(pair atomic-bw 25205 -A FETCH_AND_ADD -t 16 -o 16 -D "$secs")
+fadd_mpps=$(field "$f" 5)
+
+python3 - "$tcp_gbps" "$rdma_gbps" "$udp_avg" "$udp_med" "$lat_avg" "$lat_med" "$fadd_mpps" <<'PY'
+import sys
+tcp, rdma, udp_avg, udp_med, lat_avg, lat_med, fadd = map(float, sys.argv[1:])
+def verdict(ok):
+    return "met" if ok else "MISSED"
+print()
+print("softib loopback benchmark")
+print(f"  RDMA WRITE 64 KiB, 1 QP   {rdma:8.2f} Gb/s   iperf3 TCP {tcp:8.2f} Gb/s   ratio {rdma/tcp:5.2f}x  (goal >= 1.0x: {verdict(rdma >= tcp)})")
+print(f"  RC SEND 64 B latency      {lat_avg:8.2f} us avg  sockperf UDP {udp_avg:6.2f} us avg   ratio {lat_avg/udp_avg:5.2f}x  (goal <= 1.5x: {verdict(lat_avg <= 1.5*udp_avg)})")
+print(f"                            {lat_med:8.2f} us median sockperf UDP {udp_med:6.2f} us median ratio {lat_med/udp_med:5.2f}x")
+print(f"  FETCH_AND_ADD, 16 outst.  {fadd*1e6/1e6:8.3f} M ops/s                               (goal >= 1 M/s: {verdict(fadd >= 1.0)})")
+PY
+echo "raw outputs: $out" >&2
