@@ -217,6 +217,8 @@ pub struct Device {
     /// Counters of destroyed QPs, so device totals never go backwards.
     retired: QpCounters,
     pds: u32,
+    /// PDs released by `dealloc_pd` (handles are never reused).
+    dead_pds: Vec<u32>,
     rng: ChaCha8Rng,
     /// Round-robin of QP indexes that may have something to send.
     ready: VecDeque<u32>,
@@ -245,6 +247,7 @@ impl Device {
             qps: Vec::new(),
             retired: QpCounters::default(),
             pds: 0,
+            dead_pds: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -331,8 +334,36 @@ impl Device {
         PdHandle(self.pds)
     }
 
+    /// Releases a protection domain nothing uses any more (`ibv_dealloc_pd`).
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), VerbsError> {
+        self.check_pd(pd)?;
+        let in_use = |what: &'static str| VerbsError::InUse {
+            kind: "PD",
+            value: pd.0,
+            reason: what,
+        };
+        if self.qps.iter().flatten().any(|q| q.pd == pd) {
+            return Err(in_use("QPs still belong to it; destroy them first"));
+        }
+        if self.sh.mrs.any_in_pd(pd) {
+            return Err(in_use(
+                "memory regions are still registered in it; deregister them first",
+            ));
+        }
+        if self.sh.srqs.iter().flatten().any(|s| s.pd == pd) {
+            return Err(in_use("SRQs still belong to it; destroy them first"));
+        }
+        if self.sh.ahs.iter().flatten().any(|(p, _)| *p == pd) {
+            return Err(in_use(
+                "address handles still belong to it; destroy them first",
+            ));
+        }
+        self.dead_pds.push(pd.0);
+        Ok(())
+    }
+
     fn check_pd(&self, pd: PdHandle) -> Result<(), VerbsError> {
-        if pd.0 == 0 || pd.0 > self.pds {
+        if pd.0 == 0 || pd.0 > self.pds || self.dead_pds.contains(&pd.0) {
             return Err(unknown("PD", pd.0));
         }
         Ok(())
@@ -495,7 +526,7 @@ impl Device {
     /// Creates an address handle for UD sends.
     pub fn create_ah(&mut self, pd: PdHandle, attr: AhAttr) -> Result<AhHandle, VerbsError> {
         self.check_pd(pd)?;
-        if self.sh.ahs.len() as u32 >= self.sh.config.max_ah {
+        if self.sh.ahs.iter().flatten().count() as u32 >= self.sh.config.max_ah {
             return Err(VerbsError::LimitReached {
                 limit: "max_ah",
                 max: self.sh.config.max_ah,
@@ -509,6 +540,38 @@ impl Device {
         }
         self.sh.ahs.push(Some((pd, attr)));
         Ok(AhHandle(self.sh.ahs.len() as u32 - 1))
+    }
+
+    /// Destroys an SRQ no QP uses (`ibv_destroy_srq`); its posted WRs vanish.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), VerbsError> {
+        let s = self
+            .sh
+            .srqs
+            .get(srq.0 as usize)
+            .and_then(|s| s.as_ref())
+            .ok_or(unknown("SRQ", srq.0))?;
+        if s.users > 0 {
+            return Err(VerbsError::InUse {
+                kind: "SRQ",
+                value: srq.0,
+                reason: "QPs are still attached; destroy them first",
+            });
+        }
+        self.sh.srqs[srq.0 as usize] = None;
+        Ok(())
+    }
+
+    /// Destroys an address handle (`ibv_destroy_ah`). WRs already posted keep their resolved
+    /// destination.
+    pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<(), VerbsError> {
+        let slot = self
+            .sh
+            .ahs
+            .get_mut(ah.0 as usize)
+            .filter(|a| a.is_some())
+            .ok_or(unknown("AH", ah.0))?;
+        *slot = None;
+        Ok(())
     }
 
     /// Creates a QP in RESET and returns its QPN.

@@ -120,6 +120,11 @@ pub(crate) fn key_index(key: u32) -> usize {
 }
 
 impl MrTable {
+    /// True when a live region belongs to `pd`.
+    pub fn any_in_pd(&self, pd: PdHandle) -> bool {
+        self.slots.iter().flatten().any(|mr| mr.pd == pd)
+    }
+
     /// Number of live regions.
     pub fn live(&self) -> u32 {
         self.live

@@ -400,3 +400,62 @@ fn fixture_reaches_every_state() {
         assert_eq!(dev.qp_state(q.qpn), Some(q.state), "{:?}", q.qp_type);
     }
 }
+
+#[test]
+fn resources_are_released_in_dependency_order() {
+    use softib_transport::{AhAttr, SrqAttr, VecMemory};
+    let mut d = Device::new(DeviceConfig::default(), 3);
+    let pd = d.alloc_pd();
+    let cq = d.create_cq(8).unwrap();
+    let srq = d
+        .create_srq(
+            pd,
+            SrqAttr {
+                max_wr: 4,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let ah = d.create_ah(pd, AhAttr::default()).unwrap();
+    let mr = d
+        .reg_mr(
+            pd,
+            Box::new(VecMemory::zeroed(64)),
+            0,
+            AccessFlags::LOCAL_WRITE,
+        )
+        .unwrap();
+    let qpn = d
+        .create_qp(
+            pd,
+            QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: Some(srq),
+                cap: QpCap::default(),
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+    assert!(matches!(d.dealloc_pd(pd), Err(VerbsError::InUse { .. })));
+    assert!(matches!(d.destroy_srq(srq), Err(VerbsError::InUse { .. })));
+    assert!(matches!(d.destroy_cq(cq), Err(VerbsError::InUse { .. })));
+    d.destroy_qp(qpn).unwrap();
+    d.destroy_srq(srq).unwrap();
+    d.destroy_cq(cq).unwrap();
+    d.destroy_ah(ah).unwrap();
+    assert!(
+        matches!(d.dealloc_pd(pd), Err(VerbsError::InUse { .. })),
+        "the MR still uses it"
+    );
+    d.dereg_mr(mr.lkey).unwrap();
+    d.dealloc_pd(pd).unwrap();
+    assert!(matches!(
+        d.create_cq(8)
+            .map(|_| ())
+            .and_then(|_| d.create_ah(pd, AhAttr::default()).map(|_| ())),
+        Err(VerbsError::UnknownHandle { kind: "PD", .. })
+    ));
+}
