@@ -6,6 +6,7 @@ mod decode;
 mod device;
 mod perftest;
 mod pingpong;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,8 @@ enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// Show, or compare against a baseline, the counters a tool published with --counters.
     Counters(counters::CountersArgs),
+    /// Simulate a native InfiniBand fabric from a scenario file and report what happened.
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::AtomicLat(a) => perftest::run(Verb::Atomic, Kind::Lat, "atomic-lat", &a),
         Command::Pingpong(a) => pingpong::run(&a),
         Command::Counters(a) => counters::run(&a),
+        Command::Sim(args) => sim::run_cli(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -197,6 +197,9 @@ pub struct Scenario {
     pub topology: TopologySection,
     /// QoS in OpenSM's keys; absent = one data VL.
     pub qos: Option<QosOptions>,
+    /// Raw packet streams ([`crate::stream`]).
+    #[serde(default)]
+    pub stream: Vec<crate::stream::StreamEntry>,
     #[serde(skip)]
     source: String,
 }
@@ -209,6 +212,7 @@ impl Scenario {
         // Build once to surface semantic errors at load time.
         s.topology()?;
         s.config()?;
+        s.stream_plan()?;
         Ok(s)
     }
 
@@ -227,6 +231,21 @@ impl Scenario {
             .filter(|&b| b == b'\n')
             .count()
             + 1
+    }
+
+    /// A [`ScenarioError::Invalid`] for `key` at the line of `span`, for checks made in
+    /// other modules (e.g. [`crate::stream`]).
+    pub(crate) fn error_at(
+        &self,
+        key: &str,
+        span: std::ops::Range<usize>,
+        reason: String,
+    ) -> ScenarioError {
+        ScenarioError::Invalid {
+            key: key.to_string(),
+            line: self.line(span),
+            reason,
+        }
     }
 
     fn invalid<T>(

@@ -1,0 +1,529 @@
+//! `softib sim [SCENARIO] [--seed N] [--out DIR]`: runs a fabric scenario, prints what
+//! happened and writes `summary.json`, `counters.csv`, `flows.csv` and SVG plots.
+//! `--sweep KEY=V1,V2,...` runs variants in parallel and tabulates them; `--compare A B`
+//! runs two scenarios and sets their counters side by side.
+//!
+//! SCENARIO is a TOML file, or the name of a bundled scenario (`softib sim --list`); with
+//! none, the bundled default runs. The wall clock is read here only, for the progress bar.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+use softib_fabric::report::compare::{compare, render as render_compare};
+use softib_fabric::report::run::run;
+use softib_fabric::report::text::render;
+use softib_fabric::report::Report;
+use softib_fabric::scenario::Scenario;
+
+/// The scenarios shipped in `scenarios/`, by name.
+pub const BUNDLED: [(&str, &str); 5] = [
+    ("b2b-edr", include_str!("../../../scenarios/b2b-edr.toml")),
+    (
+        "switch-1to1",
+        include_str!("../../../scenarios/switch-1to1.toml"),
+    ),
+    (
+        "incast-8to1",
+        include_str!("../../../scenarios/incast-8to1.toml"),
+    ),
+    (
+        "fat-tree-648-all-to-all",
+        include_str!("../../../scenarios/fat-tree-648-all-to-all.toml"),
+    ),
+    (
+        "fat-tree-3456-permutation",
+        include_str!("../../../scenarios/fat-tree-3456-permutation.toml"),
+    ),
+];
+
+/// What `softib sim` runs without a scenario.
+pub const DEFAULT_SCENARIO: &str = "b2b-edr";
+
+/// Arguments of `softib sim`.
+#[derive(Debug, clap::Args)]
+pub struct SimArgs {
+    /// Scenario file (TOML) or bundled scenario name; default: the bundled `b2b-edr`.
+    pub scenario: Option<String>,
+    /// Seed of every random stream (overrides the scenario's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Directory for the output files [default: softib-sim/NAME].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Run one variant per value of a scenario key (dotted, e.g. fabric.rx_buffer_bytes or
+    /// stream[0].payload_bytes) in parallel and tabulate them; repeat for a cross product.
+    #[arg(long, value_name = "KEY=V1,V2,...")]
+    pub sweep: Vec<String>,
+    /// Run scenarios A and B and show the counter and bandwidth differences side by side.
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["scenario", "sweep"])]
+    pub compare: Option<Vec<String>>,
+    /// List the bundled scenarios and exit.
+    #[arg(long, conflicts_with_all = ["scenario", "sweep", "compare"])]
+    pub list: bool,
+    /// Write no files, only print.
+    #[arg(long, conflicts_with = "out")]
+    pub no_files: bool,
+}
+
+/// A loaded scenario: its name, text and parsed form.
+struct Loaded {
+    name: String,
+    text: String,
+    scenario: Scenario,
+}
+
+/// Loads a scenario from a path, or a bundled scenario by name.
+fn load(arg: Option<&str>, seed: Option<u64>) -> Result<Loaded> {
+    let arg = arg.unwrap_or(DEFAULT_SCENARIO);
+    let path = Path::new(arg);
+    let (name, text, origin) = if path.exists() {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read scenario {}", path.display()))?;
+        let name = path.file_stem().map_or_else(
+            || "scenario".to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        (name, text, path.display().to_string())
+    } else if let Some((n, t)) = BUNDLED.iter().find(|(n, _)| *n == arg) {
+        (
+            n.to_string(),
+            t.to_string(),
+            format!("bundled scenario {n}"),
+        )
+    } else {
+        bail!(
+            "no scenario file `{arg}`, and no bundled scenario of that name (bundled: {})",
+            BUNDLED.map(|(n, _)| n).join(", ")
+        );
+    };
+    let mut scenario = Scenario::parse(&text).with_context(|| format!("in {origin}"))?;
+    if let Some(s) = seed {
+        scenario.seed = s;
+    }
+    Ok(Loaded {
+        name,
+        text,
+        scenario,
+    })
+}
+
+/// A progress bar that appears only on a terminal and only once a run has taken more
+/// than a second of wall time.
+struct Progress {
+    bar: ProgressBar,
+    started: Instant,
+    tty: bool,
+    shown: Mutex<bool>,
+}
+
+impl Progress {
+    fn new(len: u64, what: &str) -> Self {
+        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:40}] {percent}% ({elapsed}, ~{eta} left)")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_message(what.to_string());
+        Progress {
+            bar,
+            started: Instant::now(),
+            tty: std::io::stderr().is_terminal(),
+            shown: Mutex::new(false),
+        }
+    }
+
+    fn tick(&self, n: u64) {
+        self.bar.inc(n);
+        if self.tty && self.started.elapsed() > Duration::from_secs(1) {
+            let mut shown = self.shown.lock().expect("not poisoned");
+            if !*shown {
+                *shown = true;
+                self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            }
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn run_one(l: &Loaded, progress: &Progress) -> Result<Report> {
+    let mut last = 0u64;
+    let steps = 1000u64;
+    let report = run(&l.scenario, &l.name, &mut |done, total| {
+        let now = (done as u128 * steps as u128 / total.max(1) as u128) as u64;
+        progress.tick(now - last);
+        last = now;
+    })
+    .with_context(|| format!("running {}", l.name))?;
+    Ok(report)
+}
+
+fn write_files(report: &Report, dir: &Path) -> Result<()> {
+    let files = report
+        .write(dir)
+        .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    println!();
+    println!("wrote {}:", dir.display());
+    for f in files {
+        println!(
+            "  {}",
+            f.file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        );
+    }
+    Ok(())
+}
+
+fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
+    if args.no_files {
+        return None;
+    }
+    Some(
+        args.out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("softib-sim").join(name)),
+    )
+}
+
+/// Runs `softib sim`.
+pub fn run_cli(args: &SimArgs) -> Result<()> {
+    if args.list {
+        for (n, t) in BUNDLED {
+            let what = t
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("# "))
+                .unwrap_or("");
+            println!("{n:<28} {what}");
+        }
+        return Ok(());
+    }
+    if let Some(pair) = &args.compare {
+        return run_compare(args, &pair[0], &pair[1]);
+    }
+    if !args.sweep.is_empty() {
+        return run_sweep(args);
+    }
+    let l = load(args.scenario.as_deref(), args.seed)?;
+    let progress = Progress::new(1000, &l.name);
+    let report = run_one(&l, &progress);
+    progress.finish();
+    let report = report?;
+    print!("{}", render(&report.summary));
+    if let Some(dir) = out_dir(args, &l.name) {
+        write_files(&report, &dir)?;
+    }
+    Ok(())
+}
+
+fn run_compare(args: &SimArgs, a: &str, b: &str) -> Result<()> {
+    let la = load(Some(a), args.seed)?;
+    let lb = load(Some(b), args.seed)?;
+    let progress = Progress::new(2000, "compare");
+    let (ra, rb) = rayon::join(|| run_one(&la, &progress), || run_one(&lb, &progress));
+    progress.finish();
+    let (ra, rb) = (ra?, rb?);
+    print!("{}", render_compare(&compare(&ra.summary, &rb.summary)));
+    if let Some(dir) = out_dir(args, &format!("compare-{}-{}", la.name, lb.name)) {
+        for (r, tag) in [(&ra, "A"), (&rb, "B")] {
+            write_files(r, &dir.join(format!("{tag}-{}", r.summary.scenario.name)))?;
+        }
+    }
+    Ok(())
+}
+
+/// One `--sweep KEY=V1,V2,...`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    /// Dotted key.
+    pub key: String,
+    /// Values, as written.
+    pub values: Vec<String>,
+}
+
+/// Parses `KEY=V1,V2,...`.
+pub fn parse_sweep(s: &str) -> Result<Sweep> {
+    let (key, values) = s.split_once('=').ok_or_else(|| {
+        anyhow!("--sweep {s}: expected KEY=V1,V2,... (e.g. fabric.rx_buffer_bytes=8192,65536)")
+    })?;
+    let key = key.trim();
+    if key.is_empty() {
+        bail!("--sweep {s}: the key is empty");
+    }
+    let values: Vec<String> = values.split(',').map(|v| v.trim().to_string()).collect();
+    if values.iter().any(String::is_empty) {
+        bail!("--sweep {s}: a value is empty");
+    }
+    Ok(Sweep {
+        key: key.to_string(),
+        values,
+    })
+}
+
+/// A TOML value from its command-line spelling: integer, float, boolean, else string.
+fn toml_value(v: &str) -> toml::Value {
+    if let Ok(i) = v.parse::<i64>() {
+        toml::Value::Integer(i)
+    } else if let Ok(f) = v.parse::<f64>() {
+        toml::Value::Float(f)
+    } else if let Ok(b) = v.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else {
+        toml::Value::String(v.to_string())
+    }
+}
+
+/// Sets dotted `key` (segments may index arrays of tables: `stream[0].payload_bytes`) in
+/// `doc`, creating missing tables.
+pub fn set_key(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<()> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut table = doc;
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        let (name, index) = match part.split_once('[') {
+            Some((n, rest)) => {
+                let idx = rest
+                    .strip_suffix(']')
+                    .and_then(|x| x.parse::<usize>().ok())
+                    .ok_or_else(|| anyhow!("--sweep key {key}: `{part}` is not NAME[INDEX]"))?;
+                (n, Some(idx))
+            }
+            None => (*part, None),
+        };
+        if last && index.is_none() {
+            table.insert(name.to_string(), value);
+            return Ok(());
+        }
+        let entry = table
+            .entry(name.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let target = match index {
+            None => entry,
+            Some(idx) => {
+                let arr = entry.as_array_mut().ok_or_else(|| {
+                    anyhow!("--sweep key {key}: `{name}` is not an array of tables")
+                })?;
+                let len = arr.len();
+                arr.get_mut(idx).ok_or_else(|| {
+                    anyhow!("--sweep key {key}: `{name}` has {len} entries (indices 0..{len})")
+                })?
+            }
+        };
+        if last {
+            *target = value;
+            return Ok(());
+        }
+        table = target
+            .as_table_mut()
+            .ok_or_else(|| anyhow!("--sweep key {key}: `{part}` is a value, not a table"))?;
+    }
+    Ok(())
+}
+
+/// Every combination of the sweeps' values, as (label, key=value pairs).
+fn variants(sweeps: &[Sweep]) -> Vec<Vec<(String, String)>> {
+    let mut out: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for s in sweeps {
+        let mut next = Vec::new();
+        for v in &out {
+            for val in &s.values {
+                let mut w = v.clone();
+                w.push((s.key.clone(), val.clone()));
+                next.push(w);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+fn run_sweep(args: &SimArgs) -> Result<()> {
+    let base = load(args.scenario.as_deref(), args.seed)?;
+    let sweeps = args
+        .sweep
+        .iter()
+        .map(|s| parse_sweep(s))
+        .collect::<Result<Vec<_>>>()?;
+    let mut loaded = Vec::new();
+    for combo in variants(&sweeps) {
+        let mut doc: toml::Table = toml::from_str(&base.text).context("re-reading the scenario")?;
+        for (k, v) in &combo {
+            set_key(&mut doc, k, toml_value(v))?;
+        }
+        if let Some(s) = args.seed {
+            doc.insert("seed".into(), toml::Value::Integer(s as i64));
+        }
+        let label = combo
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let text = toml::to_string(&doc).context("writing the variant")?;
+        let scenario = Scenario::parse(&text).map_err(|e| anyhow!("variant {label}: {e}"))?;
+        loaded.push((
+            label,
+            Loaded {
+                name: base.name.clone(),
+                text,
+                scenario,
+            },
+        ));
+    }
+    let progress = Progress::new(
+        1000 * loaded.len() as u64,
+        &format!("{} variants", loaded.len()),
+    );
+    let results: Vec<Result<Report>> = loaded
+        .par_iter()
+        .map(|(_, l)| run_one(l, &progress))
+        .collect();
+    progress.finish();
+    let mut rows = Vec::new();
+    for ((label, _), r) in loaded.iter().zip(results) {
+        rows.push((
+            label.clone(),
+            r.with_context(|| format!("variant {label}"))?,
+        ));
+    }
+    print!("{}", sweep_table(&base.name, &rows));
+    if let Some(dir) = out_dir(args, &format!("sweep-{}", base.name)) {
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::write(dir.join("sweep.csv"), sweep_csv(&rows))
+            .with_context(|| format!("cannot write {}", dir.join("sweep.csv").display()))?;
+        for (label, r) in &rows {
+            let sub = dir.join(label.replace([' ', '/'], "_"));
+            r.write(&sub)
+                .with_context(|| format!("cannot write the report into {}", sub.display()))?;
+        }
+        println!(
+            "\nwrote {} (sweep.csv and one directory per variant)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The figures a sweep tabulates for one run.
+fn sweep_figures(r: &Report) -> (f64, f64, f64, f64, u64, String, u64, u64) {
+    let s = &r.summary;
+    let (agg, min, p50, p99) = s.flow_totals.as_ref().map_or((0.0, 0.0, 0.0, 0.0), |t| {
+        (
+            t.aggregate_gbps,
+            t.min_gbps,
+            t.latency.p50_us,
+            t.latency.p99_us,
+        )
+    });
+    let worst = s.ports.iter().max_by(|a, b| {
+        a.port_xmit_wait
+            .cmp(&b.port_xmit_wait)
+            .then(b.port.cmp(&a.port))
+    });
+    let (wait, at) = worst.map_or((0, String::new()), |p| (p.port_xmit_wait, p.port.clone()));
+    (
+        agg,
+        min,
+        p50,
+        p99,
+        wait,
+        at,
+        s.totals.errors,
+        s.totals.drops,
+    )
+}
+
+fn sweep_table(name: &str, rows: &[(String, Report)]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "sweep of {name}: {} variants", rows.len());
+    let w = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(7).max(7);
+    let _ = writeln!(
+        o,
+        "  {:<w$} {:>12} {:>12} {:>9} {:>9} {:>14} {:<10} {:>7} {:>6}",
+        "variant",
+        "aggr Gb/s",
+        "min flow",
+        "p50 us",
+        "p99 us",
+        "max XmitWait",
+        "at",
+        "errors",
+        "drops"
+    );
+    for (label, r) in rows {
+        let (agg, min, p50, p99, wait, at, err, drops) = sweep_figures(r);
+        let _ = writeln!(
+            o,
+            "  {label:<w$} {agg:>12.3} {min:>12.3} {p50:>9.3} {p99:>9.3} {wait:>14} {at:<10} {err:>7} {drops:>6}"
+        );
+    }
+    o
+}
+
+fn sweep_csv(rows: &[(String, Report)]) -> String {
+    let mut o = String::from(
+        "variant,aggregate_gbps,min_flow_gbps,p50_us,p99_us,max_PortXmitWait,max_PortXmitWait_port,errors,drops\n",
+    );
+    for (label, r) in rows {
+        let (agg, min, p50, p99, wait, at, err, drops) = sweep_figures(r);
+        o.push_str(&format!(
+            "\"{}\",{agg:.4},{min:.4},{p50:.3},{p99:.3},{wait},{at},{err},{drops}\n",
+            label.replace('"', "\"\"")
+        ));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_keys_reach_nested_tables_and_arrays() {
+        let mut doc: toml::Table = toml::from_str(
+            "[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\n",
+        )
+        .unwrap();
+        set_key(&mut doc, "fabric.rx_buffer_bytes", toml_value("4096")).unwrap();
+        set_key(&mut doc, "stream[0].payload_bytes", toml_value("1024")).unwrap();
+        set_key(&mut doc, "fabric.cable_m", toml_value("2.5")).unwrap();
+        assert_eq!(doc["fabric"]["rx_buffer_bytes"].as_integer(), Some(4096));
+        assert_eq!(doc["stream"][0]["payload_bytes"].as_integer(), Some(1024));
+        assert_eq!(doc["fabric"]["cable_m"].as_float(), Some(2.5));
+        let e = set_key(&mut doc, "stream[3].sl", toml_value("1")).unwrap_err();
+        assert!(e.to_string().contains("has 1 entries"), "{e}");
+        let e = set_key(&mut doc, "topology.kind.x", toml_value("1")).unwrap_err();
+        assert!(e.to_string().contains("not a table"), "{e}");
+    }
+
+    #[test]
+    fn sweeps_multiply() {
+        let v = variants(&[
+            parse_sweep("a=1,2").unwrap(),
+            parse_sweep("b=x,y,z").unwrap(),
+        ]);
+        assert_eq!(v.len(), 6);
+        assert_eq!(
+            v[5],
+            vec![("a".into(), "2".into()), ("b".into(), "z".into())]
+        );
+        assert!(parse_sweep("novalue").is_err());
+        assert!(parse_sweep("a=1,,2").is_err());
+    }
+
+    #[test]
+    fn every_bundled_scenario_parses() {
+        for (name, text) in BUNDLED {
+            Scenario::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! `softib sim` end to end: the real binary on small scenarios, its files, determinism,
+//! sweeps, comparisons and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn softib() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_softib"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("sim-cli")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn failed(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure");
+    let err = String::from_utf8(out.stderr.clone()).unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.starts_with("softib: error: "), "{err}");
+    err
+}
+
+/// 2 -> 1 through one switch, sampled every 10 us for 100 us.
+const INCAST: &str = r#"
+seed = 3
+duration_us = 100
+[fabric]
+link_speed = "EDR"
+rx_buffer_bytes = 16384
+sample_interval_us = 10
+[topology]
+kind = "single-switch"
+hosts = 3
+switch_ports = 8
+[[stream]]
+pattern = "incast"
+dst = "h0"
+srcs = ["h1", "h2"]
+"#;
+
+fn scenario(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn sim_writes_a_summary_consistent_with_its_counters() {
+    let dir = tmp("e2e");
+    let sc = scenario(&dir, "incast.toml", INCAST);
+    let out_dir = dir.join("out");
+    let text = ok(&softib()
+        .arg("sim")
+        .arg(&sc)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap());
+    assert!(text.starts_with("scenario incast (seed 3)"), "{text}");
+    assert!(
+        text.contains("what stood out:") && text.contains("PortXmitWait"),
+        "{text}"
+    );
+    for f in [
+        "summary.json",
+        "counters.csv",
+        "flows.csv",
+        "bandwidth.svg",
+        "xmit_wait.svg",
+        "buffers.svg",
+    ] {
+        assert!(out_dir.join(f).is_file(), "{f} missing");
+        assert!(text.contains(f), "{f} not listed");
+    }
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("summary.json")).unwrap()).unwrap();
+    for k in [
+        "scenario",
+        "run",
+        "units",
+        "totals",
+        "flow_totals",
+        "flows",
+        "stood_out",
+        "ports",
+    ] {
+        assert!(s.get(k).is_some(), "summary.json has no {k}");
+    }
+    assert_eq!(s["scenario"]["seed"], 3);
+    let ports = s["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 6, "three cables, two ends each");
+    let port = |name: &str| ports.iter().find(|p| p["port"] == name).unwrap();
+    for k in [
+        "PortXmitData",
+        "PortRcvData",
+        "PortXmitPkts",
+        "PortRcvPkts",
+        "PortXmitWait",
+        "PortVLXmitWait",
+        "PortRcvErrors",
+        "VL15Dropped",
+    ] {
+        assert!(port("h1:1").get(k).is_some(), "port has no {k}");
+    }
+    // Flows against counters: what reached h0 is what its flows delivered.
+    let flows = s["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 2);
+    let delivered: u64 = flows.iter().map(|f| f["packets"].as_u64().unwrap()).sum();
+    let h0 = port("h0:1");
+    assert_eq!(delivered, h0["PortRcvPkts"].as_u64().unwrap());
+    let wire: u64 = flows
+        .iter()
+        .map(|f| f["wire_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        wire,
+        h0["PortRcvData"].as_u64().unwrap() * 4 + 2 * delivered
+    );
+    // The switch port towards h0 sent what h0 received, plus at most the packet on the
+    // wire when the run ended (a packet is counted when it starts).
+    let down = ports.iter().find(|p| p["peer"] == "h0:1").unwrap();
+    let on_wire = down["PortXmitPkts"].as_u64().unwrap() - h0["PortRcvPkts"].as_u64().unwrap();
+    assert!(on_wire <= 1, "{on_wire}");
+    // Two senders into one port: each waits, and the summary says so.
+    assert!(port("h1:1")["PortXmitWait"].as_u64().unwrap() > 10_000);
+    let stood: Vec<&str> = s["stood_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(stood[0], "xmit_wait", "{stood:?}");
+
+    // counters.csv: 10 samples x 6 ports, and the last sample of every port equals the
+    // final counters (the run ends on a sample).
+    let csv = std::fs::read_to_string(out_dir.join("counters.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "time_us,port,PortXmitData,PortRcvData,PortXmitPkts,PortRcvPkts,PortXmitWait,errors,rx_buffer_bytes");
+    assert_eq!(lines.len(), 1 + 10 * 6);
+    for p in ports {
+        let name = p["port"].as_str().unwrap();
+        let last = lines
+            .iter()
+            .rev()
+            .find(|l| l.split(',').nth(1) == Some(name))
+            .unwrap();
+        let f: Vec<&str> = last.split(',').collect();
+        assert_eq!(f[0], "100.000000");
+        assert_eq!(
+            f[2].parse::<u64>().unwrap(),
+            p["PortXmitData"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            f[5].parse::<u64>().unwrap(),
+            p["PortRcvPkts"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            f[6].parse::<u64>().unwrap(),
+            p["PortXmitWait"].as_u64().unwrap(),
+            "{name}"
+        );
+    }
+    let svg = std::fs::read_to_string(out_dir.join("xmit_wait.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("h1:1"),
+        "the waiting sender is plotted"
+    );
+}
+
+#[test]
+fn two_runs_write_identical_files_and_the_seed_is_recorded() {
+    let dir = tmp("determinism");
+    let sc = scenario(&dir, "incast.toml", INCAST);
+    let mut runs = Vec::new();
+    for k in 0..2 {
+        let out_dir = dir.join(format!("run{k}"));
+        ok(&softib()
+            .arg("sim")
+            .arg(&sc)
+            .arg("--seed")
+            .arg("42")
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .unwrap());
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        runs.push(files);
+    }
+    assert_eq!(runs[0].len(), 6);
+    for (a, b) in runs[0].iter().zip(&runs[1]) {
+        assert_eq!(a.0, b.0);
+        assert!(a.1 == b.1, "{} differs between two runs", a.0);
+    }
+    let s = String::from_utf8(
+        runs[0]
+            .iter()
+            .find(|f| f.0 == "summary.json")
+            .unwrap()
+            .1
+            .clone(),
+    )
+    .unwrap();
+    assert!(s.contains("\"seed\": 42"));
+}
+
+#[test]
+fn no_argument_runs_the_bundled_default() {
+    let dir = tmp("default");
+    let text = ok(&softib().arg("sim").current_dir(&dir).output().unwrap());
+    assert!(text.starts_with("scenario b2b-edr"), "{text}");
+    assert!(dir.join("softib-sim/b2b-edr/summary.json").is_file());
+    let list = ok(&softib().args(["sim", "--list"]).output().unwrap());
+    for n in [
+        "b2b-edr",
+        "switch-1to1",
+        "incast-8to1",
+        "fat-tree-648-all-to-all",
+        "fat-tree-3456-permutation",
+    ] {
+        assert!(list.contains(n), "{list}");
+    }
+}
+
+#[test]
+fn a_sweep_tabulates_every_variant_and_smaller_buffers_cost_bandwidth() {
+    let dir = tmp("sweep");
+    let sc = scenario(
+        &dir,
+        "long.toml",
+        "duration_us = 100\n[fabric]\ncable_m = 100.0\n[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n",
+    );
+    let text = ok(&softib()
+        .arg("sim")
+        .arg(&sc)
+        .args(["--sweep", "fabric.rx_buffer_bytes=8192,131072", "--out"])
+        .arg(dir.join("out"))
+        .output()
+        .unwrap());
+    let row = |v: &str| -> f64 {
+        let l = text
+            .lines()
+            .find(|l| {
+                l.trim_start()
+                    .starts_with(&format!("fabric.rx_buffer_bytes={v} "))
+            })
+            .unwrap_or_else(|| panic!("{text}"));
+        l.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let (small, big) = (row("8192"), row("131072"));
+    // 100 m of cable: a 1.33 us credit round trip. 8 KiB holds one 4 KiB packet: one
+    // packet per round trip, about a quarter of the link; 128 KiB covers the round trip.
+    assert!(big > 95.0, "{text}");
+    assert!(small < 0.35 * big && small > 0.15 * big, "{text}");
+    let csv = std::fs::read_to_string(dir.join("out/sweep.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    assert!(dir
+        .join("out/fabric.rx_buffer_bytes=8192/summary.json")
+        .is_file());
+}
+
+#[test]
+fn compare_flags_the_counter_that_moved() {
+    let dir = tmp("compare");
+    let a = scenario(&dir, "good.toml", "duration_us = 100\n[fabric]\ncable_m = 100.0\nrx_buffer_bytes = 131072\n[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n");
+    let b = scenario(&dir, "starved.toml", "duration_us = 100\n[fabric]\ncable_m = 100.0\nrx_buffer_bytes = 8192\n[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n");
+    let text = ok(&softib()
+        .args(["sim", "--no-files", "--compare"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap());
+    assert!(text.starts_with("A = good    B = starved"), "{text}");
+    let line = |what: &str| {
+        text.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {text}"))
+    };
+    assert!(
+        line("aggregate Gb/s").trim_start().starts_with("!!"),
+        "{text}"
+    );
+    // The first counter row is the sender's PortXmitWait, which went from ~0 to most of
+    // the run.
+    let counters = text.split("counters that moved most").nth(1).unwrap();
+    let first = counters.lines().nth(1).unwrap();
+    assert!(
+        first.contains("h0:1 PortXmitWait") && first.trim_start().starts_with("!!"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_input_gives_messages_that_name_the_problem() {
+    let dir = tmp("bad");
+    let sc = scenario(
+        &dir,
+        "typo.toml",
+        "[topology]\nkind = \"back-to-back\"\n[fabric]\nrx_buffer_byte = 4096\n",
+    );
+    let e = failed(&softib().arg("sim").arg(&sc).output().unwrap());
+    assert!(e.contains("rx_buffer_byte") && e.contains("line 4"), "{e}");
+    let sc = scenario(
+        &dir,
+        "host.toml",
+        "[topology]\nkind = \"back-to-back\"\n\n[[stream]]\npattern = \"incast\"\ndst = \"h9\"\n",
+    );
+    let e = failed(&softib().arg("sim").arg(&sc).output().unwrap());
+    assert!(
+        e.contains("line 6: stream[0].dst: no HCA called `h9`"),
+        "{e}"
+    );
+    let e = failed(&softib().args(["sim", "no-such-scenario"]).output().unwrap());
+    assert!(
+        e.contains("no-such-scenario") && e.contains("b2b-edr"),
+        "{e}"
+    );
+    let e = failed(
+        &softib()
+            .args(["sim", "--sweep", "fabric.rx_buffer_bytes"])
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("KEY=V1,V2"), "{e}");
+    let e = failed(
+        &softib()
+            .args([
+                "sim",
+                "--sweep",
+                "fabric.rx_buffer_bytes=32,64",
+                "--no-files",
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        e.contains("fabric.rx_buffer_bytes=32") && e.contains("64-byte block"),
+        "{e}"
+    );
+    let e = failed(
+        &softib()
+            .args(["sim", "--sweep", "fabric.no_such_key=1", "--no-files"])
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("no_such_key"), "{e}");
+    let e = failed(
+        &softib()
+            .args(["sim", "--sweep", "stream[4].sl=1", "--no-files"])
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("stream") && e.contains("has 1 entries"), "{e}");
+    let out = softib().args(["sim", "--seed", "x"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--seed"));
+}

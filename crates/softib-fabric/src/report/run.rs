@@ -1,0 +1,87 @@
+//! Runs a scenario end to end: builds the fabric, attaches the traffic the scenario
+//! describes (every HCA that sends or receives is metered for the flow statistics), runs to
+//! the scenario's duration and builds the [`Report`].
+
+use super::flows::{FlowRecorder, Metered};
+use super::{Report, RunMeta};
+use crate::scenario::{Scenario, ScenarioError, TopologyKind};
+use crate::stream::Generator;
+use crate::time::{Picos, PS_PER_NS, PS_PER_US};
+use std::collections::BTreeMap;
+
+/// Simulated time when a scenario sets no `duration_us`.
+pub const DEFAULT_DURATION_US: u64 = 100;
+/// Flow bins per run at most (fewer when the counter samples are coarser).
+pub const DEFAULT_BINS: u64 = 50;
+/// The run advances in this many steps, reporting progress after each.
+pub const PROGRESS_STEPS: u64 = 200;
+
+/// The scenario spelling of a topology kind.
+pub fn kind_name(k: TopologyKind) -> &'static str {
+    match k {
+        TopologyKind::BackToBack => "back-to-back",
+        TopologyKind::SingleSwitch => "single-switch",
+        TopologyKind::FatTree2 => "fat-tree-2",
+        TopologyKind::FatTree3 => "fat-tree-3",
+        TopologyKind::Explicit => "explicit",
+    }
+}
+
+/// Simulated duration of `s`.
+pub fn duration_ps(s: &Scenario) -> Picos {
+    s.duration_us.unwrap_or(DEFAULT_DURATION_US) * PS_PER_US
+}
+
+/// Runs `s` (named `name` in the report). `progress(done, total)` is called as simulated
+/// time advances, `PROGRESS_STEPS` times.
+pub fn run(
+    s: &Scenario,
+    name: &str,
+    progress: &mut dyn FnMut(Picos, Picos),
+) -> Result<Report, ScenarioError> {
+    let mut fabric = s.build()?;
+    let plan = s.stream_plan()?;
+    let total = duration_ps(s);
+    // Bins of a fiftieth of the run at least, so that a bin holds several packets of
+    // each flow; never finer than the counter samples.
+    let bin = fabric
+        .config()
+        .sample_interval_ps
+        .unwrap_or(0)
+        .max(total.div_ceil(DEFAULT_BINS).div_ceil(PS_PER_NS) * PS_PER_NS)
+        .max(1);
+    let recorder = FlowRecorder::shared(bin);
+    let mut gens: BTreeMap<&str, Generator> = BTreeMap::new();
+    for p in &plan {
+        recorder.borrow_mut().define(p.flow, p.info.clone());
+        let dlids = p
+            .dests
+            .iter()
+            .map(|d| {
+                fabric
+                    .lid(d)
+                    .expect("the plan names hosts of this topology")
+            })
+            .collect();
+        let new = || Generator::with_recorder(recorder.clone());
+        gens.entry(&p.host).or_insert_with(new).add(p, dlids);
+        for d in &p.dests {
+            gens.entry(d).or_insert_with(new);
+        }
+    }
+    for (host, g) in gens {
+        fabric.attach(host, Box::new(Metered::new(g, recorder.clone())))?;
+    }
+    for k in 1..=PROGRESS_STEPS {
+        let t = (total as u128 * k as u128 / PROGRESS_STEPS as u128) as Picos;
+        fabric.run_until(t);
+        progress(t, total);
+    }
+    let meta = RunMeta {
+        name: name.to_string(),
+        seed: s.seed,
+        topology: kind_name(s.topology.kind).to_string(),
+    };
+    let report = Report::build(&fabric, &recorder.borrow(), &meta);
+    Ok(report)
+}

@@ -1,0 +1,144 @@
+//! The human summary of a run, as printed by `softib sim`: the scenario in one line, the
+//! flows, the busiest ports with their counters, and what stood out.
+
+use super::summary::{PortSummary, Summary};
+use std::fmt::Write;
+
+/// Flows listed at most (the rest are counted).
+pub const MAX_FLOWS: usize = 16;
+/// Ports listed at most besides those with errors.
+pub const MAX_PORTS: usize = 10;
+
+/// Renders `s` for a terminal.
+pub fn render(s: &Summary) -> String {
+    let mut o = String::new();
+    let sc = &s.scenario;
+    let _ = writeln!(o, "scenario {} (seed {})", sc.name, sc.seed);
+    let _ = writeln!(
+        o,
+        "  topology {}: {} hosts, {} switches, {} links, default link {} ({:.2} Gb/s)",
+        sc.topology, sc.hosts, sc.switches, sc.links, sc.link, sc.link_gbps
+    );
+    let _ = writeln!(
+        o,
+        "  simulated {:.3} us: {} events, {} packets delivered",
+        sc.duration_us, s.run.events, s.run.packets_delivered
+    );
+
+    if let Some(t) = &s.flow_totals {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "flows ({}, latency per {}):", t.flows, t.latency.level);
+        let _ = writeln!(
+            o,
+            "  {:<28} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9}",
+            "flow", "Gb/s", "active Gb/s", "delivered", "p50 us", "p99 us", "max us"
+        );
+        let mut order: Vec<usize> = (0..s.flows.len()).collect();
+        if s.flows.len() > MAX_FLOWS {
+            order.sort_by(|&a, &b| s.flows[b].gbps.total_cmp(&s.flows[a].gbps).then(a.cmp(&b)));
+        }
+        for &i in order.iter().take(MAX_FLOWS) {
+            let f = &s.flows[i];
+            let n = if f.messages > 0 {
+                f.messages
+            } else {
+                f.packets
+            };
+            let _ = writeln!(
+                o,
+                "  {:<28} {:>9.3} {:>11.3} {:>10} {:>9.3} {:>9.3} {:>9.3}",
+                f.name,
+                f.gbps,
+                f.active_gbps,
+                n,
+                f.latency.p50_us,
+                f.latency.p99_us,
+                f.latency.max_us
+            );
+        }
+        if s.flows.len() > MAX_FLOWS {
+            let _ = writeln!(
+                o,
+                "  ... {} more flows in summary.json",
+                s.flows.len() - MAX_FLOWS
+            );
+        }
+        let _ = writeln!(
+            o,
+            "  aggregate {:.3} Gb/s; per flow min {:.3} / mean {:.3} / max {:.3}; Jain's fairness {:.3}; p50 {:.3} us, p99 {:.3} us",
+            t.aggregate_gbps, t.min_gbps, t.mean_gbps, t.max_gbps, t.jain_fairness, t.latency.p50_us, t.latency.p99_us
+        );
+    }
+
+    let _ = writeln!(o);
+    let mut shown: Vec<&PortSummary> = s.ports.iter().collect();
+    shown.sort_by(|a, b| {
+        b.port_xmit_data
+            .cmp(&a.port_xmit_data)
+            .then(a.port.cmp(&b.port))
+    });
+    let mut list: Vec<&PortSummary> = shown.iter().copied().take(MAX_PORTS).collect();
+    for p in s.ports.iter().filter(|p| p.error_total() > 0) {
+        if !list.iter().any(|q| q.port == p.port) {
+            list.push(p);
+        }
+    }
+    let _ = writeln!(
+        o,
+        "ports ({} busiest of {} by PortXmitData{}; data in 4-byte words, PortXmitWait in {} ns ticks):",
+        list.len().min(MAX_PORTS),
+        s.ports.len(),
+        if list.len() > MAX_PORTS { ", plus every port with errors" } else { "" },
+        s.scenario.xmit_wait_tick_ns
+    );
+    let _ = writeln!(
+        o,
+        "  {:<10} {:<10} {:>14} {:>14} {:>12} {:>12} {:>13} {:>7} {:>6} {:>6}",
+        "port",
+        "peer",
+        "PortXmitData",
+        "PortRcvData",
+        "PortXmitPkts",
+        "PortRcvPkts",
+        "PortXmitWait",
+        "errors",
+        "util",
+        "wait"
+    );
+    for p in list {
+        let _ = writeln!(
+            o,
+            "  {:<10} {:<10} {:>14} {:>14} {:>12} {:>12} {:>13} {:>7} {:>5.1}% {:>5.1}%",
+            p.port,
+            p.peer,
+            p.port_xmit_data,
+            p.port_rcv_data,
+            p.port_xmit_pkts,
+            p.port_rcv_pkts,
+            p.port_xmit_wait,
+            p.error_total(),
+            p.xmit_utilisation * 100.0,
+            p.xmit_wait_fraction * 100.0
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  all ports: {} packets sent, {} errors, {} dropped",
+        s.totals.port_xmit_pkts, s.totals.errors, s.totals.drops
+    );
+
+    let _ = writeln!(o);
+    let _ = writeln!(o, "what stood out:");
+    if s.stood_out.is_empty() {
+        let _ = writeln!(o, "  nothing: no errors, no drops, no port waited");
+    }
+    for f in &s.stood_out {
+        let mark = match f.severity {
+            "error" => "ERROR",
+            "warning" => "WARN ",
+            _ => "info ",
+        };
+        let _ = writeln!(o, "  {mark} {}", f.message);
+    }
+    o
+}

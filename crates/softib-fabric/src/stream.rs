@@ -1,0 +1,448 @@
+//! Raw packet streams: a packet generator at the HCAs, for loading the link layer without a
+//! transport engine (scenario `[[stream]]` tables).
+//!
+//! A stream sends UD SEND-only packets (LRH, BTH, DETH, payload; ICRC and VCRC are the
+//! fabric's) as fast as its HCA port's send queue takes them, from a start time, for a
+//! number of packets or until the end of the run. There are no QPs behind them: nothing is
+//! acknowledged or retransmitted, so what a stream measures is the fabric alone (credits,
+//! arbitration, switching). Transport-level traffic (RC WRITE bandwidth and the like) is the
+//! transport engine's, run by the HCA adapter.
+//!
+//! ```toml
+//! [[stream]]
+//! pattern = "incast"        # one-to-one, incast, all-to-all, permutation
+//! dst = "h0"                # one-to-one, incast
+//! srcs = ["h1", "h2"]       # incast (default: every other host); one-to-one: src = "h1"
+//! payload_bytes = 4096      # 0..=4096
+//! packets = 1000            # per source; default: until the end of the run
+//! start_us = 0
+//! sl = 0
+//! ```
+//!
+//! Patterns: `one-to-one` (`src` to `dst`); `incast` (each of `srcs` to `dst`); `all-to-all`
+//! (every host sends to every other host in turn, one packet each); `permutation` (host i to
+//! host (i + `shift`) mod N, `shift` default N/2). Every source of every stream is one flow
+//! in the report.
+
+use crate::hca::{Endpoint, HcaTx, TRAILER_BYTES};
+use crate::packet::Packet;
+use crate::report::flows::{FlowInfo, SharedRecorder};
+use crate::scenario::{Scenario, ScenarioError};
+use crate::time::{Picos, PS_PER_US};
+use crate::topology::Topology;
+use serde::Deserialize;
+use softib_wire::lrh::{Lnh, LrhPacket, LrhRepr, LRH_LEN};
+use softib_wire::{BthRepr, DethRepr, Opcode, BTH_LEN, DETH_LEN};
+use toml::Spanned;
+
+/// Largest payload: the IBA's largest MTU.
+pub const MAX_PAYLOAD: u32 = 4096;
+/// DestQP and source QP the generator writes (there is no QP behind them).
+pub const NOMINAL_QPN: u32 = 0x100;
+/// Q_Key the generator writes.
+pub const NOMINAL_QKEY: u32 = 0x1111_1111;
+
+/// Who sends to whom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// `src` to `dst`.
+    OneToOne,
+    /// Each of `srcs` to `dst`.
+    Incast,
+    /// Every host to every other host, round-robin.
+    AllToAll,
+    /// Host i to host (i + shift) mod N.
+    Permutation,
+}
+
+/// A `[[stream]]` table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamEntry {
+    /// Pattern.
+    pub pattern: Pattern,
+    /// Source (one-to-one).
+    pub src: Option<Spanned<String>>,
+    /// Sources (incast; default every host but `dst`).
+    pub srcs: Option<Vec<Spanned<String>>>,
+    /// Destination (one-to-one, incast).
+    pub dst: Option<Spanned<String>>,
+    /// Permutation shift (default hosts / 2).
+    pub shift: Option<Spanned<usize>>,
+    /// Payload bytes per packet (default 4096).
+    pub payload_bytes: Option<Spanned<u32>>,
+    /// Packets per source (default: until the end of the run).
+    pub packets: Option<u64>,
+    /// Start time, microseconds.
+    pub start_us: Option<Spanned<f64>>,
+    /// Service level.
+    pub sl: Option<Spanned<u8>>,
+}
+
+/// One source of one stream, resolved against the topology.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourcePlan {
+    /// Flow tag.
+    pub flow: u32,
+    /// Flow identity for the report.
+    pub info: FlowInfo,
+    /// Sending host.
+    pub host: String,
+    /// Destination hosts, visited in turn.
+    pub dests: Vec<String>,
+    /// Payload bytes.
+    pub payload: u32,
+    /// Packets to send (`None`: until the end).
+    pub packets: Option<u64>,
+    /// Start time.
+    pub start_ps: Picos,
+    /// Service level.
+    pub sl: u8,
+}
+
+fn host_names(topo: &Topology) -> Vec<String> {
+    topo.hcas().map(|i| topo.nodes[i].name.clone()).collect()
+}
+
+impl Scenario {
+    /// The sources of every `[[stream]]`, checked against the topology; errors name the
+    /// key and line.
+    pub fn stream_plan(&self) -> Result<Vec<SourcePlan>, ScenarioError> {
+        let topo = self.topology()?;
+        let hosts = host_names(&topo);
+        let is_host = |s: &Spanned<String>, key: &str| -> Result<String, ScenarioError> {
+            if hosts.iter().any(|h| h == s.get_ref()) {
+                Ok(s.get_ref().clone())
+            } else {
+                Err(self.error_at(
+                    key,
+                    s.span(),
+                    format!(
+                        "no HCA called `{}` (hosts are {})",
+                        s.get_ref(),
+                        host_list(&hosts)
+                    ),
+                ))
+            }
+        };
+        let mut out = Vec::new();
+        for (i, e) in self.stream.iter().enumerate() {
+            let key = |k: &str| format!("stream[{i}].{k}");
+            let payload = match &e.payload_bytes {
+                Some(p) if *p.get_ref() > MAX_PAYLOAD => {
+                    return Err(self.error_at(
+                        &key("payload_bytes"),
+                        p.span(),
+                        format!(
+                            "{} bytes: at most {MAX_PAYLOAD} (the largest MTU)",
+                            p.get_ref()
+                        ),
+                    ))
+                }
+                Some(p) => *p.get_ref(),
+                None => MAX_PAYLOAD,
+            };
+            let sl = match &e.sl {
+                Some(s) if *s.get_ref() > 15 => {
+                    return Err(self.error_at(&key("sl"), s.span(), "SLs are 0..=15".into()))
+                }
+                Some(s) => *s.get_ref(),
+                None => 0,
+            };
+            let start_ps = match &e.start_us {
+                Some(s) if !(s.get_ref().is_finite() && *s.get_ref() >= 0.0) => {
+                    return Err(self.error_at(&key("start_us"), s.span(), "must be >= 0".into()))
+                }
+                Some(s) => (s.get_ref() * PS_PER_US as f64).round() as Picos,
+                None => 0,
+            };
+            let need =
+                |field: &Option<Spanned<String>>, name: &str| -> Result<String, ScenarioError> {
+                    match field {
+                        Some(s) => is_host(s, &key(name)),
+                        None => Err(self.error_at(
+                            &format!("stream[{i}]"),
+                            0..0,
+                            format!("pattern {:?} needs `{name}`", e.pattern),
+                        )),
+                    }
+                };
+            let pairs: Vec<(String, Vec<String>)> = match e.pattern {
+                Pattern::OneToOne => {
+                    let (s, d) = (need(&e.src, "src")?, need(&e.dst, "dst")?);
+                    if s == d {
+                        return Err(self.error_at(
+                            &key("dst"),
+                            e.dst.as_ref().map_or(0..0, |d| d.span()),
+                            "a host does not send to itself over the fabric".into(),
+                        ));
+                    }
+                    vec![(s, vec![d])]
+                }
+                Pattern::Incast => {
+                    let d = need(&e.dst, "dst")?;
+                    let srcs = match &e.srcs {
+                        Some(v) => v
+                            .iter()
+                            .map(|s| is_host(s, &key("srcs")))
+                            .collect::<Result<Vec<_>, _>>()?,
+                        None => hosts.iter().filter(|h| **h != d).cloned().collect(),
+                    };
+                    if let Some(bad) = e.srcs.iter().flatten().find(|s| *s.get_ref() == d) {
+                        return Err(self.error_at(
+                            &key("srcs"),
+                            bad.span(),
+                            format!("`{d}` is the destination"),
+                        ));
+                    }
+                    srcs.into_iter().map(|s| (s, vec![d.clone()])).collect()
+                }
+                Pattern::AllToAll => hosts
+                    .iter()
+                    .map(|s| {
+                        // Start after oneself, so that not every host hits the same first
+                        // destination.
+                        let me = hosts.iter().position(|h| h == s).expect("a host");
+                        let dests = (1..hosts.len())
+                            .map(|k| hosts[(me + k) % hosts.len()].clone())
+                            .collect();
+                        (s.clone(), dests)
+                    })
+                    .collect(),
+                Pattern::Permutation => {
+                    let n = hosts.len();
+                    let shift = match &e.shift {
+                        Some(s) if *s.get_ref() % n.max(1) == 0 => {
+                            return Err(self.error_at(
+                                &key("shift"),
+                                s.span(),
+                                format!(
+                                    "a shift of {} maps every host to itself ({n} hosts)",
+                                    s.get_ref()
+                                ),
+                            ))
+                        }
+                        Some(s) => *s.get_ref() % n,
+                        None => n / 2,
+                    };
+                    hosts
+                        .iter()
+                        .enumerate()
+                        .map(|(k, s)| (s.clone(), vec![hosts[(k + shift) % n].clone()]))
+                        .collect()
+                }
+            };
+            if pairs.is_empty() || hosts.len() < 2 {
+                return Err(self.error_at(
+                    &format!("stream[{i}]"),
+                    0..0,
+                    "the pattern has no sender in this topology".into(),
+                ));
+            }
+            for (src, dests) in pairs {
+                let flow = out.len() as u32;
+                let to = if dests.len() == 1 {
+                    dests[0].clone()
+                } else {
+                    "all".into()
+                };
+                out.push(SourcePlan {
+                    flow,
+                    info: FlowInfo {
+                        name: format!("s{i} {src}->{to}"),
+                        src: src.clone(),
+                        dst: to,
+                    },
+                    host: src,
+                    dests,
+                    payload,
+                    packets: e.packets,
+                    start_ps,
+                    sl,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn host_list(hosts: &[String]) -> String {
+    match hosts.len() {
+        0 => "none".into(),
+        1..=4 => hosts.join(", "),
+        n => format!("{} .. {} ({n})", hosts[0], hosts[n - 1]),
+    }
+}
+
+/// A stream source at run time.
+#[derive(Clone, Debug)]
+struct Active {
+    dlids: Vec<u16>,
+    next: usize,
+    remaining: Option<u64>,
+    flow: u32,
+    payload: u32,
+    start: Picos,
+    sl: u8,
+    psn: u32,
+}
+
+/// The endpoint of one HCA port: its stream sources, served round-robin. Every UD
+/// SEND-only packet it receives is one completed message of its payload, recorded in the
+/// flow recorder if it has one (packet-level figures come from
+/// [`crate::report::flows::Metered`]).
+#[derive(Clone, Default)]
+pub struct Generator {
+    sources: Vec<Active>,
+    rr: usize,
+    recorder: Option<SharedRecorder>,
+}
+
+impl Generator {
+    /// A generator with no sources (a pure sink).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records received messages in `recorder`.
+    pub fn with_recorder(recorder: SharedRecorder) -> Self {
+        Generator {
+            recorder: Some(recorder),
+            ..Self::default()
+        }
+    }
+
+    /// Adds a source sending to `dlids` in turn.
+    pub fn add(&mut self, plan: &SourcePlan, dlids: Vec<u16>) {
+        self.sources.push(Active {
+            dlids,
+            next: 0,
+            remaining: plan.packets,
+            flow: plan.flow,
+            payload: plan.payload,
+            start: plan.start_ps,
+            sl: plan.sl,
+            psn: 0,
+        });
+    }
+
+    fn fill(&mut self, tx: &mut HcaTx<'_>) {
+        let n = self.sources.len();
+        if n == 0 {
+            return;
+        }
+        let now = tx.now();
+        loop {
+            let mut sent = false;
+            for k in 0..n {
+                let i = (self.rr + k) % n;
+                let s = &mut self.sources[i];
+                if now < s.start
+                    || s.remaining == Some(0)
+                    || s.dlids.is_empty()
+                    || !tx.has_room(s.sl)
+                {
+                    continue;
+                }
+                let dlid = s.dlids[s.next % s.dlids.len()];
+                let pad = (4 - s.payload % 4) % 4;
+                let body = LRH_LEN + BTH_LEN + DETH_LEN + (s.payload + pad) as usize;
+                let len = body + TRAILER_BYTES;
+                let lrh = LrhRepr {
+                    vl: tx.vl_for(s.sl),
+                    lver: 0,
+                    sl: s.sl,
+                    lnh: Lnh::Bth,
+                    dlid,
+                    pkt_len_words: ((len - 2) / 4) as u16,
+                    slid: tx.lid(),
+                };
+                let bth = BthRepr {
+                    opcode: Opcode::UD_SEND_ONLY,
+                    solicited: false,
+                    mig_req: false,
+                    pad_count: pad as u8,
+                    tver: 0,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: NOMINAL_QPN,
+                    ack_req: false,
+                    psn: s.psn,
+                };
+                let deth = DethRepr {
+                    qkey: NOMINAL_QKEY,
+                    src_qp: NOMINAL_QPN,
+                };
+                let r = tx.send(dlid, s.sl, len, s.flow, |b| {
+                    // The buffer is exactly `body` bytes: these writes cannot fail.
+                    let _ = lrh.emit(&mut LrhPacket::new_unchecked(&mut b[..LRH_LEN]));
+                    let _ = bth.emit(&mut b[LRH_LEN..]);
+                    let _ = deth.emit(&mut b[LRH_LEN + BTH_LEN..]);
+                    b[LRH_LEN + BTH_LEN + DETH_LEN..].fill(0);
+                });
+                if r.is_err() {
+                    // The SL maps to no operational VL: counted in PortXmitDiscards by the
+                    // port; this source stops rather than spin.
+                    s.remaining = Some(0);
+                    continue;
+                }
+                s.next += 1;
+                s.psn = (s.psn + 1) & 0xff_ffff;
+                if let Some(r) = &mut s.remaining {
+                    *r -= 1;
+                }
+                sent = true;
+            }
+            self.rr = (self.rr + 1) % n;
+            if !sent {
+                return;
+            }
+        }
+    }
+}
+
+impl Endpoint for Generator {
+    fn on_transmit_ready(&mut self, tx: &mut HcaTx<'_>) {
+        self.fill(tx);
+    }
+
+    fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>) {
+        let Some(rec) = &self.recorder else { return };
+        let bytes = packet.bytes();
+        let Some(bth) = bytes.get(LRH_LEN..).and_then(|b| BthRepr::parse(b).ok()) else {
+            return;
+        };
+        if bth.opcode != Opcode::UD_SEND_ONLY {
+            return;
+        }
+        let headers = LRH_LEN + BTH_LEN + DETH_LEN + bth.pad_count as usize + TRAILER_BYTES;
+        let payload = bytes.len().saturating_sub(headers) as u64;
+        let m = &packet.meta;
+        rec.borrow_mut()
+            .record_message(m.flow, tx.now(), payload, m.injected_at);
+    }
+
+    fn next_wakeup(&self) -> Option<Picos> {
+        // Only start times need a timer: afterwards the port's transmit-ready calls drive
+        // the sources. A start already passed is served by those calls.
+        self.sources
+            .iter()
+            .filter(|s| s.remaining != Some(0))
+            .map(|s| s.start)
+            .filter(|&t| t > 0)
+            .min()
+    }
+
+    fn on_timer(&mut self, tx: &mut HcaTx<'_>) {
+        let now = tx.now();
+        self.fill(tx);
+        // Started sources no longer need their timer.
+        for s in &mut self.sources {
+            if s.start <= now {
+                s.start = 0;
+            }
+        }
+    }
+}

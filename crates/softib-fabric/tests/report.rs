@@ -1,0 +1,177 @@
+//! The report layer on real runs: figures in the summary agree with the fabric's counters
+//! and with what the link rate allows, the time series add up, files are deterministic.
+
+use softib_fabric::report::run::run;
+use softib_fabric::report::Report;
+use softib_fabric::scenario::Scenario;
+
+fn run_text(text: &str) -> Report {
+    let s = Scenario::parse(text).unwrap();
+    run(&s, "test", &mut |_, _| {}).unwrap()
+}
+
+const B2B: &str = r#"
+duration_us = 500
+[fabric]
+link_speed = "EDR"
+cable_m = 2.0
+sample_interval_us = 10
+[topology]
+kind = "back-to-back"
+[[stream]]
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+payload_bytes = 4096
+"#;
+
+#[test]
+fn back_to_back_stream_runs_at_the_rate_headers_and_flow_control_allow() {
+    let r = run_text(B2B);
+    let s = &r.summary;
+    let f = &s.flows[0];
+    assert_eq!(f.name, "s0 h0->h1");
+    // Each packet: LRH 8 + BTH 12 + DETH 8 + 4096 + ICRC 4 + VCRC 2 = 4130 bytes on the
+    // wire. A flow-control packet (6 bytes) per 65,536 symbol times (4 lanes: 262,144 byte
+    // times) takes the rest. Payload rate = 100 x 4096/4130 x (1 - 6/262144).
+    let expected = 100.0 * 4096.0 / 4130.0 * (1.0 - 6.0 / 262_144.0);
+    assert!(
+        (f.active_gbps - expected).abs() / expected < 0.001,
+        "{} vs {expected}",
+        f.active_gbps
+    );
+    // The flow's messages are the receiving port's packets, its wire bytes the port's
+    // words plus the VCRC the counters leave out.
+    let rx = s.ports.iter().find(|p| p.port == "h1:1").unwrap();
+    let tx = s.ports.iter().find(|p| p.port == "h0:1").unwrap();
+    assert_eq!(f.messages, rx.port_rcv_pkts);
+    assert_eq!(f.packets, rx.port_rcv_pkts);
+    assert_eq!(f.wire_bytes, rx.port_rcv_data * 4 + 2 * rx.port_rcv_pkts);
+    assert_eq!(f.payload_bytes, 4096 * f.messages);
+    assert_eq!(rx.port_rcv_data, rx.port_rcv_pkts * (4130 - 2) / 4);
+    assert!(tx.port_xmit_pkts >= rx.port_rcv_pkts);
+    assert!(
+        tx.port_xmit_pkts - rx.port_rcv_pkts <= 2,
+        "one packet on the wire at most"
+    );
+    assert_eq!(s.totals.errors, 0);
+    assert!(s.stood_out.iter().all(|x| x.severity != "error"));
+    // 50 samples of both ports, cumulative, ending at or below the final counters.
+    assert_eq!(r.series[0].len(), 50);
+    let last = r
+        .series
+        .iter()
+        .map(|v| v.last().unwrap())
+        .collect::<Vec<_>>();
+    let i = s.ports.iter().position(|p| p.port == "h1:1").unwrap();
+    assert_eq!(last[i].time_ps, 500_000_000);
+    assert_eq!(last[i].rcv_pkts, rx.port_rcv_pkts);
+    for w in r.series[i].windows(2) {
+        assert!(w[1].rcv_data >= w[0].rcv_data);
+    }
+    // Flow bins add up to the flow's bytes.
+    assert_eq!(r.flow_bins[0].iter().sum::<u64>(), f.payload_bytes);
+}
+
+#[test]
+fn an_incast_shows_waiting_senders_and_a_saturated_switch_port() {
+    let r = run_text(
+        r#"
+duration_us = 300
+[fabric]
+link_speed = "EDR"
+sample_interval_us = 10
+[topology]
+kind = "single-switch"
+hosts = 5
+switch_ports = 8
+[[stream]]
+pattern = "incast"
+dst = "h0"
+"#,
+    );
+    let s = &r.summary;
+    assert_eq!(s.flows.len(), 4);
+    let t = s.flow_totals.as_ref().unwrap();
+    // Four senders share one 100 Gb/s port: each gets a quarter, fairly.
+    assert!(t.aggregate_gbps > 95.0 && t.aggregate_gbps < 100.0, "{t:?}");
+    assert!(t.jain_fairness > 0.99, "{t:?}");
+    for f in &s.flows {
+        assert!((f.gbps - t.aggregate_gbps / 4.0).abs() < 1.0, "{f:?}");
+    }
+    // Senders wait about three quarters of the time; the switch's port to h0 does not.
+    for h in ["h1:1", "h2:1", "h3:1", "h4:1"] {
+        let p = s.ports.iter().find(|p| p.port == h).unwrap();
+        assert!(p.xmit_wait_fraction > 0.6, "{h}: {}", p.xmit_wait_fraction);
+        assert_eq!(
+            p.port_xmit_wait, p.port_vl_xmit_wait[0],
+            "one data VL: the port's wait is VL0's"
+        );
+    }
+    let down = s.ports.iter().find(|p| p.peer == "h0:1").unwrap();
+    assert!(down.xmit_utilisation > 0.97, "{down:?}");
+    assert!(down.xmit_wait_fraction < 0.01, "{down:?}");
+    assert_eq!(s.totals.drops, 0);
+    // What stood out names a waiting sender first.
+    let first = &s.stood_out[0];
+    assert_eq!(first.kind, "xmit_wait");
+    assert!(first.subject.starts_with('h') && first.message.contains("PortXmitWait"));
+    assert!(s
+        .stood_out
+        .iter()
+        .any(|x| x.kind == "hot_link" && x.subject == down.port));
+}
+
+#[test]
+fn the_same_scenario_writes_the_same_bytes() {
+    let base = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-determinism");
+    let _ = std::fs::remove_dir_all(&base);
+    let text = B2B.replace(
+        "pattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"",
+        "pattern = \"all-to-all\"",
+    );
+    let mut outputs = Vec::new();
+    for k in 0..2 {
+        let dir = base.join(k.to_string());
+        let files = run_text(&text).write(&dir).unwrap();
+        assert_eq!(files.len(), 6, "{files:?}");
+        outputs.push(
+            files
+                .iter()
+                .map(|p| (p.file_name().unwrap().to_owned(), std::fs::read(p).unwrap()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}
+
+#[test]
+fn stream_errors_name_key_and_line() {
+    let e = Scenario::parse(
+        "[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h7\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("line 6: stream[0].dst: no HCA called `h7`"),
+        "{e}"
+    );
+    let e = Scenario::parse(
+        "[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\npayload_bytes = 5000\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("line 7: stream[0].payload_bytes"), "{e}");
+    let e = Scenario::parse(
+        "[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nburst = 3\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("burst") && e.contains("line 7"), "{e}");
+    let e = Scenario::parse(
+        "[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"broadcast\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("broadcast") && e.contains("line 4"), "{e}");
+}
