@@ -33,8 +33,11 @@ pub const ECN_ECT0: u8 = 0b10;
 /// ECN codepoint CE (congestion experienced), RFC 3168 §5.
 pub const ECN_CE: u8 = 0b11;
 
-/// Largest UDP payload one GSO group or GRO slot may hold (the IP total-length limit).
+/// Largest UDP payload one GRO slot may hold (the IP total-length limit).
 const MAX_SUPER_DATAGRAM: usize = 65_535;
+/// Largest UDP payload of one GSO group: the IPv4 total length (65,535) less the IPv4 and
+/// UDP headers; a larger group is refused with `EMSGSIZE` (IPv6 would allow 20 bytes more).
+const MAX_GSO_PAYLOAD: usize = 65_535 - 20 - 8;
 /// Segments per GSO group: Linux accepts up to `UDP_MAX_SEGMENTS` (64 before 6.9, 128 since).
 const MAX_GSO_SEGMENTS: usize = 64;
 
@@ -474,7 +477,7 @@ impl IdentOracle {
         (self.open
             && len <= self.segment
             && self.segments < MAX_GSO_SEGMENTS
-            && self.group_len + len <= MAX_SUPER_DATAGRAM)
+            && self.group_len + len <= MAX_GSO_PAYLOAD)
             .then_some(self.segments + 1)
     }
 
@@ -730,5 +733,14 @@ mod tests {
             many[64], 0,
             "a group holds at most {MAX_GSO_SEGMENTS} segments"
         );
+    }
+
+    #[test]
+    fn a_gso_group_fits_the_ip_total_length() {
+        // 1,040 bytes = a middle RDMA WRITE packet at IB MTU 1024 (BTH + payload + ICRC):
+        // 63 of them plus the IPv4 and UDP headers would exceed 65,535 bytes.
+        let ids = idents(true, &[1040; 64]);
+        assert_eq!(ids[61], 61);
+        assert_eq!(ids[62], 0, "the 63rd datagram starts a new group");
     }
 }
