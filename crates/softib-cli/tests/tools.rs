@@ -213,7 +213,7 @@ fn counters_are_published_shown_and_diffed_and_show_recovery_under_loss() {
             "-s",
             "16384",
             "--inject",
-            "drop=0.05,seed=3",
+            "drop=0.01,seed=3",
             "--counters",
             lossy.to_str().unwrap(),
             "--pcap",

@@ -403,10 +403,16 @@ impl Session {
         }
     }
 
-    /// perftest's `ctx_close_connection`: one more handshake, then "done".
+    /// perftest's `ctx_close_connection`: one more handshake, then "done". The peer's
+    /// "done" is read too (perftest leaves it unread), so our close never resets a
+    /// connection with data in flight; a peer that closed first is not an error.
     pub fn close(&mut self) -> anyhow::Result<()> {
         self.handshake(0)?;
         self.oob.write_msg("send done", PERFTEST_DONE)?;
+        let mut done = [0u8; PERFTEST_DONE.len()];
+        if self.oob.read_msg("receive done", &mut done).is_ok() {
+            softib_net::oob::perftest::parse_done(&done)?;
+        }
         Ok(())
     }
 
