@@ -18,6 +18,9 @@ use crate::qp::{InMessage, Qp, Resource, Response};
 use crate::rc::requester::packets_for;
 use crate::verbs::{AccessFlags, QpState, VendorErr, WcFlags, WcOpcode, WcStatus};
 
+/// Largest message in bytes (the device's max_msg_sz, as Linux reports 2^31).
+const MAX_MESSAGE: u64 = 1 << 31;
+
 impl Qp {
     /// End-to-end credits to advertise (IBA 9.7.7.2): receive WQEs posted, or "unlimited"
     /// (code 31) when an SRQ feeds the QP.
@@ -357,6 +360,11 @@ impl Qp {
             }
             let Some(reth) = pkt.reth else { return };
             let total = reth.dma_len as u64;
+            if total > MAX_MESSAGE {
+                // Longer than the largest message softib supports (2^31 bytes, the IBA maximum).
+                self.nak_fatal(sh, p, NakCode::InvalidRequest);
+                return;
+            }
             let only = matches!(op, O::WriteOnly | O::WriteOnlyImm);
             if (only && pkt.payload.len() as u64 != total)
                 || (!only && total <= self.attr.path_mtu.bytes() as u64)
@@ -479,6 +487,11 @@ impl Qp {
             return;
         }
         let total = reth.dma_len as u64;
+        if total > MAX_MESSAGE {
+            // Longer than the largest message softib supports (2^31 bytes, the IBA maximum).
+            self.nak_fatal(sh, p, NakCode::InvalidRequest);
+            return;
+        }
         let offset = if total == 0 {
             0
         } else {
