@@ -384,7 +384,21 @@ impl Session {
     pub fn wait_for_peer(&mut self, what: &'static str) -> anyhow::Result<()> {
         let mut last_rx = self.ctx.counters().1.rx_datagrams;
         let mut quiet_since = Instant::now();
+        let mut wcs = [crate::device::blank_wc(); 16];
         loop {
+            // Drive the device from this thread (the responder's work happens in the
+            // device's `process`, which `poll_cq` runs) instead of leaving each batch to a
+            // wake-up of the device thread, which costs tens of microseconds per round trip;
+            // look at the exchange connection about once a millisecond.
+            let slice_end = Instant::now() + Duration::from_millis(1);
+            let mut polls = 0u32;
+            loop {
+                self.poll(&mut wcs)?;
+                polls = polls.wrapping_add(1);
+                if polls % 64 == 0 && Instant::now() >= slice_end {
+                    break;
+                }
+            }
             if self.oob.poll_peer(what)? {
                 return Ok(());
             }
@@ -392,14 +406,18 @@ impl Session {
             if drv.rx_datagrams != last_rx {
                 last_rx = drv.rx_datagrams;
                 quiet_since = Instant::now();
-            } else if quiet_since.elapsed() > self.timeout {
+            } else {
+                // Nothing arrived for a whole slice: leave the core to others for a while
+                // (the device thread takes over meanwhile).
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if quiet_since.elapsed() > self.timeout {
                 bail!(
                     "the peer sent nothing for {:.1} s while we waited to {what} (did it stop or lose its network?)",
                     self.timeout.as_secs_f64()
                 );
             }
             self.publisher.tick(&self.ctx);
-            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
