@@ -124,7 +124,16 @@ fn spin_until(
                     s.timeout.as_secs_f64()
                 );
             }
-            s.oob.poll_peer(what)?;
+            match s.oob.poll_peer(what) {
+                // In a timed run the peer may stop a moment before us (ib_write_lat ends
+                // without a closing exchange): its leaving ends our run too.
+                Err(softib_net::oob::OobError::Closed { .. }) if deadline.is_some() => {
+                    return Ok(false)
+                }
+                other => {
+                    other?;
+                }
+            }
             s.publisher.tick(&s.ctx);
         }
     }
@@ -195,13 +204,16 @@ fn write_pingpong(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<(Vec
             s.ctx.post_send(s.qpns[0], std::slice::from_ref(&wr))?;
         }
         if ccnt < scnt {
-            spin_until(s, "complete our write", None, |_, wcs| {
+            let done = spin_until(s, "complete our write", clock.deadline, |_, wcs| {
                 ccnt += wcs
                     .iter()
                     .filter(|w| w.opcode == WcOpcode::RdmaWrite)
                     .count() as u64;
                 Ok(ccnt >= scnt)
             })?;
+            if !done {
+                break;
+            }
         }
         if p.duration.is_some() && !clock.more(scnt) {
             break;
@@ -281,7 +293,7 @@ fn send_pingpong(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<(Vec<
         // Keep the send queue from filling with completed but unpolled sends.
         let depth = u64::from(p.tx_depth.max(1));
         if scnt - ccnt >= depth {
-            spin_until(s, "complete our send", None, |_, wcs| {
+            spin_until(s, "complete our send", clock.deadline, |_, wcs| {
                 tally(wcs, &mut arrived, &mut ccnt);
                 Ok(scnt - ccnt < depth)
             })?;
