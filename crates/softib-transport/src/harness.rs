@@ -114,11 +114,17 @@ pub struct LinkStats {
     pub delayed: u64,
 }
 
+/// A packet on the link.
 struct InFlight {
     to: usize,
     meta: RxMeta,
+    /// A buffer of `BUF_LEN` bytes; the packet is its first `len`.
     bytes: Vec<u8>,
+    len: usize,
 }
+
+/// Size of every packet buffer: the largest MTU plus headers, as `poll_transmit` requires.
+const BUF_LEN: usize = 4096 + 256;
 
 /// A user filter: sees (sending device, now, packet bytes) and decides.
 pub type Filter = Box<dyn FnMut(usize, Nanos, &[u8]) -> Verdict>;
@@ -141,10 +147,14 @@ pub struct Pair {
     /// Optional per-packet decision, applied before the random faults.
     pub filter: Option<Filter>,
     rng: ChaCha8Rng,
-    queue: BinaryHeap<Reverse<(Nanos, u64)>>,
-    packets: std::collections::HashMap<u64, InFlight>,
+    /// In-flight packets as (delivery time, send order, slot), earliest first. Packets are
+    /// written by `poll_transmit` straight into a buffer that then travels in its slot (no
+    /// copy per packet); the heap moves only the small keys.
+    queue: BinaryHeap<Reverse<(Nanos, u64, u32)>>,
+    slots: Vec<Option<InFlight>>,
+    free_slots: Vec<u32>,
     seq: u64,
-    buf: Vec<u8>,
+    /// Recycled packet buffers, each `BUF_LEN` long.
     free: Vec<Vec<u8>>,
 }
 
@@ -270,9 +280,9 @@ impl Pair {
             filter: None,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0001_1c4e),
             queue: BinaryHeap::new(),
-            packets: std::collections::HashMap::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
             seq: 0,
-            buf: vec![0u8; 4096 + 256],
             free: Vec::new(),
         }
     }
@@ -470,11 +480,15 @@ impl Pair {
         all
     }
 
-    fn emit(&mut self, from: usize, t: Transmit) {
+    fn buffer(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_else(|| vec![0u8; BUF_LEN])
+    }
+
+    fn emit(&mut self, from: usize, t: Transmit, mut bytes: Vec<u8>) {
         self.stats.sent[from] += 1;
         let len = t.len;
         let mut verdict = match self.filter.as_mut() {
-            Some(f) => f(from, self.now, &self.buf[..len]),
+            Some(f) => f(from, self.now, &bytes[..len]),
             None => Verdict::Pass,
         };
         let r =
@@ -483,7 +497,7 @@ impl Pair {
             verdict = Verdict::Drop;
         }
         if self.trace {
-            let b = &self.buf[..len];
+            let b = &bytes[..len];
             let syndrome = softib_wire::PacketRepr::parse(b)
                 .ok()
                 .and_then(|p| p.aeth.map(|a| a.syndrome.to_u8()));
@@ -501,6 +515,7 @@ impl Pair {
         }
         if verdict == Verdict::Drop {
             self.stats.dropped += 1;
+            self.free.push(bytes);
             return;
         }
         let mut at = self.now + self.latency;
@@ -530,12 +545,9 @@ impl Pair {
             grh,
             ecn_ce: r(&mut self.rng, self.faults.ecn_mark),
         };
-        let mut bytes = self.free.pop().unwrap_or_default();
-        bytes.clear();
-        bytes.extend_from_slice(&self.buf[..len]);
-        if r(&mut self.rng, self.faults.corrupt) && !bytes.is_empty() {
+        if r(&mut self.rng, self.faults.corrupt) && len > 0 {
             self.stats.corrupted += 1;
-            let bit = self.rng.next_u64() as usize % (bytes.len() * 8);
+            let bit = self.rng.next_u64() as usize % (len * 8);
             bytes[bit / 8] ^= 1 << (bit % 8);
             if !self.faults.corrupt_bypasses_icrc {
                 // The receiving driver's ICRC check would catch it.
@@ -544,22 +556,38 @@ impl Pair {
                 return;
             }
         }
-        if r(&mut self.rng, self.faults.fecn_mark) && bytes.len() > 4 {
+        if r(&mut self.rng, self.faults.fecn_mark) && len > 4 {
             bytes[4] |= 0x80;
         }
         if r(&mut self.rng, self.faults.duplicate) {
             self.stats.duplicated += 1;
             let extra = self.rng.next_u64() % window;
-            let copy = bytes.clone();
-            self.push(at + extra, 1 - from, meta, copy);
+            let mut copy = self.buffer();
+            copy[..len].copy_from_slice(&bytes[..len]);
+            self.push(at + extra, 1 - from, meta, copy, len);
         }
-        self.push(at, 1 - from, meta, bytes);
+        self.push(at, 1 - from, meta, bytes, len);
     }
 
-    fn push(&mut self, at: Nanos, to: usize, meta: RxMeta, bytes: Vec<u8>) {
+    fn push(&mut self, at: Nanos, to: usize, meta: RxMeta, bytes: Vec<u8>, len: usize) {
         self.seq += 1;
-        self.queue.push(Reverse((at, self.seq)));
-        self.packets.insert(self.seq, InFlight { to, meta, bytes });
+        let p = InFlight {
+            to,
+            meta,
+            bytes,
+            len,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(p);
+                i
+            }
+            None => {
+                self.slots.push(Some(p));
+                self.slots.len() as u32 - 1
+            }
+        };
+        self.queue.push(Reverse((at, self.seq, slot)));
     }
 
     /// Sends everything both devices have to send at the current time.
@@ -567,9 +595,18 @@ impl Pair {
         loop {
             let mut any = false;
             for side in 0..2 {
-                while let Some(t) = self.devices[side].poll_transmit(self.now, &mut self.buf) {
-                    any = true;
-                    self.emit(side, t);
+                loop {
+                    let mut bytes = self.buffer();
+                    match self.devices[side].poll_transmit(self.now, &mut bytes) {
+                        Some(t) => {
+                            any = true;
+                            self.emit(side, t, bytes);
+                        }
+                        None => {
+                            self.free.push(bytes);
+                            break;
+                        }
+                    }
                 }
             }
             if !any {
@@ -580,7 +617,7 @@ impl Pair {
 
     /// The next time something happens (a delivery or a timer), if anything will.
     pub fn next_event(&self) -> Option<Nanos> {
-        let q = self.queue.peek().map(|Reverse((t, _))| *t);
+        let q = self.queue.peek().map(|Reverse((t, _, _))| *t);
         let t0 = self.devices[0].poll_timeout();
         let t1 = self.devices[1].poll_timeout();
         [q, t0, t1].into_iter().flatten().min()
@@ -598,16 +635,18 @@ impl Pair {
             return false;
         }
         self.now = self.now.max(next);
-        while let Some(&Reverse((t, seq))) = self.queue.peek() {
+        while let Some(&Reverse((t, _, slot))) = self.queue.peek() {
             if t > self.now {
                 break;
             }
             self.queue.pop();
-            if let Some(p) = self.packets.remove(&seq) {
-                self.stats.delivered += 1;
-                self.devices[p.to].handle_packet(self.now, &p.meta, &p.bytes);
-                self.free.push(p.bytes);
-            }
+            self.free_slots.push(slot);
+            let Some(p) = self.slots[slot as usize].take() else {
+                continue;
+            };
+            self.stats.delivered += 1;
+            self.devices[p.to].handle_packet(self.now, &p.meta, &p.bytes[..p.len]);
+            self.free.push(p.bytes);
         }
         for side in 0..2 {
             if self.devices[side]
