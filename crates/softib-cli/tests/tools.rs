@@ -263,3 +263,28 @@ fn counters_are_published_shown_and_diffed_and_show_recovery_under_loss() {
         &text[..text.len().min(500)]
     );
 }
+
+#[test]
+fn timed_latency_runs_end_cleanly_on_both_sides() {
+    for (n, tool) in [(40, "write-lat"), (41, "send-lat")] {
+        let r = run_pair(n, tool, &["-D", "1"]);
+        r.assert_ok();
+        let out = r.client_stdout();
+        assert!(out.contains("tps average"), "{out}");
+        let rows = report_rows(&out, "#bytes");
+        assert!(rows[0][1].parse::<u64>().unwrap() > 0, "{out}");
+    }
+}
+
+#[test]
+fn send_bw_all_sizes_on_ud_stops_at_the_mtu() {
+    let r = run_pair(42, "send-bw", &["-a", "-n", "20", "-c", "UD", "-m", "1024"]);
+    r.assert_ok();
+    let sizes: Vec<u64> = report_rows(&r.client_stdout(), "#bytes")
+        .iter()
+        .map(|r| r[0].parse().unwrap())
+        .collect();
+    assert_eq!(sizes, (1..=10).map(|i| 1u64 << i).collect::<Vec<_>>());
+    let srv = report_rows(&r.server_stdout(), "#bytes");
+    assert_eq!(srv.len(), 10, "the server reports every size too");
+}
