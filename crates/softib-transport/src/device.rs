@@ -841,7 +841,10 @@ impl Device {
                 let off = sge
                     .addr
                     .checked_sub(mr.iova)
-                    .filter(|o| o + sge.length as u64 <= mr.memory.len() as u64)
+                    .filter(|o| {
+                        o.checked_add(sge.length as u64)
+                            .is_some_and(|end| end <= mr.memory.len() as u64)
+                    })
                     .ok_or_else(|| {
                         invalid(format!("inline SGE at {:#x} leaves its region", sge.addr))
                     })?;

@@ -42,8 +42,12 @@ pub(crate) fn gather(
         if result.is_err() {
             return;
         }
+        let Some(addr) = sge.addr.checked_add(off) else {
+            result = Err(LocalAccessFault::OutOfBounds);
+            return;
+        };
         let piece = Sge {
-            addr: sge.addr + off,
+            addr,
             length: len as u32,
             lkey: sge.lkey,
         };
@@ -75,13 +79,18 @@ pub(crate) fn scatter(
     let mut result = Ok(());
     let mut covered = 0u64;
     for_each_sge_piece(sges, offset, src.len() as u64, |sge, off, len| {
-        let piece = Sge {
-            addr: sge.addr + off,
-            length: len as u32,
-            lkey: sge.lkey,
-        };
         if result.is_ok() {
-            result = mrs.check_local(&piece, pd, true).map(|_| ());
+            result = match sge.addr.checked_add(off) {
+                Some(addr) => {
+                    let piece = Sge {
+                        addr,
+                        length: len as u32,
+                        lkey: sge.lkey,
+                    };
+                    mrs.check_local(&piece, pd, true).map(|_| ())
+                }
+                None => Err(LocalAccessFault::OutOfBounds),
+            };
         }
         covered += len;
     });

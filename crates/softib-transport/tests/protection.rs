@@ -302,3 +302,62 @@ fn psn_ahead_of_the_window_is_naked_once_and_not_executed() {
     assert_eq!((naks[0].syndrome, naks[0].psn), (Some(0x60), 0x100));
     assert_eq!(pair.read(1, &b, 0, 4), vec![0; 4]);
 }
+
+#[test]
+fn sge_addresses_near_the_top_of_the_address_space_are_refused_not_wrapped() {
+    let mut pair = Pair::new(57);
+    let (a, b) = pair.connect(&QpOptions {
+        addr: 0,
+        ..Default::default()
+    });
+    let mut w = wr(WrOpcode::RdmaWrite, 1, &a, 0, &b, 0, 64);
+    w.sg_list = vec![
+        softib_transport::Sge {
+            addr: 0,
+            length: 8,
+            lkey: a.keys.lkey,
+        },
+        softib_transport::Sge {
+            addr: u64::MAX - 3,
+            length: 64,
+            lkey: a.keys.lkey,
+        },
+    ];
+    w.sg_list[1].length = 56;
+    pair.dev(0).post_send(0, a.qpn, &w).unwrap();
+    assert_eq!(
+        wait_send(&mut pair, &a, 1, SEC)[0].status,
+        WcStatus::LocProtErr
+    );
+    // Inline data from such an SGE is refused at post time.
+    let mut i = wr(WrOpcode::RdmaWrite, 2, &a, 0, &b, 0, 8);
+    i.sg_list[0].addr = u64::MAX - 3;
+    i.flags = softib_transport::SendFlags::INLINE;
+    assert!(pair.dev(0).post_send(0, a.qpn, &i).is_err());
+    // A receive buffer at the top of the address space.
+    pair.dev(0)
+        .modify_qp(
+            0,
+            a.qpn,
+            &softib_transport::QpAttr {
+                qp_state: QpState::Err,
+                ..Default::default()
+            },
+            softib_transport::QpAttrMask::STATE,
+        )
+        .unwrap();
+    let (c, d) = pair.connect(&QpOptions {
+        addr: 0,
+        ..Default::default()
+    });
+    let mut r = recv(5, &d, 0, 64);
+    r.sg_list[0].addr = u64::MAX - 10;
+    pair.dev(1).post_recv(d.qpn, &r).unwrap();
+    pair.dev(0)
+        .post_send(0, c.qpn, &wr(WrOpcode::Send, 3, &c, 0, &d, 0, 32))
+        .unwrap();
+    assert_eq!(
+        wait_send(&mut pair, &c, 1, SEC)[0].status,
+        WcStatus::RemOpErr
+    );
+}
