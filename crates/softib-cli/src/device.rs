@@ -89,11 +89,36 @@ impl DeviceArgs {
             .transpose()
     }
 
-    /// Opens the device on `--bind`, or on `fallback` port 4791.
+    /// Opens the device on `--bind`, or on `fallback` port 4791. Without `--bind`, a
+    /// loopback fallback that is taken (both sides of a test on one host) moves to the next
+    /// free address of 127.0.0.0/8 (127.0.0.2, 127.0.0.3, ...): the peer learns the
+    /// address from our GID, not from the TCP connection.
     pub fn open(&self, fallback: IpAddr, mtu: Option<Mtu>) -> anyhow::Result<Context> {
-        let addr = self
-            .bind_addr()?
-            .unwrap_or(SocketAddr::new(fallback, ROCE_V2_PORT));
+        if let Some(addr) = self.bind_addr()? {
+            return self.open_on(addr, mtu);
+        }
+        let first = SocketAddr::new(fallback, ROCE_V2_PORT);
+        let IpAddr::V4(v4) = fallback else {
+            return self.open_on(first, mtu);
+        };
+        if !v4.is_loopback() {
+            return self.open_on(first, mtu);
+        }
+        let mut last = None;
+        for host in
+            std::iter::once(v4).chain((2..=32).map(|h| std::net::Ipv4Addr::new(127, 0, 0, h)))
+        {
+            match self.open_on(SocketAddr::new(IpAddr::V4(host), ROCE_V2_PORT), mtu) {
+                Ok(c) => return Ok(c),
+                Err(e) if address_in_use(&e) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow!("no free loopback address for a softib device")))
+            .context("every loopback address tried is taken; give one with --bind")
+    }
+
+    fn open_on(&self, addr: SocketAddr, mtu: Option<Mtu>) -> anyhow::Result<Context> {
         let mut config = NetConfig::new(addr);
         config.mtu = mtu;
         config.inject = self.fault_spec()?;
@@ -105,9 +130,34 @@ impl DeviceArgs {
                 spin: Duration::from_micros(self.spin_us),
             }
         };
-        Context::open(config, mode)
-            .with_context(|| format!("cannot open a softib device on {addr}"))
+        Context::open(config, mode).map_err(|e| {
+            let hint = if address_in_use_net(&e) {
+                " (another softib device or the kernel's rdma_rxe uses it; choose another address with --bind)"
+            } else {
+                ""
+            };
+            anyhow::Error::new(e).context(format!("cannot open a softib device on {addr}{hint}"))
+        })
     }
+}
+
+fn address_in_use_net(e: &softib_net::driver::NetError) -> bool {
+    use std::error::Error;
+    let mut cur: Option<&(dyn Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::AddrInUse;
+        }
+        cur = c.source();
+    }
+    false
+}
+
+fn address_in_use(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+    })
 }
 
 /// What a counters file holds: the tool, its state and the device's counters.

@@ -288,3 +288,43 @@ fn send_bw_all_sizes_on_ud_stops_at_the_mtu() {
     let srv = report_rows(&r.server_stdout(), "#bytes");
     assert_eq!(srv.len(), 10, "the server reports every size too");
 }
+
+#[test]
+fn both_sides_on_one_host_need_no_flags() {
+    // No --bind: the server listens on every address, the devices start on 127.0.0.1 and
+    // move to the next free loopback address when it is taken.
+    let port = "21240";
+    let s = softib()
+        .args(["write-bw", "-p", port, "-n", "50"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .contains(&format!("00000000:{:04X} 00000000:0000 0A", 21240))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let c = softib()
+        .args(["write-bw", "127.0.0.1", "-p", port, "-n", "50"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let co = common::wait(c, std::time::Duration::from_secs(60), "client");
+    let so = common::wait(s, std::time::Duration::from_secs(60), "server");
+    assert!(
+        co.status.success() && so.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&co.stderr),
+        String::from_utf8_lossy(&so.stderr)
+    );
+    let rows = report_rows(&String::from_utf8_lossy(&co.stdout), "#bytes");
+    assert_eq!(rows[0][1], "50");
+}
