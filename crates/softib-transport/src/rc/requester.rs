@@ -245,7 +245,7 @@ impl Qp {
         }
         if self.timer(TimerKind::Retransmit).is_none() {
             if let Some(t) = local_ack_timeout(self.attr.timeout) {
-                self.set_timer(TimerKind::Retransmit, Some(now + t));
+                self.set_timer(TimerKind::Retransmit, Some(now.saturating_add(t)));
             }
         }
         Some(Transmit {
@@ -298,7 +298,7 @@ impl Qp {
                         self.rewind_to(p);
                         self.req.rnr_wait = true;
                         self.set_timer(TimerKind::Retransmit, None);
-                        self.set_timer(TimerKind::Rnr, Some(now + timer.nanos()));
+                        self.set_timer(TimerKind::Rnr, Some(now.saturating_add(timer.nanos())));
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         self.counters.seq_naks_received += 1;
@@ -416,7 +416,7 @@ impl Qp {
         }
         let outstanding = psn::diff(self.req.max_sent, self.req.una) > 0;
         let t = if outstanding && !self.req.rnr_wait {
-            local_ack_timeout(self.attr.timeout).map(|t| now + t)
+            local_ack_timeout(self.attr.timeout).map(|t| now.saturating_add(t))
         } else {
             None
         };
