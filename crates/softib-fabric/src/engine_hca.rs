@@ -14,9 +14,12 @@
 use crate::hca::{Endpoint, HcaTx, Outgoing};
 use crate::packet::Packet;
 use crate::time::{from_engine_nanos, to_engine_nanos, Picos};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use softib_transport::{Device, Nanos, RxGrh, RxMeta};
 use softib_wire::grh::{GrhPacket, GrhRepr};
 use softib_wire::lrh::{Lnh, LrhPacket, LrhRepr, LRH_LEN};
+use std::collections::VecDeque;
 
 const GRH_LEN: usize = 40;
 /// GRH next-header value for an IBA transport header (IBA 8.3.1).
@@ -48,6 +51,20 @@ pub struct EncapCounters {
     pub tx_discarded: u64,
 }
 
+/// A receive processing delay: packets reach the engine between `min` and `max` after they
+/// arrived (uniformly drawn from a seeded stream), in arrival order. It models a responder
+/// that is slow to process what it received (a host busy with something else) while its HCA
+/// keeps accepting packets off the link, so link credits are unaffected.
+struct RxDelay {
+    min: Picos,
+    max: Picos,
+    rng: ChaCha8Rng,
+    /// Packets waiting: (due time, receive metadata, transport bytes).
+    queue: VecDeque<(Picos, RxMeta, Vec<u8>)>,
+    /// Buffers of delivered packets, reused.
+    spare: Vec<Vec<u8>>,
+}
+
 /// An HCA port running the transport engine and an application.
 pub struct EngineHca {
     dev: Device,
@@ -55,6 +72,7 @@ pub struct EngineHca {
     started: bool,
     max_len: usize,
     counters: EncapCounters,
+    rx_delay: Option<RxDelay>,
 }
 
 impl EngineHca {
@@ -70,6 +88,38 @@ impl EngineHca {
             started: false,
             max_len,
             counters: EncapCounters::default(),
+            rx_delay: None,
+        }
+    }
+
+    /// Delays every received packet by a time drawn uniformly from [`min`, `max`]
+    /// picoseconds (from a ChaCha8 stream seeded with `seed`) before the engine sees it,
+    /// keeping arrival order: the slow-responder model.
+    pub fn with_rx_delay(mut self, min: Picos, max: Picos, seed: u64) -> Self {
+        self.rx_delay = Some(RxDelay {
+            min: min.min(max),
+            max: max.max(min),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: VecDeque::new(),
+            spare: Vec::new(),
+        });
+        self
+    }
+
+    /// Packets received but not yet processed (with a receive delay).
+    pub fn rx_backlog(&self) -> usize {
+        self.rx_delay.as_ref().map_or(0, |d| d.queue.len())
+    }
+
+    /// Hands the delayed packets that are due to the engine.
+    fn deliver_due(&mut self, now: Picos) {
+        let Some(d) = self.rx_delay.as_mut() else {
+            return;
+        };
+        while d.queue.front().is_some_and(|(due, _, _)| *due <= now) {
+            let (_, meta, bytes) = d.queue.pop_front().expect("checked");
+            self.dev.handle_packet(to_engine_nanos(now), &meta, &bytes);
+            d.spare.push(bytes);
         }
     }
 
@@ -211,6 +261,20 @@ impl Endpoint for EngineHca {
         let bytes = packet.bytes();
         // BTH through pad: without ICRC (4) and VCRC (2).
         let transport = &bytes[off..bytes.len() - 6];
+        if let Some(d) = self.rx_delay.as_mut() {
+            let delay = if d.max > d.min {
+                d.rng.gen_range(d.min..=d.max)
+            } else {
+                d.min
+            };
+            let last = d.queue.back().map_or(0, |(due, _, _)| *due);
+            let due = (tx.now() + delay).max(last);
+            let mut buf = d.spare.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(transport);
+            d.queue.push_back((due, meta, buf));
+            return;
+        }
         self.dev
             .handle_packet(to_engine_nanos(tx.now()), &meta, transport);
         self.progress(tx);
@@ -223,10 +287,19 @@ impl Endpoint for EngineHca {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        t.map(from_engine_nanos)
+        let t = t.map(from_engine_nanos);
+        let rx = self
+            .rx_delay
+            .as_ref()
+            .and_then(|d| d.queue.front().map(|(due, _, _)| *due));
+        match (t, rx) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn on_timer(&mut self, tx: &mut HcaTx<'_>) {
+        self.deliver_due(tx.now());
         let now = to_engine_nanos(tx.now());
         if self.dev.poll_timeout().is_some_and(|t| t <= now) {
             self.dev.handle_timeout(now);

@@ -157,3 +157,73 @@ fn rc_through_a_fat_tree_delivers_byte_exact_data() {
     let ha = f.endpoint_mut::<EngineHca>("h0", 1).unwrap();
     assert!(ha.device().counters().qp.retransmitted_packets > 0);
 }
+
+/// h0 writes to h1 whose host takes 10-15 ms to process what it receives; `timeout` is h0's
+/// local ACK timeout exponent.
+fn slow_responder(timeout: u8) -> Fabric {
+    let t = Topology::back_to_back();
+    let mut f = Fabric::new(t, FabricConfig::default()).unwrap();
+    let (l0, l1) = (f.lid("h0").unwrap(), f.lid("h1").unwrap());
+    let mut d0 = device(l0, 1);
+    let mut d1 = device(l1, 2);
+    let s0 = rc_side(&mut d0, MSG as usize, 0x1000_0000).unwrap();
+    let s1 = rc_side(&mut d1, MSG as usize, 0x2000_0000).unwrap();
+    rc_connect(&mut d0, &s0, &s1, l1, 0, Mtu::M4096, timeout).unwrap();
+    rc_connect(&mut d1, &s1, &s0, l0, 0, Mtu::M4096, timeout).unwrap();
+    let app = WriteBw::new(s0, s1, MSG, 4, None);
+    f.attach("h0", Box::new(EngineHca::new(d0, Box::new(app))))
+        .unwrap();
+    let ms = 1_000 * PS_PER_US;
+    let responder = EngineHca::new(d1, Box::new(Passive)).with_rx_delay(10 * ms, 15 * ms, 7);
+    f.attach("h1", Box::new(responder)).unwrap();
+    f.run_until(120 * ms);
+    f
+}
+
+#[test]
+fn a_slow_responder_with_a_short_ack_timeout_causes_a_retransmission_storm() {
+    // local_ack_timeout 10: 4.096 us x 2^10 = 4.19 ms, shorter than the 10-15 ms the
+    // responder takes: the requester retransmits although the link lost nothing, and the
+    // responder sees duplicates.
+    let mut short = slow_responder(10);
+    assert_eq!(short.total_counters().errors(), 0, "no link errors");
+    let retrans = short
+        .endpoint_mut::<EngineHca>("h0", 1)
+        .unwrap()
+        .device()
+        .counters()
+        .qp
+        .retransmitted_packets;
+    let dups = short
+        .endpoint_mut::<EngineHca>("h1", 1)
+        .unwrap()
+        .device()
+        .counters()
+        .qp
+        .duplicates_received;
+    assert!(retrans > 0, "retransmitted {retrans}");
+    assert!(dups > 0, "duplicates {dups}");
+
+    // local_ack_timeout 16 (268 ms): no retransmission, the responder only ever sees each
+    // packet once.
+    let mut long = slow_responder(16);
+    let c = long
+        .endpoint_mut::<EngineHca>("h0", 1)
+        .unwrap()
+        .device()
+        .counters();
+    assert_eq!(c.qp.retransmitted_packets, 0);
+    let c = long
+        .endpoint_mut::<EngineHca>("h1", 1)
+        .unwrap()
+        .device()
+        .counters();
+    assert_eq!(c.qp.duplicates_received, 0);
+    let done_long = app_stats(&mut long, "h0").completions.len();
+    let done_short = app_stats(&mut short, "h0").completions.len();
+    assert!(done_long > 0);
+    assert!(
+        done_long >= done_short,
+        "goodput with the long timeout ({done_long}) not below the short one ({done_short})"
+    );
+}
