@@ -45,6 +45,9 @@ pub struct DeviceArgs {
     /// runs, so a spinning device thread only competes with them for a core.
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = 0)]
     pub spin_us: u64,
+    /// Congestion control.
+    #[command(flatten)]
+    pub cc: crate::cc::CcArgs,
 }
 
 impl DeviceArgs {
@@ -71,6 +74,7 @@ impl DeviceArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         self.bind_addr()?;
         self.fault_spec()?;
+        self.cc.roce_cc()?;
         if self.timeout.is_nan() || self.timeout <= 0.0 {
             return Err(anyhow!(
                 "--oob-timeout must be a positive number of seconds"
@@ -123,6 +127,7 @@ impl DeviceArgs {
         config.mtu = mtu;
         config.inject = self.fault_spec()?;
         config.pcap = self.pcap.clone();
+        config.cc = self.cc.roce_cc()?;
         let mode = if self.busy_poll {
             WaitMode::Polling
         } else {

@@ -1,6 +1,7 @@
 //! The `softib` command: one binary for every softib tool. Each subcommand lives in its own
 //! module; the logic a library user would also need lives in the library crates.
 
+mod cc;
 mod counters;
 mod decode;
 mod device;

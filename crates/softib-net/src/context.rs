@@ -382,10 +382,15 @@ impl Context {
     pub fn counter_snapshot(&self) -> crate::counters::CounterSnapshot {
         let d = self.lock();
         let e = d.engine();
+        let now = d.now();
         crate::counters::CounterSnapshot::new(
             &e.counters(),
             &d.counters(),
             e.qpns().filter_map(|q| e.qp_counters(q).map(|c| (q, c))),
+        )
+        .with_cc_status(
+            now,
+            e.qpns().filter_map(|q| e.cc_status(now, q).map(|s| (q, s))),
         )
     }
 

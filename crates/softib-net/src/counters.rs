@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use softib_transport::cc::CcStatus;
 use softib_transport::{DeviceCounters, QpCounters};
 
 use crate::driver::DriverCounters;
@@ -55,8 +56,11 @@ pub fn qp_map(c: &QpCounters) -> CounterMap {
         stale_responses,
         fecn_received,
         becn_received,
+        ecn_ce_received,
         cnps_sent,
         cnps_received,
+        becns_sent,
+        throttled_ns,
         wrong_state_drops,
         bad_pkey_drops,
         bad_qkey_drops,
@@ -87,6 +91,32 @@ pub fn device_map(c: &DeviceCounters) -> CounterMap {
     m
 }
 
+/// A QP's congestion state by name: gauges, not counters (a diff shows their change).
+/// `cc_rate_mbps` is the DCQCN current rate (present once a CNP created the QP's rate
+/// limiter; the line rate once it recovered), `cc_alpha_ppm` DCQCN's alpha in millionths,
+/// `cc_ccti` the IBA CCA index that paces the QP, `cc_paced` 1 while its pacing gate is
+/// closed.
+pub fn cc_map(s: &CcStatus, now: softib_transport::Nanos) -> CounterMap {
+    let mut m = CounterMap::new();
+    if let Some(r) = s.rate_bps {
+        m.insert("cc_rate_mbps".into(), r / 1_000_000);
+    }
+    if let Some(a) = s.alpha {
+        m.insert(
+            "cc_alpha_ppm".into(),
+            u64::from(a) * 1_000_000 / u64::from(softib_transport::cc::dcqcn::ALPHA_ONE),
+        );
+    }
+    if let Some(c) = s.ccti {
+        m.insert("cc_ccti".into(), u64::from(c));
+    }
+    m.insert(
+        "cc_paced".into(),
+        u64::from(s.paced_until.is_some_and(|t| t > now)),
+    );
+    m
+}
+
 /// The driver counters by name (booleans as 0/1).
 pub fn driver_map(c: &DriverCounters) -> CounterMap {
     let mut m = CounterMap::new();
@@ -100,6 +130,8 @@ pub fn driver_map(c: &DriverCounters) -> CounterMap {
         rx_bytes,
         tx_unroutable,
         pcap_errors,
+        cc_link_rate_mbps,
+        cc_wire_overhead,
     );
     put!(
         m,
@@ -140,6 +172,20 @@ impl CounterSnapshot {
             qps: qps.into_iter().map(|(n, c)| (n, qp_map(c))).collect(),
         }
     }
+
+    /// Adds each QP's congestion state ([`cc_map`]) at `now` to its counters.
+    pub fn with_cc_status(
+        mut self,
+        now: softib_transport::Nanos,
+        status: impl IntoIterator<Item = (u32, CcStatus)>,
+    ) -> CounterSnapshot {
+        for (qpn, s) in status {
+            if let Some(m) = self.qps.get_mut(&qpn) {
+                m.extend(cc_map(&s, now));
+            }
+        }
+        self
+    }
 }
 
 #[cfg(test)]
@@ -176,5 +222,44 @@ mod tests {
         assert_eq!(s.qps[&0x11]["retransmitted_packets"], 3);
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<CounterSnapshot>(&json).unwrap(), s);
+    }
+
+    #[test]
+    fn congestion_counters_and_state_are_in_the_snapshot() {
+        let qp = QpCounters {
+            ecn_ce_received: 4,
+            cnps_sent: 3,
+            cnps_received: 2,
+            throttled_ns: 1_500,
+            ..QpCounters::default()
+        };
+        let dev = DeviceCounters {
+            qp,
+            ..DeviceCounters::default()
+        };
+        let drv = DriverCounters {
+            cc_link_rate_mbps: 10_000,
+            cc_wire_overhead: 70,
+            ..DriverCounters::default()
+        };
+        let status = CcStatus {
+            rate_bps: Some(2_500_000_000),
+            alpha: Some(1 << 19),
+            paced_until: Some(200),
+            ..CcStatus::default()
+        };
+        let s = CounterSnapshot::new(&dev, &drv, [(0x11, &qp), (0x12, &qp)])
+            .with_cc_status(100, [(0x11, status), (0x99, status)]);
+        assert_eq!(s.device["cnps_sent"], 3);
+        assert_eq!(s.device["throttled_ns"], 1_500);
+        assert_eq!(s.qps[&0x11]["ecn_ce_received"], 4);
+        assert_eq!(s.qps[&0x11]["cc_rate_mbps"], 2_500);
+        assert_eq!(s.qps[&0x11]["cc_alpha_ppm"], 500_000);
+        assert_eq!(s.qps[&0x11]["cc_paced"], 1);
+        assert!(!s.qps[&0x11].contains_key("cc_ccti"));
+        assert!(!s.qps[&0x12].contains_key("cc_rate_mbps"));
+        assert!(!s.qps.contains_key(&0x99));
+        assert_eq!(s.driver["cc_link_rate_mbps"], 10_000);
+        assert_eq!(s.driver["cc_wire_overhead"], 70);
     }
 }

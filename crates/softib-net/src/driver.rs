@@ -13,13 +13,14 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use softib_transport::{
     Device, DeviceConfig, DriverDrop, LinkLayer, Mtu, Nanos, RxGrh, RxMeta, Transmit,
 };
 
+use crate::cc::{self, RoceCc};
 use crate::inject::{FaultCounters, FaultSpec, Injector};
 use crate::roce::{self, Ipv4IdPolicy, RxCheck, RxCounters, RxDrop, ICRC_LEN};
 use crate::socket::{
@@ -38,8 +39,8 @@ pub struct NetConfig {
     pub bind: SocketAddr,
     /// Largest path MTU; `None` derives it from the interface MTU as rxe does.
     pub mtu: Option<Mtu>,
-    /// Default TOS / traffic class (DSCP << 2; the ECN bits come from the engine's
-    /// `ecn_capable`).
+    /// Default TOS / traffic class (DSCP << 2; the ECN bits are ECT(0) on data when
+    /// congestion control reacts, see [`RoceCc`]).
     pub traffic_class: u8,
     /// Try UDP GSO.
     pub gso: bool,
@@ -53,7 +54,10 @@ pub struct NetConfig {
     pub pcap: Option<PathBuf>,
     /// Seed of the engine's RNG (keys, PSNs).
     pub seed: u64,
-    /// Engine limits (its `gid` and `max_mtu` are set from the fields above).
+    /// Congestion control (ECN marks, CNPs, DCQCN or IBA CCA pacing); off by default.
+    pub cc: RoceCc,
+    /// Engine limits (its `gid`, `max_mtu`, `link_layer` and `cc` are set from the fields
+    /// above).
     pub engine: DeviceConfig,
 }
 
@@ -76,6 +80,7 @@ impl NetConfig {
             inject: None,
             pcap: None,
             seed,
+            cc: RoceCc::default(),
             engine: DeviceConfig::default(),
         }
     }
@@ -107,6 +112,9 @@ pub enum NetError {
     /// The wake-up channel could not be created.
     #[error("cannot create the wake-up channel: {0}")]
     Wake(io::Error),
+    /// A congestion control setting is out of range.
+    #[error("congestion control: {0}")]
+    Cc(#[from] softib_transport::cc::CcConfigError),
 }
 
 /// Driver-level counters (the engine keeps its own, see `Device::counters`).
@@ -130,6 +138,10 @@ pub struct DriverCounters {
     pub tx_unroutable: u64,
     /// Records the pcap tap could not write.
     pub pcap_errors: u64,
+    /// Congestion control: the line rate in Mb/s the engine paces against.
+    pub cc_link_rate_mbps: u64,
+    /// Congestion control: bytes counted per packet beyond the transport packet.
+    pub cc_wire_overhead: u64,
 }
 
 /// What one [`Driver::process`] turn did.
@@ -163,6 +175,7 @@ pub struct Driver {
     epoch: Instant,
     mtu: Mtu,
     default_tos: u8,
+    ecn_capable: bool,
     peer_ports: HashMap<IpAddr, u16>,
     scratch: Vec<u8>,
     counters: DriverCounters,
@@ -193,20 +206,40 @@ fn mtu_from_bytes(bytes: u32) -> Mtu {
 impl Driver {
     /// Opens the device: binds the socket, chooses the MTU, creates the engine.
     pub fn open(config: NetConfig) -> Result<Driver, NetError> {
+        let iface = roce::interface_mtu(config.bind.ip());
         let mtu = match config.mtu {
             Some(m) => m,
             None => {
-                let (_, if_mtu) = roce::interface_mtu(config.bind.ip()).map_err(|source| {
-                    NetError::InterfaceMtu {
-                        addr: config.bind.ip(),
-                        source,
+                let if_mtu = match &iface {
+                    Ok((_, m)) => *m,
+                    Err(e) => {
+                        return Err(NetError::InterfaceMtu {
+                            addr: config.bind.ip(),
+                            source: io::Error::new(e.kind(), e.to_string()),
+                        })
                     }
-                })?;
+                };
                 mtu_from_bytes(
                     roce::ib_mtu_for_interface(if_mtu).ok_or(NetError::MtuTooSmall(if_mtu))?,
                 )
             }
         };
+        // The link the congestion control paces against (docs/design/net.md).
+        let link = match &iface {
+            Ok((name, _)) => cc::link_info(Path::new("/sys/class/net"), name),
+            Err(_) => cc::LinkInfo {
+                speed_mbps: None,
+                ethernet: false,
+            },
+        };
+        let link_rate = config
+            .cc
+            .link_rate_mbps
+            .or(link.speed_mbps)
+            .unwrap_or(cc::DEFAULT_LINK_RATE_MBPS);
+        let overhead = cc::wire_overhead(config.bind.is_ipv6(), link.ethernet);
+        let cc_config = config.cc.engine_config(link_rate, overhead);
+        cc_config.validate()?;
         let mut sc = SocketConfig::new(config.bind);
         sc.traffic_class = config.traffic_class;
         sc.gso = config.gso && config.inject.is_none();
@@ -223,6 +256,7 @@ impl Driver {
         engine_config.max_mtu = mtu;
         // RoCEv2: UD receive buffers get the IP header in their GRH area, as on Linux.
         engine_config.link_layer = LinkLayer::Ethernet;
+        engine_config.cc = cc_config;
         let tap = match &config.pcap {
             Some(p) => Some(PcapTap::create(p)?),
             None => None,
@@ -242,9 +276,14 @@ impl Driver {
             epoch: Instant::now(),
             mtu,
             default_tos: config.traffic_class,
+            ecn_capable: config.cc.reacts(),
             peer_ports: HashMap::new(),
             scratch: vec![0; max_datagram],
-            counters: DriverCounters::default(),
+            counters: DriverCounters {
+                cc_link_rate_mbps: link_rate,
+                cc_wire_overhead: u64::from(overhead),
+                ..DriverCounters::default()
+            },
             wake_rx,
             wake_tx,
         })
@@ -382,7 +421,7 @@ impl Driver {
 
     /// The UDP destination and TOS of a transmit, or `None` if it cannot be routed.
     fn route(&self, t: &Transmit) -> Option<(SocketAddr, u8)> {
-        route_with(self.local, &self.peer_ports, t)
+        route_with(self.local, &self.peer_ports, self.ecn_capable, t)
     }
 
     fn flush_at(&mut self, now: Nanos) -> io::Result<(usize, bool)> {
@@ -430,6 +469,7 @@ impl Driver {
         let mut unroutable = false;
         let local = self.local;
         let default_tos = self.default_tos;
+        let ecn_capable = self.ecn_capable;
         let (engine, tap, peer_ports) = (&mut self.engine, &mut self.tap, &self.peer_ports);
         let mut pcap_error = false;
         let pushed = self.tx.push_deferred(max, |slot, ident_of| {
@@ -437,7 +477,7 @@ impl Driver {
                 engine_empty = true;
                 return None;
             };
-            let Some((dest, tos)) = route_with(local, peer_ports, &t) else {
+            let Some((dest, tos)) = route_with(local, peer_ports, ecn_capable, &t) else {
                 unroutable = true;
                 return None;
             };
@@ -564,10 +604,12 @@ impl Waker {
 
 /// The UDP destination and TOS byte of a transmit: the GRH's destination GID as an
 /// address (Annex A17.4.4) on port 4791 unless told otherwise, the GRH traffic class with
-/// ECT(0) when the engine allows ECN.
+/// ECT(0) when the device reacts to congestion (`ecn_capable`) and the engine allows ECN
+/// for this packet (data, not CNPs or ACKs).
 fn route_with(
     local: SocketAddr,
     peer_ports: &HashMap<IpAddr, u16>,
+    ecn_capable: bool,
     t: &Transmit,
 ) -> Option<(SocketAddr, u8)> {
     let grh = t.path.grh?;
@@ -576,7 +618,11 @@ fn route_with(
         return None;
     }
     let port = peer_ports.get(&ip).copied().unwrap_or(ROCE_V2_PORT);
-    let ecn = if t.ecn_capable { ECN_ECT0 } else { 0 };
+    let ecn = if ecn_capable && t.ecn_capable {
+        ECN_ECT0
+    } else {
+        0
+    };
     Some((SocketAddr::new(ip, port), (grh.traffic_class & !0b11) | ecn))
 }
 

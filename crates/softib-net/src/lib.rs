@@ -4,6 +4,7 @@
 //! - [`socket`]: the RoCEv2 UDP socket with batched I/O (recvmmsg/GRO, sendmmsg/GSO), ECN
 //!   and DF. All `unsafe` code of the crate lives in the private `sys` module under it.
 //! - [`inject`]: seeded fault injection on the send path (drop, duplicate, reorder, corrupt).
+//! - [`cc`]: congestion control on RoCEv2 (ECN marks, CNPs, DCQCN / IBA CCA settings).
 //! - [`oob`]: out-of-band connection exchange over TCP: perftest's and ibv_rc_pingpong's
 //!   formats byte for byte, and softib's own serde endpoint.
 #![deny(unsafe_code)]
@@ -11,6 +12,7 @@
 
 mod sys;
 
+pub mod cc;
 pub mod context;
 pub mod counters;
 pub mod driver;
