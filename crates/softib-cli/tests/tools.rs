@@ -328,3 +328,49 @@ fn both_sides_on_one_host_need_no_flags() {
     let rows = report_rows(&String::from_utf8_lossy(&co.stdout), "#bytes");
     assert_eq!(rows[0][1], "50");
 }
+
+#[test]
+fn counters_file_is_updated_while_the_tool_runs() {
+    let dir = tempdir("running");
+    let file = dir.join("live.json");
+    let p = common::pair(43);
+    let s = common::server(&p, "write-bw", &["-D", "3", "-s", "4096"]);
+    common::await_listener(&p);
+    let c = common::client(
+        &p,
+        "write-bw",
+        &[
+            "-D",
+            "3",
+            "-s",
+            "4096",
+            "--counters",
+            file.to_str().unwrap(),
+        ],
+    );
+    // While the test runs, the file says so and its counters grow.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no running snapshots: {seen:?}"
+        );
+        if let Ok(text) = std::fs::read(&file) {
+            let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+            if v["state"] == "running" {
+                let tx = v["counters"]["driver"]["tx_datagrams"].as_u64().unwrap();
+                if seen.last() != Some(&tx) {
+                    seen.push(tx);
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(seen[1] > seen[0], "{seen:?}");
+    let co = common::wait(c, std::time::Duration::from_secs(60), "client");
+    let so = common::wait(s, std::time::Duration::from_secs(60), "server");
+    assert!(co.status.success() && so.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(v["state"], "finished");
+}
