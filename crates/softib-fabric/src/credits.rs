@@ -165,6 +165,18 @@ impl RxCredits {
         self.occupied = self.occupied.saturating_sub(blocks as u32);
     }
 
+    /// A packet accounted by [`RxCredits::on_receive`] was lost on a link that went down:
+    /// it no longer occupies the buffer (ABR is reinitialised when the link comes back).
+    pub fn on_lost(&mut self, blocks: u16) {
+        self.occupied = self.occupied.saturating_sub(blocks as u32);
+    }
+
+    /// Link (re)training: ABR starts again from 0 (IBA 7.9.4.1); stored packets keep their
+    /// blocks.
+    pub fn reset_abr(&mut self) {
+        self.abr = 0;
+    }
+
     /// A flow-control packet carried the peer's FCTBS: resynchronise ABR to it (IBA 7.9.4.3),
     /// which writes off blocks of packets that were lost or dropped on the way.
     pub fn on_fctbs(&mut self, fctbs: u16) {

@@ -126,8 +126,21 @@ pub enum BuildError {
 enum Event {
     TxDone(u32),
     Arrive(u32, PacketId),
-    FcArrive { port: u32, vl: u8, fccl: u16 },
-    Release { port: u32, vl: u8, blocks: u16 },
+    FcArrive {
+        port: u32,
+        vl: u8,
+        fccl: u16,
+        epoch: u32,
+    },
+    LinkState {
+        port: u32,
+        up: bool,
+    },
+    Release {
+        port: u32,
+        vl: u8,
+        blocks: u16,
+    },
     FcRefresh(u32),
     XbarRetry(u32),
     HcaWake(u32),
@@ -520,6 +533,37 @@ impl Fabric {
             .downcast_mut::<T>()
     }
 
+    /// Schedules the link at port `port` of node `name` to go down (`up` false) or come back
+    /// up at time `at`; both ends change together.
+    pub fn schedule_link_state(
+        &mut self,
+        name: &str,
+        port: u8,
+        at: Picos,
+        up: bool,
+    ) -> Result<(), BuildError> {
+        let gp = self
+            .port_index(name, port)
+            .ok_or_else(|| BuildError::Setting {
+                key: "link_state",
+                reason: format!("no port {port} on a node called `{name}`"),
+            })?;
+        if self.ports[gp].peer == NO_PEER {
+            return Err(BuildError::Setting {
+                key: "link_state",
+                reason: format!("port {port} of `{name}` has no cable"),
+            });
+        }
+        self.queue.push(
+            at,
+            Event::LinkState {
+                port: gp as u32,
+                up,
+            },
+        );
+        Ok(())
+    }
+
     /// Installs the switches' congestion-marking policy (Annex A10; see
     /// [`crate::congestion`]).
     pub fn set_congestion_marker(&mut self, marker: Box<dyn CongestionMarker>) {
@@ -628,8 +672,16 @@ impl Fabric {
                 self.kicks.push_back(q);
             }
             Event::Arrive(q, id) => self.arrive(q, id),
-            Event::FcArrive { port, vl, fccl } => {
+            Event::FcArrive {
+                port,
+                vl,
+                fccl,
+                epoch,
+            } => {
                 let p = &mut self.ports[port as usize];
+                if epoch != p.epoch {
+                    return; // sent before the link went down: lost
+                }
                 p.counters.fc_packets_rcvd += 1;
                 if vl < p.op_vls {
                     p.tx[vl as usize].on_fccl(fccl);
@@ -639,6 +691,18 @@ impl Fabric {
                 }
             }
             Event::Release { port, vl, blocks } => self.release(port, vl, blocks),
+            Event::LinkState { port, up } => {
+                let peer = self.ports[port as usize].peer;
+                if peer != NO_PEER && self.ports[port as usize].link_up != up {
+                    for q in [port, peer] {
+                        if up {
+                            self.link_up(q);
+                        } else {
+                            self.link_down(q);
+                        }
+                    }
+                }
+            }
             Event::FcRefresh(q) => {
                 let p = &mut self.ports[q as usize];
                 let mut next = Picos::MAX;
@@ -783,7 +847,7 @@ impl Fabric {
         let qi = q as usize;
         {
             let p = &self.ports[qi];
-            if p.peer == NO_PEER || (p.nonempty == 0 && p.fc_pending == 0) {
+            if p.peer == NO_PEER || !p.link_up || (p.nonempty == 0 && p.fc_pending == 0) {
                 return;
             }
             if now < p.busy_until {
@@ -815,12 +879,14 @@ impl Fabric {
             if vl < r.op_vls {
                 r.rx[vl as usize].on_fctbs(fctbs);
             }
+            let epoch = r.epoch;
             self.queue.push(
                 now + ser + delay,
                 Event::FcArrive {
                     port: peer,
                     vl,
                     fccl,
+                    epoch,
                 },
             );
             let p = &self.ports[qi];
@@ -989,6 +1055,7 @@ impl Fabric {
         tail: Picos,
     ) {
         let ri = r as usize;
+        self.pool.get_mut(id).epoch = self.ports[ri].epoch;
         let vl = meta.vl;
         if vl != VL15 {
             let p = &mut self.ports[ri];
@@ -1060,6 +1127,8 @@ impl Fabric {
         if out.peer == NO_PEER || !vl_ok {
             return None;
         }
+        // An output whose link is down is still the route: the packet is discarded there
+        // when it arrives (PortXmitDiscards, see `arrive`).
         Some((op, ovl))
     }
 
@@ -1067,6 +1136,16 @@ impl Fabric {
         let qi = q as usize;
         let meta = self.pool.get(id).meta;
         let vl = meta.vl;
+        if self.pool.get(id).epoch != self.ports[qi].epoch {
+            // On the wire when the link went down: lost. It was accounted in the receive
+            // buffer when it was sent; take it out again.
+            let p = &mut self.ports[qi];
+            if vl != VL15 && vl < p.op_vls {
+                p.rx[vl as usize].on_lost(meta.blocks);
+            }
+            self.pool.free(id);
+            return;
+        }
         let p = &mut self.ports[qi];
         let cut_through_switch =
             p.switch.is_some() && self.config.forwarding == Forwarding::CutThrough;
@@ -1123,6 +1202,13 @@ impl Fabric {
             let pkt = self.pool.get(id);
             (pkt.out_port, pkt.out_vl)
         };
+        if !self.ports[op as usize].link_up {
+            // The output went down after the packet was routed.
+            self.ports[op as usize].counters.port_xmit_discards += 1;
+            self.pool.free(id);
+            self.release(q, vl, meta.blocks);
+            return;
+        }
         self.ports[op as usize].queued_blocks[ovl as usize] += meta.blocks as u32;
         let p = &mut self.ports[qi];
         p.in_q[vl as usize].push_back(id);
@@ -1163,15 +1249,82 @@ impl Fabric {
         }
     }
 
-    /// The head of (`ip`, `ivl`) requests its output.
+    /// The head of (`ip`, `ivl`) requests its output. Heads for an output whose link is
+    /// down are discarded (PortXmitDiscards at that output) and the next head tries.
     fn request_head(&mut self, ip: u32, ivl: u8) {
-        let Some(&id) = self.ports[ip as usize].in_q[ivl as usize].front() else {
+        while let Some(&id) = self.ports[ip as usize].in_q[ivl as usize].front() {
+            let pkt = self.pool.get(id);
+            let (op, ovl, blocks) = (pkt.out_port, pkt.out_vl, pkt.meta.blocks);
+            if self.ports[op as usize].link_up {
+                self.ports[op as usize].enqueue(ovl, Source::Input { port: ip, vl: ivl });
+                self.kicks.push_back(op);
+                return;
+            }
+            self.discard_head(ip, ivl, op, ovl, blocks);
+        }
+    }
+
+    /// Drops the head of input FIFO (`ip`, `ivl`), routed to output `op`/`ovl`.
+    fn discard_head(&mut self, ip: u32, ivl: u8, op: u32, ovl: u8, blocks: u16) {
+        let id = self.ports[ip as usize].in_q[ivl as usize]
+            .pop_front()
+            .expect("discarding a head that exists");
+        let out = &mut self.ports[op as usize];
+        out.counters.port_xmit_discards += 1;
+        out.queued_blocks[ovl as usize] =
+            out.queued_blocks[ovl as usize].saturating_sub(blocks as u32);
+        self.pool.free(id);
+        self.release(ip, ivl, blocks);
+    }
+
+    /// The link of port `q` goes down (IBA 7.2 link state Down): LinkDownedCounter, packets
+    /// on the wire are lost (epoch), credits are void until retraining, requests from switch
+    /// inputs for this output are discarded. An HCA keeps its send queue for when the link
+    /// returns.
+    fn link_down(&mut self, q: u32) {
+        let now = self.now;
+        let p = &mut self.ports[q as usize];
+        p.close_waits(now);
+        p.link_up = false;
+        p.epoch = p.epoch.wrapping_add(1);
+        p.counters.link_downed_counter += 1;
+        p.fc_pending = 0;
+        p.tx = [crate::credits::TxCredits::new(); DATA_VLS];
+        for v in 0..DATA_VLS {
+            p.in_flight[v].clear();
+            p.in_flight_blocks[v] = 0;
+        }
+        if p.switch.is_none() {
             return;
-        };
-        let pkt = self.pool.get(id);
-        let (op, ovl) = (pkt.out_port, pkt.out_vl);
-        self.ports[op as usize].enqueue(ovl, Source::Input { port: ip, vl: ivl });
-        self.kicks.push_back(op);
+        }
+        for v in 0..16u8 {
+            while let Some(src) = self.ports[q as usize].out_q[v as usize].pop_front() {
+                if let Source::Input { port, vl } = src {
+                    let blocks = {
+                        let head = *self.ports[port as usize].in_q[vl as usize]
+                            .front()
+                            .expect("requesting input has a head");
+                        self.pool.get(head).meta.blocks
+                    };
+                    self.discard_head(port, vl, q, v, blocks);
+                    // Its next head requests (or is discarded) in turn.
+                    self.request_head(port, vl);
+                }
+            }
+        }
+        self.ports[q as usize].nonempty = 0;
+    }
+
+    /// The link of port `q` comes back: credits are re-initialised and advertised afresh
+    /// (IBA 7.9.4.1), the send queues resume.
+    fn link_up(&mut self, q: u32) {
+        let p = &mut self.ports[q as usize];
+        p.link_up = true;
+        for r in p.rx.iter_mut() {
+            r.reset_abr();
+        }
+        p.fc_pending = p.data_vl_mask();
+        self.kicks.push_back(q);
     }
 }
 

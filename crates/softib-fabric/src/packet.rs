@@ -128,6 +128,8 @@ pub struct Packet {
     pub meta: PacketMeta,
     /// When the packet's last byte reaches the port currently holding it (cut-through).
     pub(crate) tail_at: Picos,
+    /// Link epoch of the receiving port when the packet was sent (see `Port::epoch`).
+    pub(crate) epoch: u32,
     /// Output port (global index) chosen by the switch holding the packet.
     pub(crate) out_port: u32,
     /// Output VL chosen by SL2VL at the switch holding the packet.
@@ -203,12 +205,14 @@ impl PacketPool {
             let p = &mut self.slots[idx as usize];
             p.meta = meta;
             p.tail_at = 0;
+            p.epoch = 0;
             return Ok(PacketId(idx));
         }
         let idx = self.slots.len() as u32;
         self.slots.push(Packet {
             meta,
             tail_at: 0,
+            epoch: 0,
             out_port: 0,
             out_vl: 0,
             buf: vec![0; CLASS_BYTES[class]],
@@ -230,6 +234,7 @@ impl PacketPool {
         Packet {
             meta: slot.meta,
             tail_at: slot.tail_at,
+            epoch: slot.epoch,
             out_port: slot.out_port,
             out_vl: slot.out_vl,
             buf: std::mem::take(&mut slot.buf),

@@ -37,6 +37,11 @@ pub(crate) struct Port {
     /// HCA index if this is an HCA port.
     pub hca: Option<u32>,
     pub peer: u32,
+    /// The link is up (data and flow-control packets may be sent).
+    pub link_up: bool,
+    /// Incremented at every link down: packets and flow-control packets sent in an earlier
+    /// epoch are lost on arrival.
+    pub epoch: u32,
     #[allow(dead_code)] // kept for reports and debugging; timing uses `ser`
     pub rate: LinkRate,
     /// `rate`'s serialization arithmetic, precomputed.
@@ -149,6 +154,8 @@ impl Port {
             switch: None,
             hca: None,
             peer: NO_PEER,
+            link_up: true,
+            epoch: 0,
             rate,
             ser: rate.timing(),
             delay,
@@ -230,6 +237,20 @@ impl Port {
         if self.vl_wait_since[v] != NOT_WAITING {
             self.counters.vl_xmit_wait_ps[v] += now - self.vl_wait_since[v];
             self.vl_wait_since[v] = NOT_WAITING;
+        }
+    }
+
+    /// Closes the running waiting clocks at `now` (the port stops being able to send).
+    pub fn close_waits(&mut self, now: Picos) {
+        if self.wait_since != NOT_WAITING {
+            self.counters.xmit_wait_ps += now - self.wait_since;
+            self.wait_since = NOT_WAITING;
+        }
+        for v in 0..16 {
+            if self.vl_wait_since[v] != NOT_WAITING {
+                self.counters.vl_xmit_wait_ps[v] += now - self.vl_wait_since[v];
+                self.vl_wait_since[v] = NOT_WAITING;
+            }
         }
     }
 
