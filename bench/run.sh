@@ -32,6 +32,7 @@ need iperf3
 need sockperf
 need python3
 
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 echo "building softib (release) ..." >&2
 (cd "$root" && cargo build --release -q -p softib-cli)
 softib="${CARGO_TARGET_DIR:-$root/target}/release/softib"
@@ -90,12 +91,14 @@ lat_med=$(field "$f" 5)
 lat_avg=$(field "$f" 6)
 
 echo "== 3. FETCH_AND_ADD rate, 16 outstanding" >&2
-f=$(pair atomic-bw 25205 -A FETCH_AND_ADD -t 16 -o 16 -D "$secs")
+# 16 outstanding, a completion every 8 so the client refills while the other 8 fly.
+f=$(pair atomic-bw 25205 -A FETCH_AND_ADD -t 16 -o 16 -Q 8 -D "$secs")
 fadd_mpps=$(field "$f" 5)
 
-python3 - "$tcp_gbps" "$rdma_gbps" "$udp_avg" "$udp_med" "$lat_avg" "$lat_med" "$fadd_mpps" <<'PY'
+load_after=$(cut -d' ' -f1 /proc/loadavg)
+python3 - "$tcp_gbps" "$rdma_gbps" "$udp_avg" "$udp_med" "$lat_avg" "$lat_med" "$fadd_mpps" "$load_before" "$load_after" "$(nproc)" <<'PY'
 import sys
-tcp, rdma, udp_avg, udp_med, lat_avg, lat_med, fadd = map(float, sys.argv[1:])
+tcp, rdma, udp_avg, udp_med, lat_avg, lat_med, fadd, l0, l1, cpus = map(float, sys.argv[1:])
 def verdict(ok):
     return "met" if ok else "MISSED"
 print()
@@ -103,6 +106,9 @@ print("softib loopback benchmark")
 print(f"  RDMA WRITE 64 KiB, 1 QP   {rdma:8.2f} Gb/s   iperf3 TCP {tcp:8.2f} Gb/s   ratio {rdma/tcp:5.2f}x  (goal >= 1.0x: {verdict(rdma >= tcp)})")
 print(f"  RC SEND 64 B latency      {lat_avg:8.2f} us avg  sockperf UDP {udp_avg:6.2f} us avg   ratio {lat_avg/udp_avg:5.2f}x  (goal <= 1.5x: {verdict(lat_avg <= 1.5*udp_avg)})")
 print(f"                            {lat_med:8.2f} us median sockperf UDP {udp_med:6.2f} us median ratio {lat_med/udp_med:5.2f}x")
-print(f"  FETCH_AND_ADD, 16 outst.  {fadd*1e6/1e6:8.3f} M ops/s                               (goal >= 1 M/s: {verdict(fadd >= 1.0)})")
+print(f"  FETCH_AND_ADD, 16 outst.  {fadd:8.3f} M ops/s                               (goal >= 1 M/s: {verdict(fadd >= 1.0)})")
+print(f"  load average {l0:.2f} before, {l1:.2f} after, {cpus:.0f} CPUs")
+if max(l0, l1) > cpus / 2:
+    print("  WARNING: the machine was busy; both sides busy-poll, so these figures understate softib")
 PY
 echo "raw outputs: $out" >&2
