@@ -321,3 +321,37 @@ fn counter_samples_are_periodic_and_monotonic() {
     }
     assert!(h0.last().unwrap().counters.port_xmit_pkts > 0);
 }
+
+#[test]
+fn sl2vl_is_per_input_output_pair() {
+    use softib_fabric::qos::Sl2Vl;
+    // Two data VLs; the switch maps SL0 to VL1 from port 1 to port 3 only.
+    let t = Topology::single_switch(3, 8).unwrap();
+    let cfg = FabricConfig {
+        qos: Some(
+            QosOptions::from_opensm_conf("qos_max_vls 2\nqos_vlarb_low 0:64,1:64\n").unwrap(),
+        ),
+        ..FabricConfig::default()
+    };
+    let mut f = Fabric::new(t, cfg).unwrap();
+    let mut table = [0u8; 16];
+    table[0] = 1;
+    f.set_switch_sl2vl("sw0", 1, 3, Sl2Vl(table)).unwrap();
+    assert!(f.set_switch_sl2vl("sw0", 1, 9, Sl2Vl(table)).is_err());
+    let log = shared();
+    let dst = f.lid("h2").unwrap();
+    for (i, h) in ["h0", "h1"].iter().enumerate() {
+        f.attach(
+            h,
+            Box::new(RawSource::new(dst, 0, 256, 50, i as u32, log.clone())),
+        )
+        .unwrap();
+    }
+    f.attach("h2", Box::new(Sink { log: log.clone() })).unwrap();
+    f.run_until(100 * PS_PER_US);
+    let l = log.borrow();
+    assert_eq!(l.rx.len(), 100);
+    // h0 (port 1) arrives on VL1, h1 (port 2) on VL0, both with SL0.
+    assert!(l.rx.iter().filter(|r| r.flow == 0).all(|r| r.vl == 1));
+    assert!(l.rx.iter().filter(|r| r.flow == 1).all(|r| r.vl == 0));
+}
