@@ -438,7 +438,7 @@ impl Driver {
         loop {
             // Keep room for the worst case of one transmit: itself, a duplicate and a
             // released held datagram.
-            if !self.tx.has_room(3 * max) {
+            if !self.tx.has_room(3, max) {
                 match self.socket.send(&mut self.tx) {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((queued, true)),

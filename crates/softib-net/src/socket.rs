@@ -635,10 +635,15 @@ impl TxBatch {
         self.commit(dest, tos, start, len.min(max_len))
     }
 
-    /// Whether there is room for one more datagram of `max_len` bytes.
-    pub fn has_room(&self, max_len: usize) -> bool {
+    /// Whether `count` more datagrams of up to `max_len` bytes each are sure to fit.
+    pub fn has_room(&self, count: usize, max_len: usize) -> bool {
         let drained = self.sent > 0 && self.sent >= self.items.len();
-        drained || (self.used + max_len <= self.data.len() && self.items.len() < self.max_items)
+        let (used, items) = if drained {
+            (0, 0)
+        } else {
+            (self.used, self.items.len())
+        };
+        used + count * max_len <= self.data.len() && items + count <= self.max_items
     }
 
     /// Queues the `len` bytes written at `start`: as one more segment of the last GSO

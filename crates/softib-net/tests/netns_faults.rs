@@ -55,7 +55,7 @@ fn sge(s: &Side, offset: u64, len: u32) -> Vec<Sge> {
 fn options() -> ConnectOptions {
     // READ/atomic depth 1: deeper, the engine fails READs under faults (net.md, "Known issues").
     ConnectOptions {
-        timeout: 12,
+        timeout: 14,
         max_rd_atomic: 1,
         ..Default::default()
     }
@@ -162,7 +162,7 @@ fn netns_client() {
             .collect();
         c.ctx.post_send(c.qpn, &writes).unwrap();
         c.completions(writes.len(), 300);
-        // 16 KiB READs (16 packets at MTU 1024): every lost or reordered response costs the
+        // 16 KiB READs (4 packets at MTU 4096): every lost or reordered response costs the
         // engine one of its 7 retries until the whole READ completes (net.md, "Known issues").
         let reads: Vec<SendWr> = (0..ROUND / READ_LEN)
             .map(|i| SendWr {
@@ -393,6 +393,9 @@ fn rc_through_kernel_loss_and_corruption_in_namespaces() {
         "dev",
         &vb,
     ]);
+    // MTU 4200 gives IB MTU 4096, as the rxe oracle runs (`run.sh --mtu 4200`).
+    run(&["ip", "-n", &topo.ns[0], "link", "set", &va, "mtu", "4200"]);
+    run(&["ip", "-n", &topo.ns[1], "link", "set", &vb, "mtu", "4200"]);
     run(&["ip", "-n", &topo.ns[0], "link", "set", &va, "up"]);
     run(&["ip", "-n", &topo.ns[1], "link", "set", &vb, "up"]);
     nft_rules(&topo.ns[0], &va);

@@ -111,7 +111,12 @@ impl Side {
             out.extend_from_slice(&buf[..k]);
         }
         for wc in &out {
-            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            assert_eq!(
+                wc.status,
+                WcStatus::Success,
+                "{wc:?}\ncounters of this side: {:?}",
+                self.ctx.counters()
+            );
         }
         out
     }
