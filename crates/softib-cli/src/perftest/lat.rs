@@ -38,7 +38,19 @@ pub fn run(s: &mut Session, p: &Params) -> anyhow::Result<()> {
             report::LAT_HEADER
         }
     );
+    // -a runs 23 sizes one after the other: show which on a terminal.
+    let bar = (p.sizes.len() > 1 && crate::device::progress_allowed()).then(|| {
+        let b = indicatif::ProgressBar::new(p.sizes.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} sizes")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
     for &size in &p.sizes {
+        if let Some(b) = &bar {
+            b.set_message(format!("{size} bytes"));
+        }
         if p.verb == Verb::Send {
             post_recvs(s, p)?;
             s.handshake(0)?;
@@ -62,8 +74,19 @@ pub fn run(s: &mut Session, p: &Params) -> anyhow::Result<()> {
         } else {
             let r = report::lat_from_posts(size, &tposted, rtt)
                 .ok_or_else(|| anyhow::anyhow!("too few iterations for statistics"))?;
-            println!("{}", report::lat_line(&r));
+            let line = report::lat_line(&r);
+            match &bar {
+                Some(b) => {
+                    // The table goes to stdout; the bar (stderr) steps aside meanwhile.
+                    b.suspend(|| println!("{line}"));
+                    b.inc(1);
+                }
+                None => println!("{line}"),
+            }
         }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     println!("{}", report::RESULT_LINE);
     match p.verb {
@@ -127,7 +150,13 @@ fn spin_until(
             match s.oob.poll_peer(what) {
                 // In a timed run the peer may stop a moment before us (ib_write_lat ends
                 // without a closing exchange): its leaving ends our run too.
-                Err(softib_net::oob::OobError::Closed { .. }) if deadline.is_some() => {
+                // (Its deadline is ours within the start-up skew of a few milliseconds; a
+                // peer that leaves earlier than a second before ours vanished.)
+                Err(softib_net::oob::OobError::Closed { .. })
+                    if deadline.is_some_and(|d| {
+                        d.saturating_duration_since(Instant::now()) < Duration::from_secs(1)
+                    }) =>
+                {
                     return Ok(false)
                 }
                 other => {
