@@ -70,6 +70,15 @@ pub struct SimArgs {
     pub no_files: bool,
 }
 
+/// Writes `text` to stdout; a closed pipe (`softib sim | head`) ends the output quietly.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing to stdout"),
+    }
+}
+
 /// A loaded scenario: its name, text and parsed form.
 struct Loaded {
     name: String,
@@ -170,16 +179,13 @@ fn write_files(report: &Report, dir: &Path) -> Result<()> {
     let files = report
         .write(dir)
         .with_context(|| format!("cannot write the report into {}", dir.display()))?;
-    println!();
-    println!("wrote {}:", dir.display());
+    let mut text = format!("\nwrote {}:\n", dir.display());
     for f in files {
-        println!(
-            "  {}",
-            f.file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-        );
+        if let Some(n) = f.file_name() {
+            text.push_str(&format!("  {}\n", n.to_string_lossy()));
+        }
     }
-    Ok(())
+    emit(&text)
 }
 
 fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
@@ -196,15 +202,16 @@ fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
 /// Runs `softib sim`.
 pub fn run_cli(args: &SimArgs) -> Result<()> {
     if args.list {
+        let mut text = String::new();
         for (n, t) in BUNDLED {
             let what = t
                 .lines()
                 .next()
                 .and_then(|l| l.strip_prefix("# "))
                 .unwrap_or("");
-            println!("{n:<28} {what}");
+            text.push_str(&format!("{n:<28} {what}\n"));
         }
-        return Ok(());
+        return emit(&text);
     }
     if let Some(pair) = &args.compare {
         return run_compare(args, &pair[0], &pair[1]);
@@ -217,7 +224,7 @@ pub fn run_cli(args: &SimArgs) -> Result<()> {
     let report = run_one(&l, &progress);
     progress.finish();
     let report = report?;
-    print!("{}", render(&report.summary));
+    emit(&render(&report.summary))?;
     if let Some(dir) = out_dir(args, &l.name) {
         write_files(&report, &dir)?;
     }
@@ -231,7 +238,7 @@ fn run_compare(args: &SimArgs, a: &str, b: &str) -> Result<()> {
     let (ra, rb) = rayon::join(|| run_one(&la, &progress), || run_one(&lb, &progress));
     progress.finish();
     let (ra, rb) = (ra?, rb?);
-    print!("{}", render_compare(&compare(&ra.summary, &rb.summary)));
+    emit(&render_compare(&compare(&ra.summary, &rb.summary)))?;
     if let Some(dir) = out_dir(args, &format!("compare-{}-{}", la.name, lb.name)) {
         for (r, tag) in [(&ra, "A"), (&rb, "B")] {
             write_files(r, &dir.join(format!("{tag}-{}", r.summary.scenario.name)))?;
@@ -301,6 +308,9 @@ pub fn set_key(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(
         if last && index.is_none() {
             table.insert(name.to_string(), value);
             return Ok(());
+        }
+        if index.is_some() && !table.contains_key(name) {
+            bail!("--sweep key {key}: the scenario has no [[{name}]] table");
         }
         let entry = table
             .entry(name.to_string())
@@ -393,7 +403,7 @@ fn run_sweep(args: &SimArgs) -> Result<()> {
             r.with_context(|| format!("variant {label}"))?,
         ));
     }
-    print!("{}", sweep_table(&base.name, &rows));
+    emit(&sweep_table(&base.name, &rows))?;
     if let Some(dir) = out_dir(args, &format!("sweep-{}", base.name)) {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -404,10 +414,10 @@ fn run_sweep(args: &SimArgs) -> Result<()> {
             r.write(&sub)
                 .with_context(|| format!("cannot write the report into {}", sub.display()))?;
         }
-        println!(
-            "\nwrote {} (sweep.csv and one directory per variant)",
+        emit(&format!(
+            "\nwrote {} (sweep.csv and one directory per variant)\n",
             dir.display()
-        );
+        ))?;
     }
     Ok(())
 }

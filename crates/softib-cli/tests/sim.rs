@@ -235,6 +235,10 @@ fn no_argument_runs_the_bundled_default() {
     let dir = tmp("default");
     let text = ok(&softib().arg("sim").current_dir(&dir).output().unwrap());
     assert!(text.starts_with("scenario b2b-edr"), "{text}");
+    // The default is RC RDMA WRITE on the transport engine: its flow and the engines'
+    // counters are reported.
+    assert!(text.contains("f0 write h0->h1"), "{text}");
+    assert!(text.contains("transport engines (2 of 2 hosts"), "{text}");
     assert!(dir.join("softib-sim/b2b-edr/summary.json").is_file());
     let list = ok(&softib().args(["sim", "--list"]).output().unwrap());
     for n in [
@@ -372,11 +376,18 @@ fn bad_input_gives_messages_that_name_the_problem() {
     assert!(e.contains("no_such_key"), "{e}");
     let e = failed(
         &softib()
-            .args(["sim", "--sweep", "stream[4].sl=1", "--no-files"])
+            .args(["sim", "--sweep", "flow[4].sl=1", "--no-files"])
             .output()
             .unwrap(),
     );
-    assert!(e.contains("stream") && e.contains("has 1 entries"), "{e}");
+    assert!(e.contains("flow") && e.contains("has 1 entries"), "{e}");
+    let e = failed(
+        &softib()
+            .args(["sim", "--sweep", "stream[0].sl=1", "--no-files"])
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("no [[stream]] table"), "{e}");
     let out = softib().args(["sim", "--seed", "x"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--seed"));

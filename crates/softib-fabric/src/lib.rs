@@ -14,6 +14,7 @@ pub mod congestion;
 pub mod counters;
 pub mod crc;
 pub mod credits;
+pub mod engine_flow;
 pub mod engine_hca;
 pub mod event;
 pub mod fabric;

@@ -200,6 +200,9 @@ pub struct Scenario {
     /// Raw packet streams ([`crate::stream`]).
     #[serde(default)]
     pub stream: Vec<crate::stream::StreamEntry>,
+    /// Transport-engine flows ([`crate::engine_flow`]).
+    #[serde(default)]
+    pub flow: Vec<crate::engine_flow::FlowEntry>,
     #[serde(skip)]
     source: String,
 }
@@ -212,7 +215,7 @@ impl Scenario {
         // Build once to surface semantic errors at load time.
         s.topology()?;
         s.config()?;
-        s.stream_plan()?;
+        s.traffic_check()?;
         Ok(s)
     }
 

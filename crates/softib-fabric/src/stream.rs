@@ -101,16 +101,30 @@ pub struct SourcePlan {
     pub sl: u8,
 }
 
-fn host_names(topo: &Topology) -> Vec<String> {
+/// The who-sends-to-whom keys shared by `[[stream]]` and `[[flow]]` tables.
+pub(crate) struct PatternKeys<'a> {
+    pub(crate) pattern: Pattern,
+    pub(crate) src: &'a Option<Spanned<String>>,
+    pub(crate) srcs: &'a Option<Vec<Spanned<String>>>,
+    pub(crate) dst: &'a Option<Spanned<String>>,
+    pub(crate) shift: &'a Option<Spanned<usize>>,
+}
+
+/// The HCAs of a topology, in node order.
+pub(crate) fn host_names(topo: &Topology) -> Vec<String> {
     topo.hcas().map(|i| topo.nodes[i].name.clone()).collect()
 }
 
 impl Scenario {
-    /// The sources of every `[[stream]]`, checked against the topology; errors name the
-    /// key and line.
-    pub fn stream_plan(&self) -> Result<Vec<SourcePlan>, ScenarioError> {
-        let topo = self.topology()?;
-        let hosts = host_names(&topo);
+    /// Resolves a pattern of table `table` (e.g. `stream[0]`) to (source, destinations)
+    /// pairs over `hosts`; errors name the key and line.
+    pub(crate) fn resolve_pattern(
+        &self,
+        table: &str,
+        k: PatternKeys<'_>,
+        hosts: &[String],
+    ) -> Result<Vec<(String, Vec<String>)>, ScenarioError> {
+        let key = |name: &str| format!("{table}.{name}");
         let is_host = |s: &Spanned<String>, key: &str| -> Result<String, ScenarioError> {
             if hosts.iter().any(|h| h == s.get_ref()) {
                 Ok(s.get_ref().clone())
@@ -121,14 +135,105 @@ impl Scenario {
                     format!(
                         "no HCA called `{}` (hosts are {})",
                         s.get_ref(),
-                        host_list(&hosts)
+                        host_list(hosts)
                     ),
                 ))
             }
         };
+        let need = |field: &Option<Spanned<String>>, name: &str| -> Result<String, ScenarioError> {
+            match field {
+                Some(s) => is_host(s, &key(name)),
+                None => Err(self.error_at(
+                    table,
+                    0..0,
+                    format!("pattern {:?} needs `{name}`", k.pattern),
+                )),
+            }
+        };
+        let pairs: Vec<(String, Vec<String>)> = match k.pattern {
+            Pattern::OneToOne => {
+                let (s, d) = (need(k.src, "src")?, need(k.dst, "dst")?);
+                if s == d {
+                    return Err(self.error_at(
+                        &key("dst"),
+                        k.dst.as_ref().map_or(0..0, |d| d.span()),
+                        "a host does not send to itself over the fabric".into(),
+                    ));
+                }
+                vec![(s, vec![d])]
+            }
+            Pattern::Incast => {
+                let d = need(k.dst, "dst")?;
+                let srcs = match k.srcs {
+                    Some(v) => v
+                        .iter()
+                        .map(|s| is_host(s, &key("srcs")))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    None => hosts.iter().filter(|h| **h != d).cloned().collect(),
+                };
+                if let Some(bad) = k.srcs.iter().flatten().find(|s| *s.get_ref() == d) {
+                    return Err(self.error_at(
+                        &key("srcs"),
+                        bad.span(),
+                        format!("`{d}` is the destination"),
+                    ));
+                }
+                srcs.into_iter().map(|s| (s, vec![d.clone()])).collect()
+            }
+            Pattern::AllToAll => hosts
+                .iter()
+                .enumerate()
+                .map(|(me, s)| {
+                    // Start after oneself, so that not every host hits the same first
+                    // destination.
+                    let dests = (1..hosts.len())
+                        .map(|j| hosts[(me + j) % hosts.len()].clone())
+                        .collect();
+                    (s.clone(), dests)
+                })
+                .collect(),
+            Pattern::Permutation => {
+                let n = hosts.len();
+                let shift = match k.shift {
+                    Some(s) if *s.get_ref() % n.max(1) == 0 => {
+                        return Err(self.error_at(
+                            &key("shift"),
+                            s.span(),
+                            format!(
+                                "a shift of {} maps every host to itself ({n} hosts)",
+                                s.get_ref()
+                            ),
+                        ))
+                    }
+                    Some(s) => *s.get_ref() % n,
+                    None => n / 2,
+                };
+                hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(j, s)| (s.clone(), vec![hosts[(j + shift) % n].clone()]))
+                    .collect()
+            }
+        };
+        if pairs.is_empty() || hosts.len() < 2 {
+            return Err(self.error_at(
+                table,
+                0..0,
+                "the pattern has no sender in this topology".into(),
+            ));
+        }
+        Ok(pairs)
+    }
+
+    /// The sources of every `[[stream]]`, checked against the topology; errors name the
+    /// key and line.
+    pub fn stream_plan(&self) -> Result<Vec<SourcePlan>, ScenarioError> {
+        let topo = self.topology()?;
+        let hosts = host_names(&topo);
         let mut out = Vec::new();
         for (i, e) in self.stream.iter().enumerate() {
-            let key = |k: &str| format!("stream[{i}].{k}");
+            let table = format!("stream[{i}]");
+            let key = |k: &str| format!("{table}.{k}");
             let payload = match &e.payload_bytes {
                 Some(p) if *p.get_ref() > MAX_PAYLOAD => {
                     return Err(self.error_at(
@@ -143,103 +248,19 @@ impl Scenario {
                 Some(p) => *p.get_ref(),
                 None => MAX_PAYLOAD,
             };
-            let sl = match &e.sl {
-                Some(s) if *s.get_ref() > 15 => {
-                    return Err(self.error_at(&key("sl"), s.span(), "SLs are 0..=15".into()))
-                }
-                Some(s) => *s.get_ref(),
-                None => 0,
-            };
-            let start_ps = match &e.start_us {
-                Some(s) if !(s.get_ref().is_finite() && *s.get_ref() >= 0.0) => {
-                    return Err(self.error_at(&key("start_us"), s.span(), "must be >= 0".into()))
-                }
-                Some(s) => (s.get_ref() * PS_PER_US as f64).round() as Picos,
-                None => 0,
-            };
-            let need =
-                |field: &Option<Spanned<String>>, name: &str| -> Result<String, ScenarioError> {
-                    match field {
-                        Some(s) => is_host(s, &key(name)),
-                        None => Err(self.error_at(
-                            &format!("stream[{i}]"),
-                            0..0,
-                            format!("pattern {:?} needs `{name}`", e.pattern),
-                        )),
-                    }
-                };
-            let pairs: Vec<(String, Vec<String>)> = match e.pattern {
-                Pattern::OneToOne => {
-                    let (s, d) = (need(&e.src, "src")?, need(&e.dst, "dst")?);
-                    if s == d {
-                        return Err(self.error_at(
-                            &key("dst"),
-                            e.dst.as_ref().map_or(0..0, |d| d.span()),
-                            "a host does not send to itself over the fabric".into(),
-                        ));
-                    }
-                    vec![(s, vec![d])]
-                }
-                Pattern::Incast => {
-                    let d = need(&e.dst, "dst")?;
-                    let srcs = match &e.srcs {
-                        Some(v) => v
-                            .iter()
-                            .map(|s| is_host(s, &key("srcs")))
-                            .collect::<Result<Vec<_>, _>>()?,
-                        None => hosts.iter().filter(|h| **h != d).cloned().collect(),
-                    };
-                    if let Some(bad) = e.srcs.iter().flatten().find(|s| *s.get_ref() == d) {
-                        return Err(self.error_at(
-                            &key("srcs"),
-                            bad.span(),
-                            format!("`{d}` is the destination"),
-                        ));
-                    }
-                    srcs.into_iter().map(|s| (s, vec![d.clone()])).collect()
-                }
-                Pattern::AllToAll => hosts
-                    .iter()
-                    .map(|s| {
-                        // Start after oneself, so that not every host hits the same first
-                        // destination.
-                        let me = hosts.iter().position(|h| h == s).expect("a host");
-                        let dests = (1..hosts.len())
-                            .map(|k| hosts[(me + k) % hosts.len()].clone())
-                            .collect();
-                        (s.clone(), dests)
-                    })
-                    .collect(),
-                Pattern::Permutation => {
-                    let n = hosts.len();
-                    let shift = match &e.shift {
-                        Some(s) if *s.get_ref() % n.max(1) == 0 => {
-                            return Err(self.error_at(
-                                &key("shift"),
-                                s.span(),
-                                format!(
-                                    "a shift of {} maps every host to itself ({n} hosts)",
-                                    s.get_ref()
-                                ),
-                            ))
-                        }
-                        Some(s) => *s.get_ref() % n,
-                        None => n / 2,
-                    };
-                    hosts
-                        .iter()
-                        .enumerate()
-                        .map(|(k, s)| (s.clone(), vec![hosts[(k + shift) % n].clone()]))
-                        .collect()
-                }
-            };
-            if pairs.is_empty() || hosts.len() < 2 {
-                return Err(self.error_at(
-                    &format!("stream[{i}]"),
-                    0..0,
-                    "the pattern has no sender in this topology".into(),
-                ));
-            }
+            let sl = self.sl_key(&key("sl"), &e.sl)?;
+            let start_ps = self.start_key(&key("start_us"), &e.start_us)?;
+            let pairs = self.resolve_pattern(
+                &table,
+                PatternKeys {
+                    pattern: e.pattern,
+                    src: &e.src,
+                    srcs: &e.srcs,
+                    dst: &e.dst,
+                    shift: &e.shift,
+                },
+                &hosts,
+            )?;
             for (src, dests) in pairs {
                 let flow = out.len() as u32;
                 let to = if dests.len() == 1 {
@@ -264,6 +285,32 @@ impl Scenario {
             }
         }
         Ok(out)
+    }
+
+    /// An `sl` key: 0..=15, default 0.
+    pub(crate) fn sl_key(&self, key: &str, v: &Option<Spanned<u8>>) -> Result<u8, ScenarioError> {
+        match v {
+            Some(s) if *s.get_ref() > 15 => {
+                Err(self.error_at(key, s.span(), "SLs are 0..=15".into()))
+            }
+            Some(s) => Ok(*s.get_ref()),
+            None => Ok(0),
+        }
+    }
+
+    /// A `start_us` key: >= 0, default 0.
+    pub(crate) fn start_key(
+        &self,
+        key: &str,
+        v: &Option<Spanned<f64>>,
+    ) -> Result<Picos, ScenarioError> {
+        match v {
+            Some(s) if !(s.get_ref().is_finite() && *s.get_ref() >= 0.0) => {
+                Err(self.error_at(key, s.span(), "must be >= 0".into()))
+            }
+            Some(s) => Ok((s.get_ref() * PS_PER_US as f64).round() as Picos),
+            None => Ok(0),
+        }
     }
 }
 

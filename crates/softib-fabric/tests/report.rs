@@ -175,3 +175,81 @@ fn stream_errors_name_key_and_line() {
     .to_string();
     assert!(e.contains("broadcast") && e.contains("line 4"), "{e}");
 }
+
+#[test]
+fn an_engine_write_flow_reaches_the_goodput_headers_allow_and_reports_its_engines() {
+    let r = run_text(
+        r#"
+duration_us = 1000
+[fabric]
+link_speed = "EDR"
+cable_m = 2.0
+[topology]
+kind = "back-to-back"
+[[flow]]
+op = "write"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 65536
+tx_depth = 16
+"#,
+    );
+    let s = &r.summary;
+    let f = &s.flows[0];
+    assert_eq!(f.name, "f0 write h0->h1");
+    assert_eq!(f.latency.level, "message");
+    assert_eq!(f.payload_bytes, 65536 * f.messages);
+    assert_eq!(f.error_completions, 0);
+    // A 64 KiB WRITE at MTU 4096: WRITE_FIRST with a RETH (4138 bytes LRH through VCRC)
+    // and 15 packets of 4122 bytes: 65968 bytes on the wire for 65536 of payload.
+    let expected = 100.0 * 65536.0 / 65968.0;
+    assert!(
+        (f.active_gbps / expected - 1.0).abs() < 0.005,
+        "{} vs {expected}",
+        f.active_gbps
+    );
+    // 16 messages in flight at line rate: each waits for the 15 ahead of it.
+    let per_msg_us = 65968.0 * 8.0 / 100e3;
+    assert!(
+        (f.latency.p50_us / (16.0 * per_msg_us) - 1.0).abs() < 0.02,
+        "{:?}",
+        f.latency
+    );
+    assert_eq!(s.transport.len(), 2);
+    let h0 = s.transport.iter().find(|t| t.host == "h0").unwrap();
+    let h1 = s.transport.iter().find(|t| t.host == "h1").unwrap();
+    assert_eq!(h0.retransmitted_packets + h0.local_ack_timeouts, 0);
+    assert_eq!(h1.duplicates_received + h1.device_drops, 0);
+    // The responder accepted what the wire delivered to it.
+    let rx = s.ports.iter().find(|p| p.port == "h1:1").unwrap();
+    assert_eq!(h1.packets_received, rx.port_rcv_pkts);
+    assert!(
+        s.stood_out.iter().all(|x| x.severity == "info"),
+        "{:?}",
+        s.stood_out
+    );
+}
+
+#[test]
+fn flow_errors_name_key_and_line() {
+    let base = "[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\nop = \"write\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n";
+    let e = Scenario::parse(&format!("{base}mtu = 3000\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("line 9: flow[0].mtu: 3000"), "{e}");
+    let e = Scenario::parse(&format!("{base}tx_depth = 0\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("line 9: flow[0].tx_depth"), "{e}");
+    let e = Scenario::parse(&base.replace("\"write\"", "\"cas\""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cas") && e.contains("line 5"), "{e}");
+    let e = Scenario::parse(&format!(
+        "{base}[[stream]]\npattern = \"one-to-one\"\nsrc = \"h2\"\ndst = \"h1\"\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("uses h1, which a [[stream]] also uses"), "{e}");
+}

@@ -147,6 +147,22 @@ pub fn compare(a: &Summary, b: &Summary) -> Comparison {
             }
         }
     }
+    let tb: BTreeMap<&str, &super::summary::HostTransport> =
+        b.transport.iter().map(|t| (t.host.as_str(), t)).collect();
+    for t in &a.transport {
+        let Some(u) = tb.get(t.host.as_str()) else {
+            continue;
+        };
+        for ((name, x), (_, y)) in t.metrics().into_iter().zip(u.metrics()) {
+            if x != y {
+                counters.push(Delta {
+                    what: format!("{} {name}", t.host),
+                    a: x as f64,
+                    b: y as f64,
+                });
+            }
+        }
+    }
     // Largest relative move first; among equal moves the larger absolute change; then name.
     counters.sort_by(|x, y| {
         y.moved()

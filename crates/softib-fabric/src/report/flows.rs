@@ -40,6 +40,8 @@ pub struct FlowStats {
     pub messages: u64,
     /// Their payload bytes.
     pub payload_bytes: u64,
+    /// Messages completed with an error status.
+    pub errors: u64,
     /// First and last delivery or completion time.
     pub first_ps: Option<Picos>,
     /// Last delivery or completion time.
@@ -170,6 +172,11 @@ impl FlowRecorder {
         add_bin(&mut f.payload_bins, bin, at, payload);
         f.message_latency
             .record(at.saturating_sub(posted_at) / PS_PER_NS);
+    }
+
+    /// A message of flow `id` completed with an error.
+    pub fn record_error(&mut self, id: u32) {
+        self.flow(id).errors += 1;
     }
 
     /// Every flow, by id.

@@ -121,6 +121,7 @@ fn flow_summary(id: u32, f: &FlowStats, duration_ps: Picos) -> FlowSummary {
         wire_bytes: f.wire_bytes,
         messages: f.messages,
         payload_bytes: f.payload_bytes,
+        error_completions: f.errors,
         gbps: round(gbps(bytes, duration_ps), 4),
         active_gbps: round(active, 4),
         first_us: round(first as f64 / PS_PER_US as f64, 3),
@@ -334,6 +335,7 @@ impl Report {
             flow_totals: totals_f,
             flows: rows,
             stood_out: Vec::new(),
+            transport: Vec::new(),
             ports,
         };
         summary.stood_out = standout::findings(&summary);
@@ -344,6 +346,12 @@ impl Report {
             bin_ps: flows.bin_ps(),
             duration_ps,
         }
+    }
+
+    /// Adds the transport engines' counters and re-derives what stood out.
+    pub fn set_transport(&mut self, transport: Vec<HostTransport>) {
+        self.summary.transport = transport;
+        self.summary.stood_out = standout::findings(&self.summary);
     }
 
     /// Writes `summary.json`, `counters.csv`, `flows.csv` (when there are flows) and the SVG

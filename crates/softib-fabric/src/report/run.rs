@@ -4,6 +4,7 @@
 
 use super::flows::{FlowRecorder, Metered};
 use super::{Report, RunMeta};
+use crate::engine_flow::{attach_flows, transport_counters, FlowSetupError};
 use crate::scenario::{Scenario, ScenarioError, TopologyKind};
 use crate::stream::Generator;
 use crate::time::{Picos, PS_PER_NS, PS_PER_US};
@@ -32,13 +33,27 @@ pub fn duration_ps(s: &Scenario) -> Picos {
     s.duration_us.unwrap_or(DEFAULT_DURATION_US) * PS_PER_US
 }
 
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The scenario is invalid.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// The transport engine refused a flow's set-up.
+    #[error(transparent)]
+    Flow(#[from] FlowSetupError),
+    /// An endpoint could not be attached.
+    #[error(transparent)]
+    Build(#[from] crate::fabric::BuildError),
+}
+
 /// Runs `s` (named `name` in the report). `progress(done, total)` is called as simulated
 /// time advances, `PROGRESS_STEPS` times.
 pub fn run(
     s: &Scenario,
     name: &str,
     progress: &mut dyn FnMut(Picos, Picos),
-) -> Result<Report, ScenarioError> {
+) -> Result<Report, RunError> {
     let mut fabric = s.build()?;
     let plan = s.stream_plan()?;
     let total = duration_ps(s);
@@ -72,6 +87,8 @@ pub fn run(
     for (host, g) in gens {
         fabric.attach(host, Box::new(Metered::new(g, recorder.clone())))?;
     }
+    let flows = s.flow_plan(plan.len() as u32)?;
+    let engine_hosts = attach_flows(&mut fabric, &flows, &recorder, s.seed)?;
     for k in 1..=PROGRESS_STEPS {
         let t = (total as u128 * k as u128 / PROGRESS_STEPS as u128) as Picos;
         fabric.run_until(t);
@@ -82,6 +99,9 @@ pub fn run(
         seed: s.seed,
         topology: kind_name(s.topology.kind).to_string(),
     };
-    let report = Report::build(&fabric, &recorder.borrow(), &meta);
+    let mut report = Report::build(&fabric, &recorder.borrow(), &meta);
+    if !engine_hosts.is_empty() {
+        report.set_transport(transport_counters(&mut fabric, &engine_hosts));
+    }
     Ok(report)
 }

@@ -117,6 +117,20 @@ pub fn findings(s: &Summary) -> Vec<Finding> {
         });
     }
 
+    // Failed completions and what the transport engines had to repair.
+    for f in s.flows.iter().filter(|f| f.error_completions > 0) {
+        out.push(Finding {
+            severity: "error",
+            kind: "error_completions",
+            subject: f.name.clone(),
+            message: format!(
+                "flow {} had {} completions with an error status (its QP went to the error state)",
+                f.name, f.error_completions
+            ),
+        });
+    }
+    transport_findings(s, &mut out);
+
     // Ports that waited, longest first (ties in port order).
     let mut waiting: Vec<&PortSummary> = s
         .ports
@@ -178,12 +192,31 @@ pub fn findings(s: &Summary) -> Vec<Finding> {
                 ),
             });
         }
-        for f in s.flows.iter().filter(|f| f.packets == 0 && f.messages == 0) {
+        let idle: Vec<_> = s
+            .flows
+            .iter()
+            .filter(|f| f.packets == 0 && f.messages == 0)
+            .collect();
+        for f in idle.iter().take(MAX_PORTS_NAMED) {
             out.push(Finding {
                 severity: "warning",
                 kind: "idle_flow",
                 subject: f.name.clone(),
-                message: format!("flow {} delivered nothing", f.name),
+                message: format!(
+                    "flow {} delivered nothing (a run shorter than one message, a start after the end, or a stalled QP)",
+                    f.name
+                ),
+            });
+        }
+        if idle.len() > MAX_PORTS_NAMED {
+            out.push(Finding {
+                severity: "warning",
+                kind: "idle_flow",
+                subject: String::new(),
+                message: format!(
+                    "{} more flows delivered nothing",
+                    idle.len() - MAX_PORTS_NAMED
+                ),
             });
         }
     }
@@ -225,4 +258,88 @@ pub fn findings(s: &Summary) -> Vec<Finding> {
         });
     }
     out
+}
+
+fn transport_findings(s: &Summary, out: &mut Vec<Finding>) {
+    let mut retx: Vec<_> = s
+        .transport
+        .iter()
+        .filter(|t| t.retransmitted_packets > 0)
+        .collect();
+    retx.sort_by_key(|t| std::cmp::Reverse(t.retransmitted_packets));
+    for t in retx.iter().take(MAX_PORTS_NAMED) {
+        let link_errors = s.totals.errors;
+        out.push(Finding {
+            severity: "warning",
+            kind: "retransmissions",
+            subject: t.host.clone(),
+            message: format!(
+                "{} retransmitted {} packets ({} local ACK timeouts, {} sequence NAKs and {} RNR NAKs received){}",
+                t.host,
+                t.retransmitted_packets,
+                t.local_ack_timeouts,
+                t.seq_naks_received,
+                t.rnr_naks_received,
+                if link_errors == 0 && t.local_ack_timeouts > 0 {
+                    " with no error on any link: the local ACK timeout is shorter than the responder takes to answer"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    for t in s
+        .transport
+        .iter()
+        .filter(|t| t.duplicates_received > 0)
+        .take(MAX_PORTS_NAMED)
+    {
+        out.push(Finding {
+            severity: "warning",
+            kind: "duplicates",
+            subject: t.host.clone(),
+            message: format!(
+                "{} received {} duplicate requests: work the requester's retries added",
+                t.host, t.duplicates_received
+            ),
+        });
+    }
+    for t in s
+        .transport
+        .iter()
+        .filter(|t| t.rnr_naks_sent > 0)
+        .take(MAX_PORTS_NAMED)
+    {
+        out.push(Finding {
+            severity: "warning",
+            kind: "rnr",
+            subject: t.host.clone(),
+            message: format!(
+                "{} sent {} RNR NAKs: receives were not posted in time",
+                t.host, t.rnr_naks_sent
+            ),
+        });
+    }
+    let (fecn, becn): (u64, u64) = s.transport.iter().fold((0, 0), |(f, b), t| {
+        (f + t.fecn_received, b + t.becn_received)
+    });
+    if fecn + becn > 0 {
+        out.push(Finding {
+            severity: "info",
+            kind: "congestion_marks",
+            subject: String::new(),
+            message: format!(
+                "congestion marking was active: {fecn} packets arrived with FECN, {becn} with BECN"
+            ),
+        });
+    }
+    let drops: u64 = s.transport.iter().map(|t| t.device_drops).sum();
+    if drops > 0 {
+        out.push(Finding {
+            severity: "error",
+            kind: "device_drops",
+            subject: String::new(),
+            message: format!("the HCAs dropped {drops} packets before any QP saw them"),
+        });
+    }
 }

@@ -103,6 +103,8 @@ pub struct FlowSummary {
     pub messages: u64,
     /// Payload bytes of completed messages.
     pub payload_bytes: u64,
+    /// Messages completed with an error status.
+    pub error_completions: u64,
     /// Bandwidth over the whole run, Gb/s (payload if messages were recorded, else wire).
     pub gbps: f64,
     /// Bandwidth between the first and last delivery, Gb/s.
@@ -359,6 +361,98 @@ pub struct Units {
     pub time: &'static str,
 }
 
+/// The transport engine's counters on one host (sums over its QPs), as
+/// `softib_transport::DeviceCounters` names them.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct HostTransport {
+    /// Host.
+    pub host: String,
+    /// Transport packets sent.
+    pub packets_sent: u64,
+    /// Transport packets accepted.
+    pub packets_received: u64,
+    /// Packets sent again (go-back-N after a timeout or NAK).
+    pub retransmitted_packets: u64,
+    /// Local ACK timer expiries that caused a retry.
+    pub local_ack_timeouts: u64,
+    /// PSN-sequence NAKs sent (as responder).
+    pub seq_naks_sent: u64,
+    /// PSN-sequence NAKs received (as requester).
+    pub seq_naks_received: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Duplicate requests received (as responder).
+    pub duplicates_received: u64,
+    /// Packets dropped for a PSN ahead of the expected one.
+    pub out_of_sequence_drops: u64,
+    /// Packets received with FECN set.
+    pub fecn_received: u64,
+    /// Packets received with BECN set.
+    pub becn_received: u64,
+    /// Remote access, invalid request and remote operational errors.
+    pub protocol_errors: u64,
+    /// Packets the device dropped before any QP (malformed, unknown QP, bad P_Key, ...),
+    /// plus packets the HCA's encapsulation layer could not parse.
+    pub device_drops: u64,
+}
+
+impl HostTransport {
+    /// From a device's counters and the HCA's malformed-encapsulation count.
+    pub fn new(host: &str, c: &softib_transport::DeviceCounters, rx_malformed: u64) -> Self {
+        let q = &c.qp;
+        HostTransport {
+            host: host.to_string(),
+            packets_sent: q.packets_sent,
+            packets_received: q.packets_received,
+            retransmitted_packets: q.retransmitted_packets,
+            local_ack_timeouts: q.local_ack_timeouts,
+            seq_naks_sent: q.seq_naks_sent,
+            seq_naks_received: q.seq_naks_received,
+            rnr_naks_sent: q.rnr_naks_sent,
+            rnr_naks_received: q.rnr_naks_received,
+            duplicates_received: q.duplicates_received,
+            out_of_sequence_drops: q.out_of_sequence_drops,
+            fecn_received: q.fecn_received,
+            becn_received: q.becn_received,
+            protocol_errors: q.remote_access_errors
+                + q.invalid_requests
+                + q.remote_operational_errors,
+            device_drops: c.malformed_drops
+                + c.unknown_qp_drops
+                + c.bad_pkey_drops
+                + c.bad_qkey_drops
+                + c.wrong_state_drops
+                + c.wrong_service_drops
+                + c.icrc_drops
+                + c.vcrc_drops
+                + c.format_drops
+                + rx_malformed,
+        }
+    }
+
+    /// The counters [`super::compare`] tabulates, by name.
+    pub fn metrics(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("packets_sent", self.packets_sent),
+            ("packets_received", self.packets_received),
+            ("retransmitted_packets", self.retransmitted_packets),
+            ("local_ack_timeouts", self.local_ack_timeouts),
+            ("seq_naks_sent", self.seq_naks_sent),
+            ("seq_naks_received", self.seq_naks_received),
+            ("rnr_naks_sent", self.rnr_naks_sent),
+            ("rnr_naks_received", self.rnr_naks_received),
+            ("duplicates_received", self.duplicates_received),
+            ("out_of_sequence_drops", self.out_of_sequence_drops),
+            ("fecn_received", self.fecn_received),
+            ("becn_received", self.becn_received),
+            ("protocol_errors", self.protocol_errors),
+            ("device_drops", self.device_drops),
+        ]
+    }
+}
+
 /// The whole `summary.json`.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Summary {
@@ -379,6 +473,9 @@ pub struct Summary {
     pub flows: Vec<FlowSummary>,
     /// What stood out, most important first.
     pub stood_out: Vec<Finding>,
+    /// Transport-engine counters per host (hosts running `[[flow]]` traffic).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub transport: Vec<HostTransport>,
     /// Every cabled port, in node then port order.
     pub ports: Vec<PortSummary>,
 }

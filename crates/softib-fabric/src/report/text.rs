@@ -127,6 +127,53 @@ pub fn render(s: &Summary) -> String {
         s.totals.port_xmit_pkts, s.totals.errors, s.totals.drops
     );
 
+    if !s.transport.is_empty() {
+        let _ = writeln!(o);
+        let mut hosts: Vec<_> = s.transport.iter().collect();
+        hosts.sort_by(|a, b| {
+            b.retransmitted_packets
+                .cmp(&a.retransmitted_packets)
+                .then(b.packets_sent.cmp(&a.packets_sent))
+                .then(a.host.cmp(&b.host))
+        });
+        let _ = writeln!(
+            o,
+            "transport engines ({} of {} hosts, most retransmissions first):",
+            hosts.len().min(MAX_PORTS),
+            hosts.len()
+        );
+        let _ = writeln!(
+            o,
+            "  {:<10} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8}",
+            "host",
+            "pkts sent",
+            "pkts rcvd",
+            "retrans",
+            "timeouts",
+            "seq NAK",
+            "RNR NAK",
+            "dup rcvd",
+            "FECN",
+            "BECN"
+        );
+        for t in hosts.iter().take(MAX_PORTS) {
+            let _ = writeln!(
+                o,
+                "  {:<10} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8}",
+                t.host,
+                t.packets_sent,
+                t.packets_received,
+                t.retransmitted_packets,
+                t.local_ack_timeouts,
+                t.seq_naks_received,
+                t.rnr_naks_received,
+                t.duplicates_received,
+                t.fecn_received,
+                t.becn_received
+            );
+        }
+    }
+
     let _ = writeln!(o);
     let _ = writeln!(o, "what stood out:");
     if s.stood_out.is_empty() {
