@@ -6,9 +6,10 @@
 //! Structure: a calendar of `BUCKETS` buckets of `2^WIDTH_SHIFT` ps (about 1 ns, 4.2 us of
 //! horizon) in front of a binary heap for events beyond the horizon (flow-control refreshes,
 //! engine timers). The bucket being executed is held as a small binary heap; later buckets
-//! are unsorted singly linked lists in one node arena (so memory follows the number of
-//! pending events, not the burstiest nanosecond each bucket ever saw), moved into that heap
-//! when their turn comes; a bitmap finds the next non-empty bucket. A large fabric keeps tens of thousands of events pending,
+//! are unsorted vectors, moved into that heap when their turn comes; a two-level bitmap finds
+//! the next non-empty bucket. A bucket vector keeps its capacity for reuse unless a burst
+//! (synchronised traffic can put thousands of events in one nanosecond) made it large, so
+//! memory follows the pending events rather than every bucket's worst nanosecond. A large fabric keeps tens of thousands of events pending,
 //! nearly all within a microsecond (serialization, propagation, flow control), where one
 //! global heap spends most of the run sifting; here each event costs a push into a vector and
 //! a pop from a heap of the events of one nanosecond.
@@ -20,12 +21,8 @@ use std::collections::BinaryHeap;
 const WIDTH_SHIFT: u32 = 10;
 const BUCKETS: usize = 4096;
 const WORDS: usize = BUCKETS / 64;
-const NIL: u32 = u32::MAX;
-
-struct Node<E> {
-    entry: Option<Entry<E>>,
-    next: u32,
-}
+/// A drained bucket vector larger than this (entries) is released instead of kept.
+const KEEP_CAPACITY: usize = 1024;
 
 /// (time, seq) packed into one integer, so that an entry comparison is a single 128-bit
 /// compare on the hot path.
@@ -67,12 +64,8 @@ pub struct EventQueue<E> {
     base: u64,
     /// Entries of bucket `base` and earlier.
     active: BinaryHeap<Entry<E>>,
-    /// Lists of the entries of buckets base+1 .. base+BUCKETS-1, at index bucket % BUCKETS:
-    /// first node of each list (NIL when empty).
-    ring: Vec<u32>,
-    /// Node arena of the ring lists and its free list.
-    nodes: Vec<Node<E>>,
-    free: u32,
+    /// Entries of buckets base+1 .. base+BUCKETS-1, at index bucket % BUCKETS.
+    ring: Vec<Vec<Entry<E>>>,
     bitmap: [u64; WORDS],
     /// Bit w set when `bitmap[w]` is non-zero: finding the next bucket is two bit scans.
     summary: u64,
@@ -94,9 +87,7 @@ impl<E> EventQueue<E> {
         EventQueue {
             base: 0,
             active: BinaryHeap::new(),
-            ring: vec![NIL; BUCKETS],
-            nodes: Vec::new(),
-            free: NIL,
+            ring: (0..BUCKETS).map(|_| Vec::new()).collect(),
             bitmap: [0; WORDS],
             summary: 0,
             ring_len: 0,
@@ -122,20 +113,7 @@ impl<E> EventQueue<E> {
             self.active.push(e);
         } else if b < self.base + BUCKETS as u64 {
             let i = (b % BUCKETS as u64) as usize;
-            let node = Node {
-                entry: Some(e),
-                next: self.ring[i],
-            };
-            let n = if self.free == NIL {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            } else {
-                let n = self.free;
-                self.free = self.nodes[n as usize].next;
-                self.nodes[n as usize] = node;
-                n
-            };
-            self.ring[i] = n;
+            self.ring[i].push(e);
             self.bitmap[i / 64] |= 1 << (i % 64);
             self.summary |= 1 << (i / 64);
             self.ring_len += 1;
@@ -161,16 +139,10 @@ impl<E> EventQueue<E> {
                 if self.bitmap[i / 64] == 0 {
                     self.summary &= !(1 << (i / 64));
                 }
-                let mut n = std::mem::replace(&mut self.ring[i], NIL);
-                while n != NIL {
-                    let node = &mut self.nodes[n as usize];
-                    let next = node.next;
-                    self.active
-                        .push(node.entry.take().expect("listed node holds an entry"));
-                    node.next = self.free;
-                    self.free = n;
-                    self.ring_len -= 1;
-                    n = next;
+                self.ring_len -= self.ring[i].len();
+                self.active.extend(self.ring[i].drain(..));
+                if self.ring[i].capacity() > KEEP_CAPACITY {
+                    self.ring[i] = Vec::new();
                 }
             }
             // The horizon moved: bring in overflow entries that are now within it.
@@ -238,9 +210,11 @@ impl<E> EventQueue<E> {
     /// Bytes held by the queue's storage (capacity, not just pending events).
     pub fn memory_bytes(&self) -> usize {
         let entry = std::mem::size_of::<Entry<E>>();
-        (self.active.capacity() + self.overflow.capacity()) * entry
-            + self.nodes.capacity() * std::mem::size_of::<Node<E>>()
-            + self.ring.len() * 4
+        (self.active.capacity()
+            + self.overflow.capacity()
+            + self.ring.iter().map(Vec::capacity).sum::<usize>())
+            * entry
+            + self.ring.len() * std::mem::size_of::<Vec<Entry<E>>>()
     }
 
     /// How many events were ever scheduled (a cheap progress and cost measure).
