@@ -160,6 +160,9 @@ pub struct PerfArgs {
     /// Outstanding RDMA READ / atomic operations.
     #[arg(short = 'o', long = "outs", default_value_t = 16)]
     pub outs: u16,
+    /// Local ACK timeout exponent: 4.096 us x 2^N (IBA 9.7.6.1.3; 14 = 67 ms).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    pub qp_timeout: u8,
     /// GID index (accepted for compatibility; a softib device has one GID).
     #[arg(short = 'x', long = "gid-index")]
     pub gid_index: Option<u32>,
@@ -211,6 +214,8 @@ pub struct Params {
     pub out_reads: u16,
     /// The tool's command name (for messages and counters).
     pub tool: String,
+    /// Local ACK timeout exponent.
+    pub qp_timeout: u8,
 }
 
 /// Largest message `-a` runs (`MAX_SIZE`).
@@ -296,6 +301,9 @@ impl Params {
         let cq_mod = a.cq_mod.clamp(1, tx_depth);
         let rx_depth = a.rx_depth.clamp(1, 8192);
         let inline = a.inline_size.unwrap_or(0).min(1024);
+        if a.qp_timeout > 31 {
+            bail!("-u {}: the timeout exponent is 0..=31", a.qp_timeout);
+        }
         if a.outs == 0 || a.outs > 16 {
             bail!("-o {}: outstanding reads/atomics must be 1..=16", a.outs);
         }
@@ -321,6 +329,7 @@ impl Params {
             inline,
             out_reads: a.outs,
             tool: tool.to_string(),
+            qp_timeout: a.qp_timeout,
         })
     }
 
@@ -666,6 +675,7 @@ fn connect_qp(s: &mut Session, p: &Params, i: usize, peer_ip: IpAddr) -> anyhow:
         max_rd_atomic: p.out_reads.min(rem.out_reads.max(1)).min(16) as u8,
         max_dest_rd_atomic: p.out_reads.min(16) as u8,
         qkey: PERFTEST_QKEY,
+        timeout: p.qp_timeout,
         ..ConnectOptions::default()
     };
     s.ctx
