@@ -18,6 +18,7 @@ pub mod engine_flow;
 pub mod engine_hca;
 pub mod event;
 pub mod fabric;
+pub mod faults;
 pub mod hca;
 pub mod link;
 pub mod packet;

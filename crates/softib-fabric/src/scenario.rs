@@ -203,6 +203,9 @@ pub struct Scenario {
     /// Transport-engine flows ([`crate::engine_flow`]).
     #[serde(default)]
     pub flow: Vec<crate::engine_flow::FlowEntry>,
+    /// Scheduled faults ([`crate::faults`]).
+    #[serde(default)]
+    pub fault: Vec<crate::faults::FaultEntry>,
     #[serde(skip)]
     source: String,
 }
@@ -216,6 +219,7 @@ impl Scenario {
         s.topology()?;
         s.config()?;
         s.traffic_check()?;
+        s.fault_check()?;
         Ok(s)
     }
 
@@ -541,7 +545,9 @@ impl Scenario {
 
     /// Builds the fabric (endpoints are attached by the caller).
     pub fn build(&self) -> Result<Fabric, ScenarioError> {
-        Ok(Fabric::new(self.topology()?, self.config()?)?)
+        let mut fabric = Fabric::new(self.topology()?, self.config()?)?;
+        self.apply_faults(&mut fabric)?;
+        Ok(fabric)
     }
 }
 

@@ -1,0 +1,139 @@
+//! Scheduled faults in scenario files: `[[fault]]` tables.
+//!
+//! ```toml
+//! [[fault]]
+//! link = "sw0:2"     # either end of the cable, NODE:PORT
+//! down_us = 50       # the link goes down at 50 us
+//! up_us = 100        # and retrains at 100 us (omit: stays down)
+//! ```
+//!
+//! Bit errors are a link property (`bit_error_rate` in `[fabric]` or per `[[topology.links]]`);
+//! link down/up is applied with [`crate::fabric::Fabric::schedule_link_state`].
+
+use crate::fabric::Fabric;
+use crate::scenario::{Scenario, ScenarioError};
+use crate::time::PS_PER_US;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// One `[[fault]]` table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultEntry {
+    /// One end of the cable, `NODE:PORT`.
+    pub link: Spanned<String>,
+    /// When the link goes down, microseconds.
+    pub down_us: Spanned<u64>,
+    /// When it comes back up, microseconds (after `down_us`).
+    pub up_us: Option<Spanned<u64>>,
+}
+
+impl Scenario {
+    /// Checks the `[[fault]]` tables against the topology.
+    pub(crate) fn fault_check(&self) -> Result<(), ScenarioError> {
+        let topo = self.topology()?;
+        for (i, f) in self.fault.iter().enumerate() {
+            let text = f.link.get_ref();
+            let key = format!("fault[{i}].link");
+            let Some((name, port)) = text.rsplit_once(':') else {
+                return Err(self.error_at(
+                    &key,
+                    f.link.span(),
+                    format!("`{text}` is not NODE:PORT"),
+                ));
+            };
+            let Some(node) = topo.node_by_name(name) else {
+                return Err(self.error_at(&key, f.link.span(), format!("no node called `{name}`")));
+            };
+            let Ok(port) = port.parse::<u8>() else {
+                return Err(self.error_at(
+                    &key,
+                    f.link.span(),
+                    format!("`{port}` is not a port number"),
+                ));
+            };
+            let cabled = topo.links.iter().any(|l| {
+                (l.a.node == node && l.a.port == port) || (l.b.node == node && l.b.port == port)
+            });
+            if !cabled {
+                return Err(self.error_at(
+                    &key,
+                    f.link.span(),
+                    format!("port {port} of `{name}` has no cable"),
+                ));
+            }
+            if let Some(up) = &f.up_us {
+                if up.get_ref() <= f.down_us.get_ref() {
+                    return Err(self.error_at(
+                        &format!("fault[{i}].up_us"),
+                        up.span(),
+                        format!(
+                            "{} us is not after down_us = {} us",
+                            up.get_ref(),
+                            f.down_us.get_ref()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Schedules the faults on a fabric built from this scenario.
+    pub(crate) fn apply_faults(&self, fabric: &mut Fabric) -> Result<(), ScenarioError> {
+        for f in &self.fault {
+            let (name, port) = f
+                .link
+                .get_ref()
+                .rsplit_once(':')
+                .expect("checked by fault_check");
+            let port: u8 = port.parse().expect("checked by fault_check");
+            fabric.schedule_link_state(name, port, f.down_us.get_ref() * PS_PER_US, false)?;
+            if let Some(up) = &f.up_us {
+                fabric.schedule_link_state(name, port, up.get_ref() * PS_PER_US, true)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::Scenario;
+    use crate::time::PS_PER_US;
+
+    const BASE: &str = "[topology]\nkind = \"single-switch\"\nhosts = 2\nswitch_ports = 8\n";
+
+    #[test]
+    fn faults_are_scheduled_on_the_built_fabric() {
+        let s = Scenario::parse(&format!(
+            "{BASE}[[fault]]\nlink = \"h1:1\"\ndown_us = 5\nup_us = 9\n"
+        ))
+        .unwrap();
+        let mut f = s.build().unwrap();
+        f.run_until(20 * PS_PER_US);
+        assert_eq!(f.port_counters("h1", 1).unwrap().link_downed_counter, 1);
+        assert_eq!(f.port_counters("sw0", 2).unwrap().link_downed_counter, 1);
+    }
+
+    #[test]
+    fn bad_faults_name_key_and_line() {
+        let e = Scenario::parse(&format!("{BASE}[[fault]]\nlink = \"h1:2\"\ndown_us = 5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("line 6: fault[0].link: port 2 of `h1`"),
+            "{e}"
+        );
+        let e = Scenario::parse(&format!(
+            "{BASE}[[fault]]\nlink = \"h1:1\"\ndown_us = 5\nup_us = 5\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("line 8: fault[0].up_us"), "{e}");
+        let e = Scenario::parse(&format!("{BASE}[[fault]]\nlink = \"h1:1\"\ndown = 5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("down") && e.contains("line 7"), "{e}");
+    }
+}
