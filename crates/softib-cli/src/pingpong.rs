@@ -77,6 +77,10 @@ pub struct PingpongArgs {
     /// New post-send API (accepted; the same operation).
     #[arg(short = 'N', long = "new_send")]
     pub new_send: bool,
+    /// Local ACK timeout exponent, 4.096 us x 2^N (ibv_rc_pingpong uses 14, 67 ms; a
+    /// larger value rides out a peer descheduled on a busy host).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
+    pub qp_timeout: u8,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,
@@ -235,6 +239,7 @@ fn pingpong(
             access: AccessFlags::LOCAL_WRITE,
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
+            timeout: a.qp_timeout,
             ..ConnectOptions::default()
         };
         ctx.connect(qpn, QpType::Rc, psn, &endpoint, &opts)

@@ -47,11 +47,17 @@ pub fn pair(n: u8) -> Pair {
     }
 }
 
+/// Every RC test uses 1.07 s local ACK timeouts (-u 18) instead of 67 ms: 8 timeouts in a
+/// row exhaust the retries, and a test process can be descheduled that long on a busy
+/// machine. Recovery paths are tested with injected loss, where a timeout still fires.
+const QP_TIMEOUT: [&str; 2] = ["-u", "18"];
+
 /// Starts the server of `tool` with `args`.
 pub fn server(p: &Pair, tool: &str, args: &[&str]) -> Child {
     softib()
         .arg(tool)
         .args(["--bind", &p.server_ip, "-p", &p.port.to_string()])
+        .args(QP_TIMEOUT)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -65,6 +71,7 @@ pub fn client(p: &Pair, tool: &str, args: &[&str]) -> Child {
         .arg(tool)
         .arg(&p.server_ip)
         .args(["--bind", &p.client_ip, "-p", &p.port.to_string()])
+        .args(QP_TIMEOUT)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
