@@ -39,3 +39,25 @@ proptest! {
         check_exact(&case)?;
     }
 }
+
+proptest! {
+    #![proptest_config(config(16))]
+
+    /// Heavy, unbounded loss (up to 30% dropped plus up to 10% corrupted, in both
+    /// directions) and a small retry_cnt (0..=3): QPs may fail with "transport retry counter
+    /// exceeded"; every WR still completes exactly once with a legal status, and nothing
+    /// outside the targeted ranges changes (`workload::check_statuses`).
+    #[test]
+    fn rc_under_heavy_loss_every_wr_completes_once_with_a_legal_status(
+        case in (case_strategy(QpType::Rc, 2, 16, 0.10), 0.0..=0.30f64, 0u8..=3)
+            .prop_map(|(mut c, drop, retry_cnt)| {
+                c.faults.drop = drop;
+                c.retry_cnt = retry_cnt;
+                c.bounded_loss = false;
+                c.timeout = 10;
+                c
+            })
+    ) {
+        check_statuses(&case)?;
+    }
+}

@@ -95,6 +95,10 @@ pub struct Case {
     pub srq: bool,
     pub max_rd_atomic: u8,
     pub timeout: u8,
+    /// RC retry_cnt.
+    pub retry_cnt: u8,
+    /// Bound the losses of any one packet (see `MAX_LOSSES_PER_PACKET`).
+    pub bounded_loss: bool,
     /// Post receives only after this much virtual time (RNR NAKs before that).
     pub late_recv: Option<u64>,
     /// Post the sends in this many batches with virtual time in between.
@@ -246,6 +250,8 @@ pub fn case_strategy(
                     srq: srq && qp_type != QpType::Ud,
                     max_rd_atomic,
                     timeout,
+                    retry_cnt: 7,
+                    bounded_loss: true,
                     // Only RC answers a missing receive with RNR NAK and retries; UC and UD
                     // drop the message (IBA 9.8.2.2, 9.8.3), which the exact model excludes.
                     late_recv: late_recv.filter(|_| qp_type == QpType::Rc),
@@ -682,12 +688,16 @@ pub fn install_bounded_loss(pair: &mut Pair, faults: Faults, seed: u64) {
 /// places every op.
 pub fn setup(case: &Case) -> (Pair, Vec<QpRun>) {
     let mut pair = Pair::new(case.seed);
-    install_bounded_loss(&mut pair, case.faults, case.seed);
+    if case.bounded_loss {
+        install_bounded_loss(&mut pair, case.faults, case.seed);
+    } else {
+        pair.faults = case.faults;
+    }
     let opts = QpOptions {
         qp_type: case.qp_type,
         mtu: case.mtu,
         timeout: case.timeout,
-        retry_cnt: 7,
+        retry_cnt: case.retry_cnt,
         rnr_retry: 7,
         min_rnr_timer: 1,
         max_rd_atomic: case.max_rd_atomic,
@@ -1288,5 +1298,175 @@ pub fn check_unreliable(case: &Case) -> Result<(), TestCaseError> {
     assert_guards(&pair, &runs)?;
     assert_state(&pair, &runs, QpState::Rts)?;
     assert_no_bad_events(&mut pair)?;
+    Ok(())
+}
+
+/// Heavy, unbounded loss: RC QPs may legitimately fail with "transport retry counter
+/// exceeded" (IBA 9.7.6.1.3), and then the QP enters ERR and flushes (IBA 10.3.1). Checks
+/// that, whatever happens, every WR completes exactly once with a legal status:
+/// - send completions are the signaled WRs of a prefix of the posted WRs, all successful,
+///   then possibly one RETRY_EXC_ERR for the next WR (signaled or not), then WR_FLUSH_ERR for
+///   every later WR, in order; an error leaves the QP in ERR, no error leaves it in RTS;
+/// - receive completions consume the posted receives in order: successes (each the bytes,
+///   length and immediate of the next message the peer sent), then, in ERR, a flush for
+///   every receive left;
+/// - no byte outside a targeted range changes (a peer WRITE's target holds a byte of one of
+///   the WRITEs covering it; landing areas, targeted atomic slots and receive buffers may
+///   change); guard regions never change.
+pub fn check_statuses(case: &Case) -> Result<(), TestCaseError> {
+    let (mut pair, runs) = setup(case);
+    let n_send = vec![[0usize; 2]; runs.len()];
+    let n_recv = vec![[0usize; 2]; runs.len()];
+    let seen = run(case, &mut pair, &runs, &n_send, &n_recv, DEADLINE);
+    for (q, r) in runs.iter().enumerate() {
+        for side in 0..2 {
+            let (sends, recvs) = &seen[q][side];
+            let state = pair.device(side).qp_state(r.eps[side].qpn);
+            let wrs = &r.placed[side];
+            let ctx = format!("qp {q} side {side} (state {state:?})");
+            // Sends.
+            let err_at = sends.iter().position(|w| w.status != WcStatus::Success);
+            let k = match err_at {
+                None => wrs.len(),
+                Some(e) => {
+                    let k = wrs
+                        .iter()
+                        .position(|p| p.wr.wr_id == sends[e].wr_id)
+                        .ok_or_else(|| TestCaseError::fail(format!("{ctx}: unknown wr_id")))?;
+                    prop_assert_eq!(
+                        sends[e].status,
+                        WcStatus::RetryExcErr,
+                        "{}: {:?}",
+                        ctx,
+                        sends[e]
+                    );
+                    k
+                }
+            };
+            let mut want: Vec<(u64, WcStatus)> = wrs[..k]
+                .iter()
+                .filter(|p| p.wr.flags.contains(SendFlags::SIGNALED))
+                .map(|p| (p.wr.wr_id, WcStatus::Success))
+                .collect();
+            if err_at.is_some() {
+                want.push((wrs[k].wr.wr_id, WcStatus::RetryExcErr));
+                want.extend(
+                    wrs[k + 1..]
+                        .iter()
+                        .map(|p| (p.wr.wr_id, WcStatus::WrFlushErr)),
+                );
+            }
+            let got: Vec<(u64, WcStatus)> = sends.iter().map(|w| (w.wr_id, w.status)).collect();
+            prop_assert_eq!(&got, &want, "{}: send completions", ctx);
+            if err_at.is_some() {
+                prop_assert_eq!(state, Some(QpState::Err), "{}", ctx);
+            }
+            // Receives.
+            let posted = &r.recvs[side];
+            prop_assert!(
+                recvs.len() <= posted.len(),
+                "{}: too many receive completions",
+                ctx
+            );
+            let consumers: Vec<&Placed> = r.placed[1 - side]
+                .iter()
+                .filter(|p| consumes_recv(p.wr.opcode))
+                .collect();
+            let got_mem = read_all(&pair, side, &r.eps[side]);
+            let mut flushing = false;
+            for (i, wc) in recvs.iter().enumerate() {
+                prop_assert_eq!(wc.wr_id, posted[i].wr.wr_id, "{}: receives in order", ctx);
+                if wc.status == WcStatus::WrFlushErr {
+                    flushing = true;
+                    continue;
+                }
+                prop_assert!(
+                    !flushing && wc.status == WcStatus::Success,
+                    "{}: {:?}",
+                    ctx,
+                    wc
+                );
+                let p = consumers[i];
+                prop_assert_eq!(
+                    wc.byte_len as usize,
+                    p.len,
+                    "{}: length of message {}",
+                    ctx,
+                    i
+                );
+                prop_assert_eq!(wc.imm_data, p.wr.imm_data, "{}", ctx);
+                if p.wr.opcode != WrOpcode::RdmaWriteWithImm {
+                    let at = posted[i].off;
+                    prop_assert!(
+                        got_mem[at..at + p.len] == p.data[..],
+                        "{}: bytes of message {}",
+                        ctx,
+                        i
+                    );
+                }
+            }
+            if state == Some(QpState::Err) && r.eps[side].srq.is_none() {
+                // (Receives on an SRQ belong to the SRQ and outlive the QP's error, IBA
+                // 10.2.9.5; the QP raises LastWqeReached instead.)
+                prop_assert_eq!(
+                    recvs.len(),
+                    posted.len(),
+                    "{}: ERR flushes every receive",
+                    ctx
+                );
+            } else if state != Some(QpState::Err) {
+                prop_assert!(!flushing, "{}: flushes without ERR", ctx);
+            }
+            // Memory: only targeted ranges change.
+            let init = &r.init[side];
+            let mut allowed = vec![false; BUF_LEN];
+            for p in wrs {
+                if matches!(
+                    p.wr.opcode,
+                    WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+                ) {
+                    let n = if p.wr.opcode == WrOpcode::RdmaRead {
+                        p.len
+                    } else {
+                        8
+                    };
+                    allowed[p.local_off..p.local_off + n]
+                        .iter_mut()
+                        .for_each(|a| *a = true);
+                }
+            }
+            for p in &r.placed[1 - side] {
+                if p.wr.opcode.is_atomic() {
+                    allowed[p.slot_off..p.slot_off + 8]
+                        .iter_mut()
+                        .for_each(|a| *a = true);
+                }
+            }
+            for rv in posted {
+                allowed[rv.off..rv.off + rv.capacity]
+                    .iter_mut()
+                    .for_each(|a| *a = true);
+            }
+            for i in 0..BUF_LEN {
+                if got_mem[i] == init[i] || allowed[i] {
+                    continue;
+                }
+                let by_write = r.placed[1 - side].iter().any(|p| {
+                    matches!(
+                        p.wr.opcode,
+                        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+                    ) && (p.remote_off..p.remote_off + p.len).contains(&i)
+                        && p.data[i - p.remote_off] == got_mem[i]
+                });
+                prop_assert!(
+                    by_write,
+                    "{}: byte {} changed outside every targeted range",
+                    ctx,
+                    i
+                );
+            }
+        }
+    }
+    assert_guards(&pair, &runs)?;
     Ok(())
 }
