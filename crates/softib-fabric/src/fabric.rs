@@ -126,12 +126,8 @@ pub enum BuildError {
 enum Event {
     TxDone(u32),
     Arrive(u32, PacketId),
-    FcArrive {
-        port: u32,
-        vl: u8,
-        fccl: u16,
-        epoch: u32,
-    },
+    /// A port blocked on credits: a flow-control packet for it arrives now.
+    FcWake(u32),
     LinkState {
         port: u32,
         up: bool,
@@ -672,23 +668,9 @@ impl Fabric {
                 self.kicks.push_back(q);
             }
             Event::Arrive(q, id) => self.arrive(q, id),
-            Event::FcArrive {
-                port,
-                vl,
-                fccl,
-                epoch,
-            } => {
-                let p = &mut self.ports[port as usize];
-                if epoch != p.epoch {
-                    return; // sent before the link went down: lost
-                }
-                p.counters.fc_packets_rcvd += 1;
-                if vl < p.op_vls {
-                    p.tx[vl as usize].on_fccl(fccl);
-                }
-                if p.nonempty != 0 {
-                    self.kicks.push_back(port);
-                }
+            Event::FcWake(q) => {
+                self.ports[q as usize].fc_wake_at = NOT_WAITING;
+                self.kicks.push_back(q);
             }
             Event::Release { port, vl, blocks } => self.release(port, vl, blocks),
             Event::LinkState { port, up } => {
@@ -857,6 +839,7 @@ impl Fabric {
                 return;
             }
         }
+        self.ports[qi].apply_fc(now);
         // Link packets go first (IBA 7.9.4: flow-control packets are not subject to VL
         // arbitration).
         if self.ports[qi].fc_pending != 0 {
@@ -879,16 +862,15 @@ impl Fabric {
             if vl < r.op_vls {
                 r.rx[vl as usize].on_fctbs(fctbs);
             }
-            let epoch = r.epoch;
-            self.queue.push(
-                now + ser + delay,
-                Event::FcArrive {
-                    port: peer,
-                    vl,
-                    fccl,
-                    epoch,
-                },
-            );
+            // The FCCL takes effect at the peer when the packet has arrived. It is applied
+            // lazily, when the peer next looks at its credits; only a peer that is idle and
+            // waiting for credits needs an event to look at that moment.
+            let arrive = now + ser + delay;
+            r.fc_in.push_back((arrive, vl, fccl));
+            if r.nonempty != 0 && r.busy_until <= now && r.fc_wake_at == NOT_WAITING {
+                r.fc_wake_at = arrive;
+                self.queue.push(arrive, Event::FcWake(peer));
+            }
             let p = &self.ports[qi];
             if p.nonempty != 0 || p.fc_pending != 0 {
                 self.schedule_done(q);
@@ -916,6 +898,12 @@ impl Fabric {
         let Some(grant) = grant else {
             let p = &mut self.ports[qi];
             p.start_waits(now, 0);
+            if let Some(&(t, _, _)) = p.fc_in.front() {
+                if p.fc_wake_at == NOT_WAITING {
+                    p.fc_wake_at = t;
+                    self.queue.push(t, Event::FcWake(q));
+                }
+            }
             if retry != NOT_WAITING && p.xbar_retry_at != retry {
                 p.xbar_retry_at = retry;
                 self.queue.push(retry, Event::XbarRetry(q));
@@ -1289,6 +1277,7 @@ impl Fabric {
         p.epoch = p.epoch.wrapping_add(1);
         p.counters.link_downed_counter += 1;
         p.fc_pending = 0;
+        p.fc_in.clear(); // flow-control packets on the wire are lost too
         p.tx = [crate::credits::TxCredits::new(); DATA_VLS];
         for v in 0..DATA_VLS {
             p.in_flight[v].clear();

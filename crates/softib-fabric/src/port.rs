@@ -71,6 +71,11 @@ pub(crate) struct Port {
     pub fc_pending: u16,
     pub fc_last: [Picos; DATA_VLS],
     pub fc_interval: Picos,
+    /// Flow-control packets on their way to this port: (arrival time, VL, FCCL), in arrival
+    /// order; applied when the port next looks at its credits.
+    pub fc_in: VecDeque<(Picos, u8, u16)>,
+    /// An `FcWake` event is scheduled at this time (NOT_WAITING: none).
+    pub fc_wake_at: Picos,
     pub xbar_retry_at: Picos,
     pub wait_since: Picos,
     pub vl_wait_since: [Picos; 16],
@@ -173,6 +178,8 @@ impl Port {
             fc_pending: 0,
             fc_last: [0; DATA_VLS],
             fc_interval: 0,
+            fc_in: VecDeque::new(),
+            fc_wake_at: NOT_WAITING,
             xbar_retry_at: NOT_WAITING,
             wait_since: NOT_WAITING,
             vl_wait_since: [NOT_WAITING; 16],
@@ -186,6 +193,20 @@ impl Port {
             xbar_free_at: 0,
             counters: PortCounters::default(),
             errors: None,
+        }
+    }
+
+    /// Applies the flow-control packets that have arrived by `now`.
+    pub fn apply_fc(&mut self, now: Picos) {
+        while let Some(&(t, vl, fccl)) = self.fc_in.front() {
+            if t > now {
+                break;
+            }
+            self.fc_in.pop_front();
+            self.counters.fc_packets_rcvd += 1;
+            if vl < self.op_vls {
+                self.tx[vl as usize].on_fccl(fccl);
+            }
         }
     }
 
@@ -257,6 +278,7 @@ impl Port {
     /// Counters as of `now`, with running waits included.
     pub fn counters_at(&self, now: Picos) -> PortCounters {
         let mut c = self.counters.clone();
+        c.fc_packets_rcvd += self.fc_in.iter().take_while(|(t, _, _)| *t <= now).count() as u64;
         if self.wait_since != NOT_WAITING {
             c.xmit_wait_ps += now - self.wait_since;
         }
