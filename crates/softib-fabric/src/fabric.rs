@@ -1,18 +1,20 @@
 //! The simulator: ports, switches and HCAs wired by a [`Topology`], driven by one event queue.
 //!
-//! Per hop a data packet costs three events: the transmit completion at the output port, the
-//! arrival at the next port (the head of the packet for a cut-through switch, its tail
-//! otherwise) and the release of the input buffer it occupied (which makes the receiving port
-//! send a flow-control packet upstream). Switch latency adds an "eligible" event per hop when
-//! it is non-zero.
+//! Per hop a data packet costs about two events: its arrival at the next port (for a switch,
+//! at the moment it becomes eligible for forwarding: head or tail arrival plus the switch
+//! latency) and the transmit completion of the output that sends it on, into which the
+//! release of the input buffer is usually folded. The receiver's credit accounting and the
+//! switch's routing happen when the packet starts on the upstream link (`transmit_to`); the
+//! flow-control packet that returns the credits is applied lazily at the upstream port
+//! (`Port::apply_fc`). See `docs/design/fabric.md` for why each shortcut is exact.
 //!
 //! Switch model (IBA 18.2): an input-queued switch. Each input port keeps one FIFO per VL, the
 //! receive buffer that link credits protect. Only the head packet of a FIFO is routed (LFT on
 //! the DLID, SL2VL of the (in, out) pair for the output VL) and requests its output: a head
 //! blocked on a congested output blocks the packets behind it, the head-of-line blocking that
-//! credit back-pressure spreads through an IB fabric. An output port serves the requests of
-//! each VL in arrival order, VLs by its VL arbiter, and only when the downstream receiver has
-//! credits for the whole packet. The crossbar moves a packet from its input at the output's
+//! credit back-pressure spreads through an IB fabric. An output port serves the inputs
+//! requesting a VL round-robin by port number, VLs by its VL arbiter, and only when the
+//! downstream receiver has credits for the whole packet. The crossbar moves a packet from its input at the output's
 //! rate times the speed-up; an input feeds one transfer at a time. The input buffer is freed
 //! when the packet has crossed the crossbar (and, cut-through, has fully arrived).
 
