@@ -212,3 +212,24 @@ fn peer_vanishing_mid_run_ends_the_other_side() {
     vanish(109, "write-lat", true);
     vanish(110, "send-lat", false);
 }
+
+#[test]
+fn pingpong_peer_vanishing_mid_run_ends_the_other_side() {
+    for (n, kill_server) in [(111u8, true), (112, false)] {
+        let p = pair(n);
+        let args = ["-n", "100000000", "-s", "64", "--oob-timeout", "3"];
+        let mut s = server(&p, "pingpong", &args);
+        await_listener(&p);
+        let mut c = client(&p, "pingpong", &args);
+        std::thread::sleep(Duration::from_millis(1500));
+        let (victim, survivor) = if kill_server {
+            (&mut s, c)
+        } else {
+            (&mut c, s)
+        };
+        victim.kill().unwrap();
+        let _ = victim.wait();
+        let o = wait(survivor, Duration::from_secs(30), "survivor");
+        fails_with(&o, &[]);
+    }
+}
