@@ -81,13 +81,19 @@ impl Scenario {
 
     /// Schedules the faults on a fabric built from this scenario.
     pub(crate) fn apply_faults(&self, fabric: &mut Fabric) -> Result<(), ScenarioError> {
-        for f in &self.fault {
-            let (name, port) = f
+        for (i, f) in self.fault.iter().enumerate() {
+            let parsed = f
                 .link
                 .get_ref()
                 .rsplit_once(':')
-                .expect("checked by fault_check");
-            let port: u8 = port.parse().expect("checked by fault_check");
+                .and_then(|(name, port)| Some((name, port.parse::<u8>().ok()?)));
+            let Some((name, port)) = parsed else {
+                return Err(self.error_at(
+                    &format!("fault[{i}].link"),
+                    f.link.span(),
+                    format!("`{}` is not NODE:PORT", f.link.get_ref()),
+                ));
+            };
             fabric.schedule_link_state(name, port, f.down_us.get_ref() * PS_PER_US, false)?;
             if let Some(up) = &f.up_us {
                 fabric.schedule_link_state(name, port, up.get_ref() * PS_PER_US, true)?;
