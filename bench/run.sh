@@ -8,8 +8,9 @@
 # sockperf are installed with apt-get when missing. Usage: bench/run.sh [SECONDS]
 set -euo pipefail
 
-# BENCH_NICE=-15 runs every measured process (softib, iperf3, sockperf alike) at that nice
-# level, for figures less disturbed by other work on a busy machine (needs root).
+# BENCH_NICE=N runs every measured process (softib, iperf3, sockperf alike) at nice N.
+# Beware of negative values: busy-polling processes above the kernel's ksoftirqd threads
+# starve them, and loopback delivery deferred to ksoftirqd then stalls for hundreds of ms.
 secs=${1:-5}
 run() { if [ -n "${BENCH_NICE:-}" ]; then nice -n "$BENCH_NICE" "$@"; else "$@"; fi; }
 root=$(cd "$(dirname "$0")/.." && pwd)
