@@ -22,6 +22,8 @@ use softib_wire::lrh::{Lnh, LrhPacket, LrhRepr, LRH_LEN};
 use std::collections::VecDeque;
 
 const GRH_LEN: usize = 40;
+/// The most packets an engine HCA queues on its port, in units of the per-VL depth.
+const BACKLOG_CAP_FACTOR: usize = 64;
 /// GRH next-header value for an IBA transport header (IBA 8.3.1).
 const NXT_HDR_IBA: u8 = 0x1B;
 
@@ -150,7 +152,13 @@ impl EngineHca {
         let slid = tx.lid();
         let sl2vl = tx.sl2vl();
         let sgid = self.dev.config().gid;
-        while tx.backlog() < tx.depth() {
+        // An HCA schedules its QPs per VL: a QP on a VL that cannot send (no credits, lost
+        // arbitration) must not hold back QPs on other VLs. The engine offers packets in its
+        // own order without saying their SL first, so pull while any VL queue has room; a
+        // blocked VL's queue may then grow past the depth, bounded by the engine's windows
+        // and by a cap on the whole backlog.
+        let cap = tx.depth() * BACKLOG_CAP_FACTOR;
+        while tx.any_room() && tx.backlog() < cap {
             let dev = &mut self.dev;
             let r = tx.send_with(self.max_len, 0, |buf| {
                 let t = dev.poll_transmit(now, &mut buf[LRH_LEN..])?;

@@ -88,6 +88,13 @@ impl HcaTx<'_> {
         self.port.out_q.iter().map(|q| q.len()).sum()
     }
 
+    /// Whether some operational data VL's send queue is below the depth.
+    pub fn any_room(&self) -> bool {
+        self.port.out_q[..self.port.op_vls as usize]
+            .iter()
+            .any(|q| q.len() < self.depth)
+    }
+
     /// The configured send queue depth (packets per VL).
     pub fn depth(&self) -> usize {
         self.depth

@@ -227,3 +227,74 @@ fn a_slow_responder_with_a_short_ack_timeout_causes_a_retransmission_storm() {
         "goodput with the long timeout ({done_long}) not below the short one ({done_short})"
     );
 }
+
+/// Two write_bw QPs on one host, each polling its own CQ.
+struct Two(WriteBw, WriteBw);
+
+impl softib_fabric::engine_hca::HostApp for Two {
+    fn on_start(&mut self, now: softib_transport::Nanos, dev: &mut softib_transport::Device) {
+        self.0.on_start(now, dev);
+        self.1.on_start(now, dev);
+    }
+    fn on_progress(&mut self, now: softib_transport::Nanos, dev: &mut softib_transport::Device) {
+        self.0.on_progress(now, dev);
+        self.1.on_progress(now, dev);
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+#[test]
+fn an_hca_arbitrates_its_qps_by_vl_and_a_starved_vl_does_not_hold_back_the_other() {
+    use softib_fabric::engine_hca::HostApp;
+    use softib_fabric::qos::QosOptions;
+    // SL0 -> VL0 (high priority, unbounded limit), SL1 -> VL1 (low): the HCA's own port
+    // must send VL0 at line rate and starve VL1, although the engine offers both QPs'
+    // packets in turn.
+    let qos = QosOptions::from_opensm_conf(
+        "qos_max_vls 2\nqos_sl2vl 0,1,0,0,0,0,0,0,0,0,0,0,0,0,0,0\n\
+         qos_vlarb_high 0:255\nqos_vlarb_low 1:255\nqos_high_limit 255\n",
+    )
+    .unwrap();
+    let cfg = FabricConfig {
+        qos: Some(qos),
+        ..FabricConfig::default()
+    };
+    let mut f = Fabric::new(Topology::back_to_back(), cfg).unwrap();
+    let (l0, l1) = (f.lid("h0").unwrap(), f.lid("h1").unwrap());
+    let mut d0 = device(l0, 1);
+    let mut d1 = device(l1, 2);
+    let mut apps = Vec::new();
+    for sl in 0..2u8 {
+        let a = rc_side(&mut d0, MSG as usize, 0x1000_0000 + sl as u64 * 0x100_0000).unwrap();
+        let b = rc_side(&mut d1, MSG as usize, 0x2000_0000 + sl as u64 * 0x100_0000).unwrap();
+        rc_connect(&mut d0, &a, &b, l1, sl, Mtu::M4096, 20).unwrap();
+        rc_connect(&mut d1, &b, &a, l0, sl, Mtu::M4096, 20).unwrap();
+        apps.push(WriteBw::new(a, b, MSG, 16, None));
+    }
+    let app1 = apps.pop().unwrap();
+    let app0 = apps.pop().unwrap();
+    let app: Box<dyn HostApp> = Box::new(Two(app0, app1));
+    f.attach("h0", Box::new(EngineHca::new(d0, app))).unwrap();
+    f.attach("h1", Box::new(EngineHca::new(d1, Box::new(Passive))))
+        .unwrap();
+    let from = 200 * PS_PER_US;
+    let to = 1_200 * PS_PER_US;
+    f.run_until(to);
+    let hca = f.endpoint_mut::<EngineHca>("h0", 1).unwrap();
+    let two = hca.app::<Two>().unwrap();
+    let vl0 = two.0.stats().completed_between(from / 1000, to / 1000) as f64;
+    let vl1 = two.1.stats().completed_between(0, to / 1000);
+    let goodput = vl0 * MSG as f64 * 8.0 / ((to - from) as f64 * 1e-12);
+    let expected = 100e9 * MSG as f64 / message_wire_bytes() as f64;
+    assert!(
+        (goodput / expected - 1.0).abs() < 0.01,
+        "VL0 at {:.2} Gb/s, expected {:.2}",
+        goodput / 1e9,
+        expected / 1e9
+    );
+    assert_eq!(vl1, 0, "the low-priority VL is starved");
+    let c = f.port_counters("h0", 1).unwrap();
+    assert!(c.vl_xmit_wait_ps[1] > 900 * PS_PER_US);
+}
