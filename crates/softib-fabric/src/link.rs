@@ -14,7 +14,10 @@
 //! | HDR | 53.125 Gb/s (PAM4) | 256b/257b + RS(544,514) FEC | 50 Gb/s | 200 Gb/s |
 //! | NDR | 106.25 Gb/s (PAM4) | 256b/257b + RS(544,514) FEC | 100 Gb/s | 400 Gb/s |
 //!
-//! (256/257 x 514/544 = 16/17 exactly, so HDR and NDR carry exactly 50 and 100 Gb/s per lane.)
+//! (256/257 x 514/544 = 16/17 exactly, so HDR and NDR carry exactly the nominal 50 and 100
+//! Gb/s per lane. What is modelled is that nominal data rate over the 53.125/106.25 Gb/s
+//! signalling; the 256b/257b + RS(544,514) breakdown is the Ethernet 200G/400G scheme that
+//! yields it, not checked against the IBTA physical-layer volume.)
 //!
 //! Serialization time is computed from the packet length in bytes, LRH through VCRC (or the
 //! 6 bytes of a flow-control packet), with exact integer arithmetic, rounded up to the next
