@@ -89,6 +89,7 @@ def main():
     total = passed = 0
     versions = ""
     group_times = []
+    failures = []
     for g in groups:
         gdir = os.path.join(outdir, g)
         cases_tsv = read(os.path.join(gdir, "cases.tsv"))
@@ -107,24 +108,51 @@ def main():
         for ln in cases_tsv.splitlines():
             cid, name, port, role, gcmd, hcmd = ln.split("\t")
             total += 1
-            grc = read(os.path.join(vm, cid + ".guest.rc")).strip() or "none"
-            hrc = read(os.path.join(gdir, cid + ".host.rc")).strip() or "none"
-            hok, htext, _ = decode_verdict(os.path.join(gdir, cid + ".host"))
-            bok, btext, bout = decode_verdict(os.path.join(gdir, "bridge", cid))
-            ok = grc == "0" and hrc == "0" and hok and bok
+            attempts = []
+            k = 1
+            while os.path.exists(os.path.join(vm, f"{cid}@{k}.guest.rc")) or os.path.exists(
+                    os.path.join(gdir, f"{cid}@{k}.host.rc")):
+                tag = f"{cid}@{k}"
+                grc = read(os.path.join(vm, tag + ".guest.rc")).strip() or "none"
+                hrc = read(os.path.join(gdir, tag + ".host.rc")).strip() or "none"
+                hok, htext, _ = decode_verdict(os.path.join(gdir, tag + ".host"))
+                bok, btext, bout = decode_verdict(os.path.join(gdir, "bridge", tag))
+                ok = grc == "0" and hrc == "0" and hok and bok
+                gout = read(os.path.join(vm, tag + ".guest.out"))
+                hout = read(os.path.join(gdir, tag + ".host.out"))
+                attempts.append(dict(grc=grc, hrc=hrc, htext=htext, btext=btext, ok=ok, bout=bout,
+                                     gout=gout, hout=hout))
+                k += 1
+            if not attempts:
+                attempts.append(dict(grc="none", hrc="none", htext="no capture", btext="no capture",
+                                     ok=False, bout="", gout="", hout=""))
+            last = attempts[-1]
+            ok = last["ok"]
             passed += ok
             allok &= ok
-            gout = read(os.path.join(vm, cid + ".guest.out"))
-            hout = read(os.path.join(gdir, cid + ".host.out"))
             gtool = gcmd.split()[0] + (" (server)" if role == "server" else " (client)")
             htool = "softib " + hcmd.split()[0] + (" (client)" if role == "server" else " (server)")
             verdict = "PASS" if ok else "**FAIL**"
-            md.append(f"| {cid} | `{gtool}` rc={grc} | `{htool}` rc={hrc} | {verdict} | {htext} | {btext} | {naks(bout)} | {figures(name, gout)} | {figures(name, hout)} |")
-            status = "PASS" if ok else "FAIL"
-            print(f"{status} {g}/{cid}: guest rc={grc} softib rc={hrc} softib-pcap[{htext}] bridge-pcap[{btext}]")
+            if len(attempts) > 1:
+                verdict += f" (attempt {len(attempts)})"
+            md.append(f"| {cid} | `{gtool}` rc={last['grc']} | `{htool}` rc={last['hrc']} | {verdict} | {last['htext']} | {last['btext']} | {naks(last['bout'])} | {figures(name, last['gout'])} | {figures(name, last['hout'])} |")
+            for i, a in enumerate(attempts[:-1] if ok else attempts, 1):
+                if a["ok"]:
+                    continue
+                why = []
+                for label, text in (("guest", a["gout"]), ("softib", a["hout"])):
+                    errs = [l.strip() for l in text.splitlines()
+                            if re.search(r"error|fail|can't|couldn't|exceeded|unable", l, re.I)]
+                    if errs:
+                        why.append(f"{label}: {errs[-1]}")
+                failures.append(f"- {g}/{cid} attempt {i}: guest rc={a['grc']}, softib rc={a['hrc']}, "
+                                f"softib capture [{a['htext']}], bridge [{a['btext']}]"
+                                + ("; " + "; ".join(f"`{w}`" for w in why) if why else ""))
+            print(f"{'PASS' if ok else 'FAIL'} {g}/{cid} ({len(attempts)} attempt(s)): guest rc={last['grc']} "
+                  f"softib rc={last['hrc']} softib-pcap[{last['htext']}] bridge-pcap[{last['btext']}]")
             if not ok:
-                for label, text in (("guest", gout), ("softib", hout)):
-                    tail = "\n".join(text.strip().splitlines()[-6:])
+                for label, text in (("guest", last["gout"]), ("softib", last["hout"])):
+                    tail = "\n      ".join(text.strip().splitlines()[-6:])
                     print(f"    {label}: {tail}")
         md.append("\nCommands (guest, then softib; the client adds `-p PORT SERVER`, the softib server `--bind 10.99.0.254`):\n")
         seen = set()
@@ -134,6 +162,7 @@ def main():
                 continue
             seen.add(name)
             md.append(f"- {name}: `{gcmd}` / `softib {hcmd}`")
+    print("\n".join(failures))
     print(f"{passed}/{total} runs passed; elapsed {info.get('elapsed', '?')} s")
     if total == 0:
         print("no case ran", file=sys.stderr)
@@ -176,6 +205,9 @@ def main():
             f"**{passed} of {total} runs passed** in {info.get('elapsed', '?')} s wall ("
             + ", ".join(f"{g} {t} s" for g, t in group_times) + ").",
         ]
+        head += ["", "## Failed attempts", ""]
+        head += failures or ["None: every run passed at its first attempt."]
+        head += ["", "## Matrix"]
         diffs = read(os.path.join(os.path.dirname(os.path.abspath(__file__)), "differences.md"))
         with open(doc, "w") as f:
             f.write("\n".join(head + md) + "\n\n" + diffs)
