@@ -119,9 +119,10 @@ case_ loss write_lat-rc   "ib_write_lat $PT -s 64 -n 300"             "write-lat
 case_ loss send_lat-rc    "ib_send_lat $PT -s 64 -n 300"              "send-lat -x 1 -s 64 -n 300"
 
 # The CI subset: one case of each tool family, both directions, at each MTU and with loss;
-# loss:read_bw-rc is left out while it fails (docs/interop.md, "Known failures").
+# loss:read_bw-rc and base:send_bw-uc are left out while they fail now and then
+# (docs/interop.md, "Known failures").
 declare -A SUBSETS
-SUBSETS[ci]='^(base:(pingpong-s4096|write_bw-rc|read_bw-rc|send_bw-(rc|uc|ud)|atomic_bw-(fadd|cas)|write_lat-rc|send_lat-rc)|mtu4096:(pingpong-m4096-s65536|write_bw-rc)|loss:(pingpong-s4096|write_bw-rc|send_bw-rc|atomic_bw-fadd))$'
+SUBSETS[ci]='^(base:(pingpong-s4096|write_bw-(rc|uc)|read_bw-rc|send_bw-(rc|ud)|atomic_bw-(fadd|cas)|write_lat-rc|send_lat-rc)|mtu4096:(pingpong-m4096-s65536|write_bw-rc)|loss:(pingpong-s4096|write_bw-rc|send_bw-rc|atomic_bw-fadd))$'
 SUBSETS[full]='.'
 
 declare -A GROUP_MTU=([base]="" [mtu4096]=4200 [loss]="")
