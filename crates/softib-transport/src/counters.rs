@@ -82,6 +82,7 @@ impl QpCounters {
             stale_responses,
             fecn_received,
             becn_received,
+            ecn_ce_received,
             cnps_sent,
             cnps_received,
             becns_sent,
@@ -131,4 +132,38 @@ pub struct DeviceCounters {
     pub format_drops: u64,
     /// Completions lost to full CQs (each also raised `AsyncEvent::CqOverflow`).
     pub cq_overflows: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulate_adds_the_congestion_counters() {
+        let one = QpCounters {
+            fecn_received: 1,
+            becn_received: 1,
+            ecn_ce_received: 1,
+            cnps_sent: 1,
+            cnps_received: 1,
+            becns_sent: 1,
+            throttled_ns: 1,
+            ..QpCounters::default()
+        };
+        let mut sum = one;
+        sum.accumulate(&one);
+        assert_eq!(
+            sum,
+            QpCounters {
+                fecn_received: 2,
+                becn_received: 2,
+                ecn_ce_received: 2,
+                cnps_sent: 2,
+                cnps_received: 2,
+                becns_sent: 2,
+                throttled_ns: 2,
+                ..QpCounters::default()
+            }
+        );
+    }
 }
