@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use softib_fabric::report::compare::{compare, render as render_compare};
 use softib_fabric::report::run::run;
-use softib_fabric::report::text::render;
+use softib_fabric::report::text::{render, render_explain};
 use softib_fabric::report::Report;
 use softib_fabric::scenario::Scenario;
 
@@ -65,6 +65,10 @@ pub struct SimArgs {
     /// List the bundled scenarios and exit.
     #[arg(long, conflicts_with_all = ["scenario", "sweep", "compare"])]
     pub list: bool,
+    /// Also say what limited each flow (credits, congestion control, retransmissions, ...)
+    /// and cite the counters that show it.
+    #[arg(long, conflicts_with_all = ["sweep", "list"])]
+    pub explain: bool,
     /// Write no files, only print.
     #[arg(long, conflicts_with = "out")]
     pub no_files: bool,
@@ -225,6 +229,9 @@ pub fn run_cli(args: &SimArgs) -> Result<()> {
     progress.finish();
     let report = report?;
     emit(&render(&report.summary))?;
+    if args.explain {
+        emit(&format!("\n{}", render_explain(&report.summary)))?;
+    }
     if let Some(dir) = out_dir(args, &l.name) {
         write_files(&report, &dir)?;
     }
@@ -239,6 +246,15 @@ fn run_compare(args: &SimArgs, a: &str, b: &str) -> Result<()> {
     progress.finish();
     let (ra, rb) = (ra?, rb?);
     emit(&render_compare(&compare(&ra.summary, &rb.summary)))?;
+    if args.explain {
+        for r in [&ra, &rb] {
+            emit(&format!(
+                "\n{}: {}",
+                r.summary.scenario.name,
+                render_explain(&r.summary)
+            ))?;
+        }
+    }
     if let Some(dir) = out_dir(args, &format!("compare-{}-{}", la.name, lb.name)) {
         for (r, tag) in [(&ra, "A"), (&rb, "B")] {
             write_files(r, &dir.join(format!("{tag}-{}", r.summary.scenario.name)))?;

@@ -392,3 +392,28 @@ fn bad_input_gives_messages_that_name_the_problem() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--seed"));
 }
+
+#[test]
+fn explain_names_the_mechanism_and_its_counters() {
+    let dir = tmp("explain");
+    let sc = scenario(&dir, "incast.toml", INCAST);
+    let text = ok(&softib()
+        .arg("sim")
+        .arg(&sc)
+        .args(["--explain", "--no-files"])
+        .output()
+        .unwrap());
+    let explain = text
+        .split("what limited the flows:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(explain.contains("link_credits: 2 of 2 flows"), "{explain}");
+    assert!(
+        explain.contains("PortXmitWait") && explain.contains("no FECN/BECN"),
+        "{explain}"
+    );
+    assert!(
+        explain.contains("the congestion point is sw0:1 -> h0:1"),
+        "{explain}"
+    );
+}

@@ -212,6 +212,10 @@ impl Scenario {
                             name: format!("f{i} {} {src}{arrow}{dst}", e.op.name()),
                             src: src.clone(),
                             dst: dst.clone(),
+                            data_from: match e.op {
+                                FlowOp::Write => src.clone(),
+                                FlowOp::Read => dst.clone(),
+                            },
                         },
                         op: e.op,
                         src: src.clone(),

@@ -274,6 +274,7 @@ impl Scenario {
                         name: format!("s{i} {src}->{to}"),
                         src: src.clone(),
                         dst: to,
+                        data_from: src.clone(),
                     },
                     host: src,
                     dests,

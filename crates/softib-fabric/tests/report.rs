@@ -120,6 +120,15 @@ dst = "h0"
         .stood_out
         .iter()
         .any(|x| x.kind == "hot_link" && x.subject == down.port));
+    // Every flow is held back by link credits, and the congestion point is named.
+    for f in &s.flows {
+        assert_eq!(f.limited_by, "link_credits", "{f:?}");
+        assert!(
+            f.evidence.contains("the congestion point is sw0:1 -> h0:1"),
+            "{}",
+            f.evidence
+        );
+    }
 }
 
 #[test]
@@ -229,6 +238,52 @@ tx_depth = 16
         "{:?}",
         s.stood_out
     );
+    assert_eq!(f.limited_by, "line_rate", "{}", f.evidence);
+}
+
+#[test]
+fn a_window_of_one_small_write_is_limited_by_the_sender() {
+    // One 4 KiB WRITE in flight on 50 m of cable: the link idles while each waits for
+    // its ACK.
+    let r = run_text(
+        r#"
+duration_us = 200
+[fabric]
+cable_m = 50.0
+[topology]
+kind = "back-to-back"
+[[flow]]
+op = "write"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 4096
+tx_depth = 1
+"#,
+    );
+    let f = &r.summary.flows[0];
+    assert_eq!(f.limited_by, "sender", "{}", f.evidence);
+    // A round trip of 4 KiB (330 ns), 2 x 250 ns of cable and the ACK: about 40 Gb/s.
+    assert!(f.gbps > 30.0 && f.gbps < 50.0, "{}", f.gbps);
+    // Read flows carry their data from the responder: its port is the one judged.
+    let r = run_text(
+        r#"
+duration_us = 300
+[topology]
+kind = "back-to-back"
+[[flow]]
+op = "read"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 65536
+tx_depth = 16
+"#,
+    );
+    let f = &r.summary.flows[0];
+    assert_eq!(f.name, "f0 read h0<-h1");
+    assert_eq!(f.limited_by, "line_rate", "{}", f.evidence);
+    assert!(f.evidence.starts_with("h1:1"), "{}", f.evidence);
 }
 
 #[test]

@@ -25,6 +25,8 @@ pub struct FlowInfo {
     pub src: String,
     /// Destination node name.
     pub dst: String,
+    /// The host whose port carries the flow's data (the responder for a READ).
+    pub data_from: String,
 }
 
 /// Everything recorded about one flow.
@@ -233,6 +235,7 @@ mod tests {
                 name: "a".into(),
                 src: "h0".into(),
                 dst: "h1".into(),
+                data_from: "h0".into(),
             },
         );
         r.record_packet(3, 1_500_000, 4122, 500_000);

@@ -10,6 +10,7 @@
 
 pub mod compare;
 pub mod csv;
+pub mod diagnose;
 pub mod flows;
 pub mod histogram;
 pub mod plots;
@@ -71,6 +72,8 @@ pub struct Report {
     pub bin_ps: Picos,
     /// Simulated duration.
     pub duration_ps: Picos,
+    /// Per flow (like `summary.flows`), the host whose port carries its data.
+    pub data_from: Vec<String>,
 }
 
 /// Gb/s from bytes over picoseconds.
@@ -130,6 +133,8 @@ fn flow_summary(id: u32, f: &FlowStats, duration_ps: Picos) -> FlowSummary {
             f.latency(),
             if f.by_message() { "message" } else { "packet" },
         ),
+        limited_by: "",
+        evidence: String::new(),
     }
 }
 
@@ -288,6 +293,11 @@ impl Report {
             .map(|(&id, f)| flow_summary(id, f, duration_ps))
             .collect();
         let flow_bins = flows.flows().values().map(|f| f.bins().to_vec()).collect();
+        let data_from: Vec<String> = flows
+            .flows()
+            .values()
+            .map(|f| f.info.data_from.clone())
+            .collect();
         let totals_f = flow_totals(flows, &rows);
 
         let hosts = topo.hcas().count();
@@ -338,6 +348,7 @@ impl Report {
             transport: Vec::new(),
             ports,
         };
+        diagnose::diagnose(&mut summary, &data_from);
         summary.stood_out = standout::findings(&summary);
         Report {
             summary,
@@ -345,12 +356,14 @@ impl Report {
             flow_bins,
             bin_ps: flows.bin_ps(),
             duration_ps,
+            data_from,
         }
     }
 
     /// Adds the transport engines' counters and re-derives what stood out.
     pub fn set_transport(&mut self, transport: Vec<HostTransport>) {
         self.summary.transport = transport;
+        diagnose::diagnose(&mut self.summary, &self.data_from);
         self.summary.stood_out = standout::findings(&self.summary);
     }
 

@@ -115,6 +115,12 @@ pub struct FlowSummary {
     pub last_us: f64,
     /// Latency percentiles.
     pub latency: Latency,
+    /// What held the flow below its link's rate: `line_rate` (nothing: the link is full),
+    /// `link_credits`, `congestion_control`, `retransmissions`, `receiver_not_ready`,
+    /// `errors` or `sender` (the sender had nothing queued: its window, or its start).
+    pub limited_by: &'static str,
+    /// The counters behind `limited_by`, in one sentence.
+    pub evidence: String,
 }
 
 /// Aggregate over flows.
@@ -363,7 +369,7 @@ pub struct Units {
 
 /// The transport engine's counters on one host (sums over its QPs), as
 /// `softib_transport::DeviceCounters` names them.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct HostTransport {
     /// Host.
     pub host: String,
@@ -393,6 +399,10 @@ pub struct HostTransport {
     pub becn_received: u64,
     /// Remote access, invalid request and remote operational errors.
     pub protocol_errors: u64,
+    /// Congestion notification packets received.
+    pub cnps_received: u64,
+    /// Microseconds congestion control held QPs back while they had work (sum over QPs).
+    pub cc_throttled_us: f64,
     /// Packets the device dropped before any QP (malformed, unknown QP, bad P_Key, ...),
     /// plus packets the HCA's encapsulation layer could not parse.
     pub device_drops: u64,
@@ -419,6 +429,8 @@ impl HostTransport {
             protocol_errors: q.remote_access_errors
                 + q.invalid_requests
                 + q.remote_operational_errors,
+            cnps_received: q.cnps_received,
+            cc_throttled_us: round(q.throttled_ns as f64 / 1000.0, 3),
             device_drops: c.malformed_drops
                 + c.unknown_qp_drops
                 + c.bad_pkey_drops
@@ -448,6 +460,11 @@ impl HostTransport {
             ("fecn_received", self.fecn_received),
             ("becn_received", self.becn_received),
             ("protocol_errors", self.protocol_errors),
+            ("cnps_received", self.cnps_received),
+            (
+                "cc_throttled_ns",
+                (self.cc_throttled_us * 1000.0).round() as u64,
+            ),
             ("device_drops", self.device_drops),
         ]
     }

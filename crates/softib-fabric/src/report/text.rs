@@ -30,7 +30,7 @@ pub fn render(s: &Summary) -> String {
         let _ = writeln!(o, "flows ({}, latency per {}):", t.flows, t.latency.level);
         let _ = writeln!(
             o,
-            "  {:<28} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9}",
+            "  {:<28} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9}  limited by",
             "flow", "Gb/s", "active Gb/s", "delivered", "p50 us", "p99 us", "max us"
         );
         let mut order: Vec<usize> = (0..s.flows.len()).collect();
@@ -46,14 +46,15 @@ pub fn render(s: &Summary) -> String {
             };
             let _ = writeln!(
                 o,
-                "  {:<28} {:>9.3} {:>11.3} {:>10} {:>9.3} {:>9.3} {:>9.3}",
+                "  {:<28} {:>9.3} {:>11.3} {:>10} {:>9.3} {:>9.3} {:>9.3}  {}",
                 f.name,
                 f.gbps,
                 f.active_gbps,
                 n,
                 f.latency.p50_us,
                 f.latency.p99_us,
-                f.latency.max_us
+                f.latency.max_us,
+                f.limited_by
             );
         }
         if s.flows.len() > MAX_FLOWS {
@@ -186,6 +187,45 @@ pub fn render(s: &Summary) -> String {
             _ => "info ",
         };
         let _ = writeln!(o, "  {mark} {}", f.message);
+    }
+    o
+}
+
+/// The order in which `--explain` lists causes.
+const CAUSES: [&str; 7] = [
+    "errors",
+    "receiver_not_ready",
+    "retransmissions",
+    "congestion_control",
+    "link_credits",
+    "sender",
+    "line_rate",
+];
+
+/// Flows named per cause at most.
+const EXPLAIN_EXAMPLES: usize = 3;
+
+/// What limited the flows, grouped by cause, with the counters that show it
+/// (`softib sim --explain`).
+pub fn render_explain(s: &Summary) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "what limited the flows:");
+    if s.flows.is_empty() {
+        let _ = writeln!(o, "  no flows in this run");
+        return o;
+    }
+    for cause in CAUSES {
+        let flows: Vec<_> = s.flows.iter().filter(|f| f.limited_by == cause).collect();
+        if flows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "  {cause}: {} of {} flows", flows.len(), s.flows.len());
+        for f in flows.iter().take(EXPLAIN_EXAMPLES) {
+            let _ = writeln!(o, "    {} ({:.3} Gb/s): {}", f.name, f.gbps, f.evidence);
+        }
+        if flows.len() > EXPLAIN_EXAMPLES {
+            let _ = writeln!(o, "    ... and {} more", flows.len() - EXPLAIN_EXAMPLES);
+        }
     }
     o
 }
