@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use softib_wire::{PacketRepr, Service};
+use softib_wire::{Opcode, PacketRepr, Service};
 
 use crate::counters::{DeviceCounters, DriverDrop, QpCounters};
 use crate::cq::CompletionQueue;
@@ -163,6 +163,11 @@ pub struct Transmit {
     pub path: PathInfo,
     /// May be marked ECT in the IP header (RoCEv2).
     pub ecn_capable: bool,
+    /// More packets of the same message follow (a FIRST or MIDDLE packet with payload), so a
+    /// driver may hold this one briefly to send it with the next ones (UDP GSO, sendmmsg).
+    /// False for everything someone is waiting for: a message's last or only packet, ACKs,
+    /// NAKs, read requests, atomics and CNPs, which a driver should flush promptly.
+    pub batchable: bool,
 }
 
 /// Device state the QPs share: everything except the QP table, so a QP can be borrowed
@@ -1087,11 +1092,15 @@ impl Device {
                 continue;
             };
             qp.scheduled = false;
-            let out = match qp.cc_poll_cnp(buf, &self.sh) {
+            let mut out = match qp.cc_poll_cnp(buf, &self.sh) {
                 Some(t) => Some(t),
                 None => qp.poll_transmit(now, buf, &mut self.sh),
             };
-            if let Some(t) = &out {
+            if let Some(t) = &mut out {
+                // Derived here, from the opcode just written, so every producer (requester,
+                // responder, UC/UD, CNP) follows one rule.
+                t.batchable =
+                    Opcode::from_u8(buf[0]).is_ok_and(|op| op.has_payload() && !op.ends_message());
                 qp.counters.packets_sent += 1;
                 qp.counters.bytes_sent += t.len as u64;
                 qp.cc_after_transmit(now, t, buf, &mut self.sh);

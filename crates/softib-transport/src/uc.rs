@@ -150,6 +150,7 @@ impl Qp {
             dest_qpn: dest_qp,
             path,
             ecn_capable: true,
+            batchable: false, // derived by Device::poll_transmit
         })
     }
 

@@ -176,6 +176,7 @@ impl Qp {
             path: cnp.path,
             // CNPs are not ECN-capable: a congested switch must not mark them.
             ecn_capable: false,
+            batchable: false, // derived by Device::poll_transmit
         })
     }
 

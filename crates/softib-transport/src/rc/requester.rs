@@ -254,6 +254,7 @@ impl Qp {
             dest_qpn: dest,
             path: self.path(),
             ecn_capable: true,
+            batchable: false, // derived by Device::poll_transmit
         })
     }
 
