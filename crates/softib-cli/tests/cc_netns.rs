@@ -13,9 +13,9 @@
 //! would mark only after a second of overload. After `tbf` (burst smaller than two
 //! frames, so it segments every GSO packet) each datagram passes the hook on its own.
 //!
-//! Traffic, inside the namespaces only: `softib write-bw` (RC, one QP, 16 x 64 KiB posted,
-//! the engine's 256-packet window in flight: about 44 ms of queue at the bottleneck) from
-//! A to B, and latency probes: an RC SEND of 64 bytes that B echoes, one
+//! Traffic, inside the namespaces only: `softib write-bw` (RC, one QP, 64 x 64 KiB posted
+//! and re-posted every 8, so the engine's 256-packet window is always in flight: about
+//! 44 ms of queue at the bottleneck) from A to B, and latency probes: an RC SEND of 64 bytes that B echoes, one
 //! every PROBE_INTERVAL, run by this test binary itself inside the namespaces (probes
 //! sleep between sends so they sample the queue at evenly spaced times and take no CPU
 //! from the flow). The probes never use congestion control, so they measure the same
@@ -51,11 +51,11 @@ const PAYLOAD_CAPACITY_MBIT: f64 = BOTTLENECK_MBIT as f64 * 1024.0 / FRAME_BYTES
 /// DCQCN settings for this network. The paper's defaults (T = K = 55 us, R_AI = 40 Mb/s)
 /// are made for microsecond round trips at 40 Gb/s; here the marker signals at most a few
 /// hundred times a second (one CNP per few ms) and the machine schedules in milliseconds.
-/// T and K of 2.5 ms keep fast recovery from undoing each cut before the next CNP, and
-/// additive steps of 2 Mb/s are small against 50 Mb/s. (Measured on this 2-core machine:
-/// T = K = 1 ms keeps 93% of the capacity but only a third of the queue goes; 5 ms
-/// empties the queue and keeps 81%.)
-const DCQCN: &str = "rpg_time_reset=2500,dce_tcp_rtt=2500,rpg_ai_rate=2,rpg_hai_rate=10";
+/// T and K of 1.5 ms keep fast recovery from undoing most of a cut before the next CNP,
+/// and additive steps of 2 Mb/s are small against 50 Mb/s. (Measured on this 2-core
+/// machine: 1.5 ms keeps 94-96% of the capacity with a fifth of the CC-off queue; 2.5 ms
+/// leaves a twentieth of the queue but 80-89% of the capacity, too close to the limit.)
+const DCQCN: &str = "rpg_time_reset=1500,dce_tcp_rtt=1500,rpg_ai_rate=2,rpg_hai_rate=10";
 /// Seconds the bandwidth flow runs.
 const FLOW_SECONDS: u64 = 12;
 /// How long the probes run, once the flow has started.
@@ -444,7 +444,9 @@ fn run_phase(net: &Netns, cc: bool) -> Result<Phase, String> {
         "-D".into(),
         FLOW_SECONDS.to_string(),
         "-t".into(),
-        "16".into(),
+        "64".into(),
+        "-Q".into(),
+        "8".into(),
         "-u".into(),
         QP_TIMEOUT.to_string(),
         "--counters".into(),
