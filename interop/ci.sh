@@ -6,6 +6,7 @@
 # MTU 1024 and 4096, the RC cases with 3 % loss). Any missing piece is an error: the suite
 # never passes without having run.
 # The full matrix: interop/run.sh --subset full --doc docs/interop.md
+# Measured (2-core machine shared with other jobs): CI subset 7.5 min, full matrix ~10 min.
 set -euo pipefail
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 cd "$REPO"
