@@ -34,6 +34,10 @@ pub struct OutputState {
     pub credits: u16,
     /// Picoseconds this VL had data queued without sending since its last transmission.
     pub waited_ps: Picos,
+    /// Requests for this output VL at the grant, the granted one included: the number of
+    /// input heads (or the HCA itself) contending for it. Packets further back in an input
+    /// FIFO count in `queued_blocks` but not here (they may be held by another head).
+    pub requests: u16,
 }
 
 /// A switch congestion-marking policy.

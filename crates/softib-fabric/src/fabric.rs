@@ -920,6 +920,11 @@ impl Fabric {
         if p.out_q[vl as usize].is_empty() {
             p.nonempty &= !(1 << vl);
         }
+        // How long this VL waited, read before the grant stops its clock, for the marker.
+        let since = p.vl_wait_since[vl as usize];
+        let waited = if since == NOT_WAITING { 0 } else { now - since };
+        // Inputs contending for this output VL at this grant (the granted one included).
+        let requests = p.out_q[vl as usize].len() as u16 + 1;
         p.stop_waits(now, vl);
         p.start_waits(now, 1 << vl);
         if let Source::Input { port, .. } = src {
@@ -942,7 +947,7 @@ impl Fabric {
         if from.is_some() {
             // Annex A10: the marking decision at the switch output, before the packet leaves.
             if vl != VL15 {
-                self.mark_congestion(qi, vl, id, now);
+                self.mark_congestion(qi, vl, id, now, (waited, requests));
             }
             let blocks = self.pool.get(id).meta.blocks as u32;
             let p = &mut self.ports[qi];
@@ -1003,12 +1008,18 @@ impl Fabric {
     }
 
     /// Asks the congestion marker about a data packet a switch output `qi` grants on `vl`.
-    fn mark_congestion(&mut self, qi: usize, vl: u8, id: PacketId, now: Picos) {
+    fn mark_congestion(
+        &mut self,
+        qi: usize,
+        vl: u8,
+        id: PacketId,
+        now: Picos,
+        (waited, requests): (Picos, u16),
+    ) {
         let Some(marker) = self.marker.as_mut() else {
             return;
         };
         let p = &self.ports[qi];
-        let since = p.vl_wait_since[vl as usize];
         let state = OutputState {
             now,
             node: p.node,
@@ -1016,7 +1027,8 @@ impl Fabric {
             vl,
             queued_blocks: p.queued_blocks[vl as usize],
             credits: p.tx[vl as usize].available(),
-            waited_ps: if since == NOT_WAITING { 0 } else { now - since },
+            waited_ps: waited,
+            requests,
         };
         let pkt = self.pool.get_mut(id);
         if marker.mark(&state, &pkt.meta) && crate::congestion::set_fecn(pkt.bytes_mut()) {

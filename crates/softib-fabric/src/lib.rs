@@ -10,6 +10,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cc_switch;
+pub mod cc_trace;
 pub mod congestion;
 pub mod counters;
 pub mod crc;

@@ -21,6 +21,11 @@
 //! [qos]                       # OpenSM keys, see crate::qos
 //! qos_max_vls = 2
 //! qos_vlarb_low = "0:32,1:32"
+//! [congestion_control]        # OpenSM keys, see crate::cc_switch
+//! congestion_control = true
+//! cc_sw_cong_setting_threshold = 15
+//! cc_ca_cong_setting_ccti_timer = ["0 20"]   # per SL: "<SL> <value>"
+//! cc_cct = "0:0,0:1,0:2,0:3"
 //! ```
 
 use crate::fabric::{BuildError, Fabric, FabricConfig, Forwarding};
@@ -197,6 +202,10 @@ pub struct Scenario {
     pub topology: TopologySection,
     /// QoS in OpenSM's keys; absent = one data VL.
     pub qos: Option<QosOptions>,
+    /// Congestion control in OpenSM's keys (`congestion_control`, `cc_sw_cong_setting_*`,
+    /// `cc_ca_cong_setting_*`, `cc_cct`); absent = off. A per-SL key takes `"<SL> <value>"`
+    /// or an array of them.
+    pub congestion_control: Option<std::collections::BTreeMap<String, Spanned<toml::Value>>>,
     /// Raw packet streams ([`crate::stream`]).
     #[serde(default)]
     pub stream: Vec<crate::stream::StreamEntry>,
@@ -220,6 +229,7 @@ impl Scenario {
         s.config()?;
         s.traffic_check()?;
         s.fault_check()?;
+        s.congestion_control()?;
         Ok(s)
     }
 
@@ -543,10 +553,76 @@ impl Scenario {
         Ok(PortAddr { node, port })
     }
 
-    /// Builds the fabric (endpoints are attached by the caller).
+    /// The `[congestion_control]` table as OpenSM would read it (`None` without the table).
+    /// HCAs take their `DeviceConfig::cc` from [`crate::cc_switch::OpensmCc::device_cc`].
+    pub fn congestion_control(&self) -> Result<Option<crate::cc_switch::OpensmCc>, ScenarioError> {
+        let Some(table) = &self.congestion_control else {
+            return Ok(None);
+        };
+        // The table becomes opensm.conf lines; each line remembers its entry's span so an
+        // error points at the scenario line.
+        let mut text = String::new();
+        let mut spans = Vec::new();
+        for (key, value) in table {
+            let full = format!("congestion_control.{key}");
+            if key != "congestion_control" && !key.starts_with("cc_") {
+                return self.invalid(
+                    &full,
+                    value.span(),
+                    "not an OpenSM congestion control key (congestion_control, cc_sw_*, \
+                     cc_ca_*, cc_cct)"
+                        .into(),
+                );
+            }
+            let items: Vec<&toml::Value> = match value.get_ref() {
+                toml::Value::Array(a) => a.iter().collect(),
+                v => vec![v],
+            };
+            for item in items {
+                let v = match item {
+                    toml::Value::Boolean(b) => if *b { "TRUE" } else { "FALSE" }.to_string(),
+                    toml::Value::Integer(i) => i.to_string(),
+                    toml::Value::String(s) => s.clone(),
+                    _ => {
+                        return self.invalid(
+                            &full,
+                            value.span(),
+                            "expected a boolean, an integer, a string or an array of them".into(),
+                        )
+                    }
+                };
+                text.push_str(&format!("{key} {v}\n"));
+                spans.push(value.span());
+            }
+        }
+        crate::cc_switch::parse_opensm_cc(&text)
+            .map(Some)
+            .map_err(|e| {
+                let span = spans.get(e.line.saturating_sub(1)).cloned().unwrap_or(0..0);
+                self.error_at(
+                    &format!("congestion_control.{}", e.key),
+                    span,
+                    format!("`{}`: {}", e.token, e.reason),
+                )
+            })
+    }
+
+    /// Builds the fabric (endpoints are attached by the caller), with the Annex A10 switch
+    /// marking of `[congestion_control]` installed when it is on.
     pub fn build(&self) -> Result<Fabric, ScenarioError> {
-        let mut fabric = Fabric::new(self.topology()?, self.config()?)?;
+        let config = self.config()?;
+        let (rx, seeds) = (
+            config.rx_buffer_bytes,
+            crate::rng::SeedTree::new(config.seed),
+        );
+        let mut fabric = Fabric::new(self.topology()?, config)?;
         self.apply_faults(&mut fabric)?;
+        if let Some(m) = self
+            .congestion_control()?
+            .and_then(|cc| cc.marker(rx, &seeds))
+        {
+            fabric.set_congestion_marker(Box::new(m));
+        }
         Ok(fabric)
     }
 }
@@ -554,6 +630,36 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn congestion_control_table_uses_opensm_keys() {
+        let base = "[topology]\nkind = \"single-switch\"\nhosts = 2\n";
+        let s = Scenario::parse(&format!(
+            "{base}[congestion_control]\ncongestion_control = true\n\
+             cc_sw_cong_setting_threshold = 12\n\
+             cc_ca_cong_setting_ccti_timer = [\"0 20\", \"1 40\"]\n\
+             cc_cct = \"0:0,0:1\"\n"
+        ))
+        .unwrap();
+        let cc = s.congestion_control().unwrap().unwrap();
+        assert!(cc.enabled);
+        assert_eq!(cc.switch.threshold, 12);
+        assert_eq!(cc.ca.config.entries[1].ccti_timer, 40);
+        s.build().unwrap();
+        let e = Scenario::parse(&format!(
+            "{base}[congestion_control]\ncc_sw_cong_setting_threshold = 16\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 5") && e.contains("cc_sw_cong_setting_threshold"),
+            "{e}"
+        );
+        let e = Scenario::parse(&format!("{base}[congestion_control]\nthreshold = 3\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an OpenSM"), "{e}");
+    }
 
     #[test]
     fn a_full_scenario_parses_and_builds() {
