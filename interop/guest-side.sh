@@ -13,7 +13,8 @@
 # failure, and the report shows every attempt.)
 # With LOSS=N, the guest drops N % of its outgoing RoCEv2 datagrams (netem, UDP dport 4791
 # only, so the TCP exchange is spared). UDP markers "BEGIN <id>@K" / "END <id>@K rc=N" to
-# the host let split-capture.py cut the bridge capture per attempt.
+# the host let interop/split.py cut the bridge capture per attempt. rxe's port counters are
+# saved before and after each attempt (<id>@K.rxe-counters.before/.after).
 set -u
 CASES=${1:?usage: guest-side.sh CASES.tsv}
 HOST=10.99.0.254
@@ -21,6 +22,13 @@ SHARE=${RXE_SHARE:-/mnt/host}
 CASE_TIMEOUT=${CASE_TIMEOUT:-120}
 ATTEMPTS=${ATTEMPTS:-2}
 marker() { echo "$1" > /dev/udp/$HOST/9999; }
+# rxe's port counters (builtins only: a fork costs ~30 ms under TCG), one "name value" a line
+counters() {
+    local f
+    for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
+        printf '%s %s\n' "${f##*/}" "$(< "$f")"
+    done > "$1"
+}
 
 if [[ ${LOSS:-0} != 0 ]]; then
     # prio's band 3 gets a netem child; a u32 filter sends only UDP to 4791 there.
@@ -38,6 +46,7 @@ while IFS=$'\t' read -r id name port role gcmd hcmd; do
     while :; do
         tag=$id@$k
         out=$SHARE/$tag.guest.out
+        counters "$SHARE/$tag.rxe-counters.before"
         marker "BEGIN $tag"
         start=$(date +%s.%N)
         if [[ $role == server ]]; then
@@ -56,6 +65,7 @@ while IFS=$'\t' read -r id name port role gcmd hcmd; do
             done
         fi
         echo "$start $(date +%s.%N)" > "$SHARE/$tag.guest.time"
+        counters "$SHARE/$tag.rxe-counters.after"
         echo "$rc" > "$SHARE/$tag.guest.rc"
         cat "$out"
         echo "=== [$tag] guest rc=$rc"
@@ -74,7 +84,5 @@ while IFS=$'\t' read -r id name port role gcmd hcmd; do
     sleep 0.3
 done < "$CASES"
 if [[ ${LOSS:-0} != 0 ]]; then tc -s qdisc show dev eth0 > "$SHARE/netem-stats.txt"; fi
-for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
-    printf '%s %s\n' "${f##*/}" "$(< "$f")"
-done > "$SHARE/rxe-counters.txt"
+counters "$SHARE/rxe-counters.txt"
 exit $FAIL

@@ -68,6 +68,21 @@ def figures(name, text):
     return ""
 
 
+def counter_deltas(vm, tag):
+    """rxe's port counters that changed during one attempt, as "name +delta" text."""
+    def load(suffix):
+        vals = {}
+        for ln in read(os.path.join(vm, f"{tag}.rxe-counters.{suffix}")).splitlines():
+            name, _, v = ln.partition(" ")
+            if v.strip().isdigit():
+                vals[name] = int(v)
+        return vals
+    before, after = load("before"), load("after")
+    moved = [f"{k} +{after[k] - before.get(k, 0)}" for k in sorted(after)
+             if after[k] != before.get(k, 0)]
+    return ", ".join(moved)
+
+
 def naks(decode_out):
     n = sum(1 for ln in decode_out.splitlines() if "NAK" in ln and "aeth" in ln)
     return n
@@ -121,11 +136,11 @@ def main():
                 gout = read(os.path.join(vm, tag + ".guest.out"))
                 hout = read(os.path.join(gdir, tag + ".host.out"))
                 attempts.append(dict(grc=grc, hrc=hrc, htext=htext, btext=btext, ok=ok, bout=bout,
-                                     gout=gout, hout=hout))
+                                     gout=gout, hout=hout, rxe=counter_deltas(vm, tag)))
                 k += 1
             if not attempts:
                 attempts.append(dict(grc="none", hrc="none", htext="no capture", btext="no capture",
-                                     ok=False, bout="", gout="", hout=""))
+                                     ok=False, bout="", gout="", hout="", rxe=""))
             last = attempts[-1]
             ok = last["ok"]
             passed += ok
@@ -147,7 +162,8 @@ def main():
                         why.append(f"{label}: {errs[-1]}")
                 failures.append(f"- {g}/{cid} attempt {i}: guest rc={a['grc']}, softib rc={a['hrc']}, "
                                 f"softib capture [{a['htext']}], bridge [{a['btext']}]"
-                                + ("; " + "; ".join(f"`{w}`" for w in why) if why else ""))
+                                + ("; " + "; ".join(f"`{w}`" for w in why) if why else "")
+                                + (f"; rxe counters: {a['rxe']}" if a["rxe"] else ""))
             print(f"{'PASS' if ok else 'FAIL'} {g}/{cid} ({len(attempts)} attempt(s)): guest rc={last['grc']} "
                   f"softib rc={last['hrc']} softib-pcap[{last['htext']}] bridge-pcap[{last['btext']}]")
             if not ok:
