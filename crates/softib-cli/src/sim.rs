@@ -15,7 +15,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use softib_fabric::report::compare::{compare, render as render_compare};
-use softib_fabric::report::run::run;
+use softib_fabric::report::run::{run_with, RunOptions};
 use softib_fabric::report::text::{render, render_explain};
 use softib_fabric::report::Report;
 use softib_fabric::scenario::Scenario;
@@ -69,6 +69,10 @@ pub struct SimArgs {
     /// and cite the counters that show it.
     #[arg(long, conflicts_with_all = ["sweep", "list"])]
     pub explain: bool,
+    /// Capture the packets these HCAs receive (comma-separated names) into capture.pcap
+    /// (LINKTYPE_INFINIBAND, CRCs as on the wire; `softib decode` reads it).
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub pcap: Vec<String>,
     /// Write no files, only print.
     #[arg(long, conflicts_with = "out")]
     pub no_files: bool,
@@ -167,10 +171,10 @@ impl Progress {
     }
 }
 
-fn run_one(l: &Loaded, progress: &Progress) -> Result<Report> {
+fn run_one(l: &Loaded, opts: &RunOptions, progress: &Progress) -> Result<Report> {
     let mut last = 0u64;
     let steps = 1000u64;
-    let report = run(&l.scenario, &l.name, &mut |done, total| {
+    let report = run_with(&l.scenario, &l.name, opts, &mut |done, total| {
         let now = (done as u128 * steps as u128 / total.max(1) as u128) as u64;
         progress.tick(now - last);
         last = now;
@@ -203,6 +207,12 @@ fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
     )
 }
 
+fn options(args: &SimArgs) -> RunOptions {
+    RunOptions {
+        capture_hosts: args.pcap.clone(),
+    }
+}
+
 /// Runs `softib sim`.
 pub fn run_cli(args: &SimArgs) -> Result<()> {
     if args.list {
@@ -225,7 +235,7 @@ pub fn run_cli(args: &SimArgs) -> Result<()> {
     }
     let l = load(args.scenario.as_deref(), args.seed)?;
     let progress = Progress::new(1000, &l.name);
-    let report = run_one(&l, &progress);
+    let report = run_one(&l, &options(args), &progress);
     progress.finish();
     let report = report?;
     emit(&render(&report.summary))?;
@@ -242,7 +252,11 @@ fn run_compare(args: &SimArgs, a: &str, b: &str) -> Result<()> {
     let la = load(Some(a), args.seed)?;
     let lb = load(Some(b), args.seed)?;
     let progress = Progress::new(2000, "compare");
-    let (ra, rb) = rayon::join(|| run_one(&la, &progress), || run_one(&lb, &progress));
+    let opts = options(args);
+    let (ra, rb) = rayon::join(
+        || run_one(&la, &opts, &progress),
+        || run_one(&lb, &opts, &progress),
+    );
     progress.finish();
     let (ra, rb) = (ra?, rb?);
     emit(&render_compare(&compare(&ra.summary, &rb.summary)))?;
@@ -409,7 +423,7 @@ fn run_sweep(args: &SimArgs) -> Result<()> {
     );
     let results: Vec<Result<Report>> = loaded
         .par_iter()
-        .map(|(_, l)| run_one(l, &progress))
+        .map(|(_, l)| run_one(l, &options(args), &progress))
         .collect();
     progress.finish();
     let mut rows = Vec::new();

@@ -417,3 +417,48 @@ fn explain_names_the_mechanism_and_its_counters() {
         "{explain}"
     );
 }
+
+#[test]
+fn pcap_of_a_port_decodes_with_valid_crcs() {
+    let dir = tmp("pcap");
+    let sc = scenario(&dir, "incast.toml", INCAST);
+    let out_dir = dir.join("out");
+    ok(&softib()
+        .arg("sim")
+        .arg(&sc)
+        .args(["--pcap", "h0", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap());
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("summary.json")).unwrap()).unwrap();
+    let h0 = s["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == "h0:1")
+        .unwrap();
+    let received = h0["PortRcvPkts"].as_u64().unwrap();
+    let text = ok(&softib()
+        .arg("decode")
+        .arg(out_dir.join("capture.pcap"))
+        .output()
+        .unwrap());
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("UD SEND_ONLY"))
+        .collect();
+    // Every packet h0 received, each with CRCs as on the wire.
+    assert_eq!(lines.len() as u64, received, "{text}");
+    assert!(
+        lines.iter().all(|l| l.ends_with("icrc=ok vcrc=ok")),
+        "{text}"
+    );
+    let e = failed(
+        &softib()
+            .args(["sim", "--pcap", "h9", "--no-files"])
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("cannot capture `h9`"), "{e}");
+}

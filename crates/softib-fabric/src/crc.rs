@@ -55,6 +55,33 @@ pub fn materialize(p: &mut Packet) {
     p.meta.crc = CrcState::Materialized;
 }
 
+/// The packet as the current link carries it, into `out`: a copy with the LRH VL, ICRC and
+/// VCRC materialised ([`materialize`] without touching the packet), or the bytes as they
+/// are when the packet was corrupted on the way. For captures taken where only a shared
+/// reference is at hand (an HCA's receive callback).
+pub fn wire_image(p: &Packet, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(p.bytes());
+    if p.meta.crc == CrcState::Corrupted {
+        return;
+    }
+    let len = out.len();
+    if len < LRH_LEN {
+        return;
+    }
+    {
+        let mut lrh = LrhPacket::new_unchecked(&mut out[..]);
+        let lver = lrh.lver();
+        lrh.set_vl_lver(p.meta.vl, lver);
+    }
+    if let Some(icrc) = compute_icrc(out) {
+        let icrc_at = len - ICRC_LEN - VCRC_LEN;
+        out[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc.to_le_bytes());
+        let v = vcrc(&out[..len - VCRC_LEN]);
+        out[len - VCRC_LEN..].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
 /// Whether a packet's ICRC and VCRC match its contents. Implicit CRCs are valid by
 /// construction.
 pub fn crcs_valid(p: &Packet) -> bool {

@@ -24,6 +24,7 @@
 
 use crate::engine_hca::{EngineHca, HostApp};
 use crate::fabric::Fabric;
+use crate::hca::Endpoint;
 use crate::perftest::{device, rc_connect, rc_side, Side};
 use crate::report::flows::{FlowInfo, SharedRecorder};
 use crate::report::summary::HostTransport;
@@ -371,13 +372,17 @@ pub struct FlowSetupError {
     pub reason: String,
 }
 
+/// Something that may wrap a host's endpoint before it is attached (e.g. a capture).
+pub type WrapEndpoint<'a> = dyn FnMut(&str, Box<dyn Endpoint>) -> Box<dyn Endpoint> + 'a;
+
 /// Creates a device per host of `plans`, the QPs of every pair, connects them and attaches
-/// the hosts to `fabric`. Returns the hosts, for [`transport_counters`].
+/// the hosts to `fabric` (each endpoint passed through `wrap`, e.g. to capture it). Returns the hosts, for [`transport_counters`].
 pub fn attach_flows(
     fabric: &mut Fabric,
     plans: &[FlowPlan],
     recorder: &SharedRecorder,
     seed: u64,
+    wrap: &mut WrapEndpoint<'_>,
 ) -> Result<Vec<String>, FlowSetupError> {
     let seeds = SeedTree::new(seed);
     struct Host {
@@ -448,7 +453,10 @@ pub fn attach_flows(
             wcs: vec![softib_transport::harness::empty_wc(); 64],
         };
         fabric
-            .attach(&name, Box::new(EngineHca::new(h.dev, Box::new(app))))
+            .attach(
+                &name,
+                wrap(&name, Box::new(EngineHca::new(h.dev, Box::new(app)))),
+            )
             .map_err(|e| FlowSetupError {
                 flow: 0,
                 name: name.clone(),

@@ -8,6 +8,7 @@
 //! flows by tag, no clock is read, floats are rounded to fixed decimals and written with
 //! fixed formats, so the same scenario and seed give the same files byte for byte.
 
+pub mod capture;
 pub mod compare;
 pub mod csv;
 pub mod diagnose;
@@ -74,6 +75,8 @@ pub struct Report {
     pub duration_ps: Picos,
     /// Per flow (like `summary.flows`), the host whose port carries its data.
     pub data_from: Vec<String>,
+    /// A pcap of the captured ports, when the run captured any (`capture.pcap`).
+    pub pcap: Option<Vec<u8>>,
 }
 
 /// Gb/s from bytes over picoseconds.
@@ -357,6 +360,7 @@ impl Report {
             bin_ps: flows.bin_ps(),
             duration_ps,
             data_from,
+            pcap: None,
         }
     }
 
@@ -385,6 +389,9 @@ impl Report {
         if !self.summary.flows.is_empty() {
             put("flows.csv", csv::flows(self).into_bytes())?;
             put("bandwidth.svg", plots::bandwidth(self).into_bytes())?;
+        }
+        if let Some(pcap) = &self.pcap {
+            put("capture.pcap", pcap.clone())?;
         }
         if self.series.iter().any(|s| !s.is_empty()) {
             put("xmit_wait.svg", plots::xmit_wait(self).into_bytes())?;

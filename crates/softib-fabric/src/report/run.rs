@@ -2,9 +2,11 @@
 //! describes (every HCA that sends or receives is metered for the flow statistics), runs to
 //! the scenario's duration and builds the [`Report`].
 
+use super::capture::{Capture, Captured};
 use super::flows::{FlowRecorder, Metered};
 use super::{Report, RunMeta};
 use crate::engine_flow::{attach_flows, transport_counters, FlowSetupError};
+use crate::hca::Endpoint;
 use crate::scenario::{Scenario, ScenarioError, TopologyKind};
 use crate::stream::Generator;
 use crate::time::{Picos, PS_PER_NS, PS_PER_US};
@@ -45,16 +47,53 @@ pub enum RunError {
     /// An endpoint could not be attached.
     #[error(transparent)]
     Build(#[from] crate::fabric::BuildError),
+    /// A capture was asked of a port that cannot have one.
+    #[error("{0}")]
+    Capture(String),
 }
 
-/// Runs `s` (named `name` in the report). `progress(done, total)` is called as simulated
-/// time advances, `PROGRESS_STEPS` times.
+/// What a run records beyond the report's defaults.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// HCAs whose received packets go into `capture.pcap`.
+    pub capture_hosts: Vec<String>,
+}
+
+/// Runs `s` (named `name` in the report) with default options.
 pub fn run(
     s: &Scenario,
     name: &str,
     progress: &mut dyn FnMut(Picos, Picos),
 ) -> Result<Report, RunError> {
+    run_with(s, name, &RunOptions::default(), progress)
+}
+
+/// Runs `s` (named `name` in the report). `progress(done, total)` is called as simulated
+/// time advances, `PROGRESS_STEPS` times.
+pub fn run_with(
+    s: &Scenario,
+    name: &str,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(Picos, Picos),
+) -> Result<Report, RunError> {
     let mut fabric = s.build()?;
+    let hosts = crate::stream::host_names(fabric.topology());
+    for h in &opts.capture_hosts {
+        if !hosts.contains(h) {
+            return Err(RunError::Capture(format!(
+                "cannot capture `{h}`: no HCA of that name in this topology"
+            )));
+        }
+    }
+    let capture = (!opts.capture_hosts.is_empty()).then(Capture::shared);
+    let mut wrap = |host: &str, ep: Box<dyn Endpoint>| -> Box<dyn Endpoint> {
+        match &capture {
+            Some(c) if opts.capture_hosts.iter().any(|h| h == host) => {
+                Box::new(Captured::new(ep, c.clone()))
+            }
+            _ => ep,
+        }
+    };
     let plan = s.stream_plan()?;
     let total = duration_ps(s);
     // Bins of a fiftieth of the run at least, so that a bin holds several packets of
@@ -84,11 +123,21 @@ pub fn run(
             gens.entry(d).or_insert_with(new);
         }
     }
+    let gens_hosts: Vec<String> = gens.keys().map(|h| h.to_string()).collect();
     for (host, g) in gens {
-        fabric.attach(host, Box::new(Metered::new(g, recorder.clone())))?;
+        fabric.attach(
+            host,
+            wrap(host, Box::new(Metered::new(g, recorder.clone()))),
+        )?;
     }
     let flows = s.flow_plan(plan.len() as u32)?;
-    let engine_hosts = attach_flows(&mut fabric, &flows, &recorder, s.seed)?;
+    let engine_hosts = attach_flows(&mut fabric, &flows, &recorder, s.seed, &mut wrap)?;
+    // Captured hosts that carry no traffic of their own still receive (a sink).
+    for h in &opts.capture_hosts {
+        if !gens_hosts.contains(h) && !engine_hosts.contains(h) {
+            fabric.attach(h, wrap(h, Box::new(Generator::new())))?;
+        }
+    }
     for k in 1..=PROGRESS_STEPS {
         let t = (total as u128 * k as u128 / PROGRESS_STEPS as u128) as Picos;
         fabric.run_until(t);
@@ -102,6 +151,9 @@ pub fn run(
     let mut report = Report::build(&fabric, &recorder.borrow(), &meta);
     if !engine_hosts.is_empty() {
         report.set_transport(transport_counters(&mut fabric, &engine_hosts));
+    }
+    if let Some(c) = capture {
+        report.pcap = Some(c.borrow_mut().take_bytes());
     }
     Ok(report)
 }
