@@ -29,7 +29,10 @@
 //!   (`OutputState::requests`). With one request, what is counted behind the packet waits
 //!   in its input FIFO behind heads bound elsewhere (the input-queued switch's head-of-line
 //!   blocking), or arrives from a single faster link, and marking would slow a flow that
-//!   is not the cause (the victim flow's exit port in `tests/cc_loop.rs`).
+//!   is not the cause (the victim flow's exit port in `tests/cc_loop.rs`). Known
+//!   drawback: flows that reach the root through one input (an inter-switch link) are
+//!   then rarely marked once the other inputs are slowed; docs/design/fabric.md, "Known
+//!   limit", has the figures and the planned per-(input, output) backlog.
 //!   Once held back, an output stays a victim until its queue falls to the threshold: the
 //!   backlog it drains in a burst when credits return was built by the downstream stall,
 //!   not by its own link.
