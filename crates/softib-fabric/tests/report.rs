@@ -308,3 +308,42 @@ fn flow_errors_name_key_and_line() {
     .to_string();
     assert!(e.contains("uses h1, which a [[stream]] also uses"), "{e}");
 }
+
+#[test]
+fn an_engine_incast_writes_the_same_bytes_twice() {
+    let text = r#"
+seed = 5
+duration_us = 200
+[fabric]
+rx_buffer_bytes = 16384
+sample_interval_us = 10
+[topology]
+kind = "single-switch"
+hosts = 4
+switch_ports = 8
+[[flow]]
+op = "write"
+pattern = "incast"
+dst = "h0"
+size = 16384
+tx_depth = 8
+"#;
+    let base =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-engine-determinism");
+    let _ = std::fs::remove_dir_all(&base);
+    let mut outputs = Vec::new();
+    for k in 0..2 {
+        let report = run_text(text);
+        assert_eq!(report.summary.flows.len(), 3);
+        assert!(report.summary.flows.iter().all(|f| f.messages > 0));
+        let files = report.write(&base.join(k.to_string())).unwrap();
+        outputs.push(
+            files
+                .iter()
+                .map(|p| (p.file_name().unwrap().to_owned(), std::fs::read(p).unwrap()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(outputs[0].len(), 6);
+    assert_eq!(outputs[0], outputs[1]);
+}
