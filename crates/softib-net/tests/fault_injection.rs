@@ -3,8 +3,8 @@
 //! operation completes with memory byte-exact, and the counters show the recovery (ICRC
 //! drops from the corruptions, retransmissions, NAKs, duplicates).
 //!
-//! `SOFTIB_FAULT_SPEC` (e.g. `drop=0.05`) and `SOFTIB_MAX_RD_ATOMIC` override the fault
-//! mix and the READ/atomic depth, to reproduce the engine issues in docs/design/net.md.
+//! `SOFTIB_FAULT_SPEC` (e.g. `drop=0.05`) and `SOFTIB_MAX_RD_ATOMIC` (default 16) override
+//! the fault mix and the READ/atomic depth.
 
 mod common;
 
@@ -37,9 +37,9 @@ fn rc_completes_byte_exact_through_loss_duplication_reordering_and_corruption() 
     let (ea, eb) = (a.endpoint(), b.endpoint());
     // ACK timeout 4.096 us x 2^14 = 67 ms: long enough that a device thread descheduled on
     // a loaded machine does not look like loss 8 times in a row (retry_cnt is 7).
-    // One outstanding READ/atomic: with more, the engine fails READs under these faults
-    // (docs/design/net.md, "Known issues"); SOFTIB_MAX_RD_ATOMIC=16 reproduces it.
-    let max_rd_atomic = std::env::var("SOFTIB_MAX_RD_ATOMIC").map_or(1, |v| v.parse().unwrap());
+    // 16 READs/atomics outstanding: re-sent READ requests must not count against the
+    // responder's max_dest_rd_atomic (a false "invalid request" NAK would fail them).
+    let max_rd_atomic = std::env::var("SOFTIB_MAX_RD_ATOMIC").map_or(16, |v| v.parse().unwrap());
     let o = softib_net::context::ConnectOptions {
         timeout: 14,
         max_rd_atomic,
@@ -69,22 +69,24 @@ fn rc_completes_byte_exact_through_loss_duplication_reordering_and_corruption() 
         "RDMA WRITE data differs at the responder"
     );
 
-    // READ 4 MiB back in 64 KiB reads, then SENDs and atomics. (The engine resets
-    // retry_cnt only when a whole READ completes, so one huge READ through 3 % loss would
-    // exhaust it: see docs/design/net.md, "Known issues".)
-    let reads: Vec<SendWr> = (0..64u64)
-        .map(|i| SendWr {
-            wr_id: 10 + i,
+    // READ 4 MiB back: one 2 MiB READ and two 1 MiB READs, all outstanding at once (each
+    // read response placed in order is forward progress, so retry_cnt restarts with it).
+    let pieces = [(0u64, 2 * MIB as u32), (2, MIB as u32), (3, MIB as u32)];
+    let reads: Vec<SendWr> = pieces
+        .iter()
+        .enumerate()
+        .map(|(i, &(mib, len))| SendWr {
+            wr_id: 10 + i as u64,
             opcode: WrOpcode::RdmaRead,
             flags: SendFlags::SIGNALED,
-            sg_list: sge(&a, 8 * MIB as u64 + i * 65536, 65536),
-            remote_addr: b.mr.addr + MIB as u64 + i * 65536,
+            sg_list: sge(&a, 8 * MIB as u64 + mib * MIB as u64, len),
+            remote_addr: b.mr.addr + MIB as u64 + mib * MIB as u64,
             rkey: b.mr.keys.rkey,
             ..Default::default()
         })
         .collect();
     a.ctx.post_send(a.qpn, &reads).unwrap();
-    a.completions(64, 120);
+    a.completions(reads.len(), 120);
     assert!(
         a.read(8 * MIB, 4 * MIB) == data[MIB..5 * MIB],
         "RDMA READ data differs"
