@@ -226,8 +226,10 @@ impl Publisher {
             counters: ctx.counter_snapshot(),
         };
         let json = serde_json::to_vec_pretty(&file)?;
-        // Write beside and rename, so a reader never sees half a file.
-        let tmp = path.with_extension("json.tmp");
+        // Write beside and rename, so a reader never sees half a file. The temporary name
+        // carries our process id: two tools told to publish to the same path (a client and
+        // a server on one host) must not rename each other's temporary file away.
+        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
         std::fs::write(&tmp, json)
             .and_then(|()| std::fs::rename(&tmp, path))
             .with_context(|| format!("cannot write counters to {}", path.display()))
