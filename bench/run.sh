@@ -17,8 +17,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mktemp -d /tmp/softib-bench.XXXXXX)
 pids=()
 cleanup() {
+    # A background `run ...` is a subshell whose child is the server: stop the child (by
+    # parent PID, never by name) and then the subshell.
     for p in "${pids[@]:-}"; do
-        [ -n "$p" ] && kill "$p" 2>/dev/null || true
+        [ -n "$p" ] || continue
+        pkill -P "$p" 2>/dev/null || true
+        kill "$p" 2>/dev/null || true
     done
 }
 trap cleanup EXIT
