@@ -205,6 +205,20 @@ impl Context {
         out
     }
 
+    /// Runs `f` on the engine with the driver's current time, then sends what it made
+    /// ready, like every verb of this type. For callers that need an engine verb this type
+    /// does not wrap (registering their own [`softib_transport::Memory`], `dealloc_pd`,
+    /// `destroy_ah`, ...): the libibverbs shim builds its C API on it.
+    pub fn with_engine<T>(
+        &self,
+        f: impl FnOnce(&mut softib_transport::Device, softib_transport::Nanos) -> T,
+    ) -> T {
+        self.with_driver(|d| {
+            let now = d.now();
+            f(d.engine_mut(), now)
+        })
+    }
+
     /// The device's UDP address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
