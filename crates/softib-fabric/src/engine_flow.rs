@@ -1,42 +1,67 @@
 //! perftest-style flows run by the real transport engine (scenario `[[flow]]` tables).
 //!
-//! Each (requester, responder) pair of a flow table gets an RC QP on each side's device,
-//! connected as perftest's out-of-band exchange would, and the requester keeps `tx_depth`
-//! signalled RDMA WRITEs (`ib_write_bw`) or RDMA READs (`ib_read_bw`) of `size` bytes in
-//! flight. Every completion is one message for the report: payload bytes and
-//! post-to-completion latency. After the run the engines' counters (retransmissions,
-//! timeouts, NAKs, duplicates, FECN/BECN) go into the report per host.
+//! Each (requester, responder) pair of a flow table gets a QP on each side's device
+//! (RC, UC or UD), connected as perftest's out-of-band exchange would, and the requester
+//! keeps `tx_depth` signalled work requests of `size` bytes in flight: RDMA WRITEs
+//! (`ib_write_bw`), RDMA READs (`ib_read_bw`), SENDs (`ib_send_bw`) or 8-byte atomics
+//! (`ib_atomic_bw`). Every completed message is one sample for the report: payload bytes and
+//! post-to-completion latency (where unreliable SENDs are counted: [`crate::flow_app`]).
+//! After the run the engines' counters (retransmissions, timeouts, NAKs, duplicates,
+//! FECN/BECN) go into the report per host and per flow.
 //!
 //! ```toml
 //! [[flow]]
-//! op = "write"              # write (ib_write_bw) or read (ib_read_bw)
-//! pattern = "one-to-one"    # one-to-one, incast, permutation, all-to-all (one QP per pair)
+//! op = "write"              # write (ib_write_bw), read, send, atomic
+//! service = "rc"            # rc; uc for send and write; ud for send
+//! pattern = "one-to-one"    # one-to-one, incast, permutation, all-to-all, ring
 //! src = "h0"                # the requester; incast takes srcs = [...] and dst
 //! dst = "h1"
-//! size = 65536              # message bytes
+//! size = 65536              # message bytes (atomic: 8; UD: at most the MTU)
 //! tx_depth = 128            # messages in flight per QP
 //! iterations = 1000         # per QP; default: until the end of the run
 //! mtu = 4096                # path MTU: 256, 512, 1024, 2048 or 4096
 //! sl = 0
 //! local_ack_timeout = 14    # 4.096 us x 2^n (IBA 9.7.6.1.3); 0 = infinite
+//! retry_cnt = 7             # transport retries before IBV_WC_RETRY_EXC_ERR
+//! rnr_retry = 7             # RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 = forever
+//! rnr_timer = 12            # the responder's min_rnr_timer code (12 = 0.64 ms)
+//! max_rd_atomic = 16        # READs/atomics in flight per QP (both ends), 1..=16
 //! start_us = 0
+//! # op = "atomic":
+//! atomic = "fetch_add"      # or "cmp_swap"; every QP of the table hits one 8-byte
+//! add = 1                   #   counter at its responder; fetch_add adds `add`,
+//! compare = 0               #   cmp_swap swaps in `swap` where it finds `compare`
+//! swap = 1
+//! # op = "send": the receiving application
+//! rq_depth = 512            # receive WRs it keeps posted (the SRQ's depth with srq)
+//! srq = false               # post to one shared receive queue per host and table
+//! recv_post_delay_ns = 0    # from consuming a receive to posting it again
 //! ```
+//!
+//! `pattern = "ring"` sends from each host (of `srcs`, in that order, or every host) to the
+//! next, and only with `op = "send"`: a host posts message k + 1 only once it has received
+//! message k from its predecessor, the step dependency of a ring all-reduce
+//! (`iterations` default 2 x (N - 1), one all-reduce of N chunks of `size` bytes).
 
-use crate::engine_hca::{EngineHca, HostApp};
+use crate::engine_hca::EngineHca;
 use crate::fabric::Fabric;
+use crate::flow_app::{
+    work_request, FlowHost, Ledger, Receiver, RecvQueue, Requester, SharedQueue,
+};
 use crate::hca::Endpoint;
-use crate::perftest::{device, rc_connect, rc_side, Side};
+use crate::perftest::device;
 use crate::report::flows::{FlowInfo, SharedRecorder};
-use crate::report::summary::HostTransport;
+use crate::report::summary::{FlowQp, HostTransport};
 use crate::rng::{SeedTree, StreamKind};
 use crate::scenario::{Scenario, ScenarioError};
 use crate::stream::{host_names, Pattern, PatternKeys};
-use crate::time::{from_engine_nanos, to_engine_nanos, Picos};
+use crate::time::{to_engine_nanos, Picos, PS_PER_NS};
 use serde::Deserialize;
 use softib_transport::{
-    Device, Mtu, Nanos, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, CqHandle, Device, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, QpType, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
 };
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use toml::Spanned;
 
 /// The operation a flow runs.
@@ -47,6 +72,10 @@ pub enum FlowOp {
     Write,
     /// RDMA READ, as `ib_read_bw`.
     Read,
+    /// Two-sided SEND, as `ib_send_bw`: the responder's application posts receives.
+    Send,
+    /// 8-byte atomic (FetchAdd or CmpSwap), as `ib_atomic_bw`.
+    Atomic,
 }
 
 impl FlowOp {
@@ -54,8 +83,45 @@ impl FlowOp {
         match self {
             FlowOp::Write => "write",
             FlowOp::Read => "read",
+            FlowOp::Send => "send",
+            FlowOp::Atomic => "atomic",
         }
     }
+}
+
+/// The transport service of a flow's QPs (UC carries SEND and RDMA WRITE, UD
+/// only SEND of at most one MTU; IBA 9.8.2, 9.8.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    /// Reliable connected.
+    #[default]
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+impl Service {
+    fn qp_type(self) -> QpType {
+        match self {
+            Service::Rc => QpType::Rc,
+            Service::Uc => QpType::Uc,
+            Service::Ud => QpType::Ud,
+        }
+    }
+}
+
+/// Which atomic an `op = "atomic"` flow runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AtomicKind {
+    /// FETCH_ADD: the counter grows by `add` per operation.
+    #[default]
+    FetchAdd,
+    /// CMP_SWAP: `swap` replaces the counter where it equals `compare`.
+    CmpSwap,
 }
 
 /// A `[[flow]]` table.
@@ -63,31 +129,102 @@ impl FlowOp {
 #[serde(deny_unknown_fields)]
 pub struct FlowEntry {
     /// Operation.
-    pub op: FlowOp,
+    pub op: Spanned<FlowOp>,
+    /// Transport service (default RC).
+    pub service: Option<Spanned<Service>>,
     /// Who runs it against whom.
-    pub pattern: Pattern,
+    pub pattern: Spanned<Pattern>,
     /// Requester (one-to-one).
     pub src: Option<Spanned<String>>,
-    /// Requesters (incast; default every host but `dst`).
+    /// Requesters (incast; default every host but `dst`), or the ring's order.
     pub srcs: Option<Vec<Spanned<String>>>,
     /// Responder (one-to-one, incast).
     pub dst: Option<Spanned<String>>,
     /// Permutation shift.
     pub shift: Option<Spanned<usize>>,
-    /// Message size in bytes (default 65536).
+    /// Message size in bytes (default 65536; atomics 8).
     pub size: Option<Spanned<u32>>,
     /// Messages in flight per QP (default 128, perftest's).
     pub tx_depth: Option<Spanned<u32>>,
-    /// Messages per QP (default: until the end of the run).
-    pub iterations: Option<u64>,
+    /// Messages per QP (default: until the end of the run; ring: one all-reduce).
+    pub iterations: Option<Spanned<u64>>,
     /// Path MTU in bytes (default 4096).
     pub mtu: Option<Spanned<u32>>,
     /// Service level.
     pub sl: Option<Spanned<u8>>,
     /// Local ACK timeout exponent (default 14: 67 ms).
     pub local_ack_timeout: Option<Spanned<u8>>,
+    /// Transport retry count, 0..=7 (default 7).
+    pub retry_cnt: Option<Spanned<u8>>,
+    /// RNR retry count, 0..=7 (default 7 = retry forever).
+    pub rnr_retry: Option<Spanned<u8>>,
+    /// The responder's RNR timer code, 0..=31 (default 12: 0.64 ms).
+    pub rnr_timer: Option<Spanned<u8>>,
+    /// READs and atomics in flight per QP, 1..=16 (default 16).
+    pub max_rd_atomic: Option<Spanned<u8>>,
     /// Start time, microseconds.
     pub start_us: Option<Spanned<f64>>,
+    /// Which atomic (default fetch_add).
+    pub atomic: Option<Spanned<AtomicKind>>,
+    /// FetchAdd addend (default 1).
+    pub add: Option<u64>,
+    /// CmpSwap compare value (default 0).
+    pub compare: Option<u64>,
+    /// CmpSwap swap value (default 1).
+    pub swap: Option<u64>,
+    /// Receive WRs the receiving application keeps posted (default 512, perftest's).
+    pub rq_depth: Option<Spanned<u32>>,
+    /// Receive through one shared receive queue per responder host and table.
+    pub srq: Option<Spanned<bool>>,
+    /// Nanoseconds from consuming a receive to posting it again (default 0).
+    pub recv_post_delay_ns: Option<u64>,
+}
+
+/// The atomic operation of a flow, with its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicPlan {
+    /// FETCH_ADD of `add`.
+    FetchAdd {
+        /// Addend.
+        add: u64,
+    },
+    /// CMP_SWAP.
+    CmpSwap {
+        /// Compare value.
+        compare: u64,
+        /// Swap value.
+        swap: u64,
+    },
+}
+
+/// How the receiving application of a SEND flow behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvPlan {
+    /// Receive WRs kept posted (the SRQ's depth with `srq`).
+    pub depth: u32,
+    /// Through a shared receive queue.
+    pub srq: bool,
+    /// Time from consuming a receive to posting it again.
+    pub post_delay_ps: Picos,
+}
+
+/// QP attributes of a flow's connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpPlan {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Service level.
+    pub sl: u8,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// The responder's RNR timer code.
+    pub rnr_timer: u8,
+    /// READs/atomics in flight (requester) and accepted (responder).
+    pub max_rd_atomic: u8,
 }
 
 /// One QP pair of a flow table, resolved against the topology.
@@ -95,10 +232,16 @@ pub struct FlowEntry {
 pub struct FlowPlan {
     /// Flow tag (after the streams' tags).
     pub flow: u32,
+    /// Index of the `[[flow]]` table.
+    pub table: usize,
     /// Identity for the report.
     pub info: FlowInfo,
     /// Operation.
     pub op: FlowOp,
+    /// Service.
+    pub service: Service,
+    /// Operands of an atomic flow.
+    pub atomic: Option<AtomicPlan>,
     /// Requester host.
     pub src: String,
     /// Responder host.
@@ -109,41 +252,128 @@ pub struct FlowPlan {
     pub tx_depth: u32,
     /// Messages in all (`None`: until the end).
     pub iterations: Option<u64>,
-    /// Path MTU.
-    pub mtu: Mtu,
-    /// Service level.
-    pub sl: u8,
-    /// Local ACK timeout exponent.
-    pub timeout: u8,
+    /// QP attributes.
+    pub qp: QpPlan,
+    /// The receiving application (SEND flows).
+    pub recv: Option<RecvPlan>,
+    /// The flow whose arrivals at `src` gate this one's posts (ring all-reduce).
+    pub gate: Option<u32>,
     /// Start time.
     pub start_ps: Picos,
 }
 
-/// The QP's send queue depth ([`rc_side`]): more cannot be in flight.
+/// The QP's send queue depth: more cannot be in flight.
 const MAX_TX_DEPTH: u32 = 1024;
+/// The deepest receive queue a flow may ask for.
+const MAX_RQ_DEPTH: u32 = 16384;
 /// Largest message: the engine takes up to 2^31 bytes; a buffer of that size per QP would
 /// not fit a large fabric, so flows stay at perftest's usual sizes.
 const MAX_SIZE: u32 = 1 << 24;
+/// Q_Key of the flows' UD QPs.
+const FLOW_QKEY: u32 = 0x1111_1111;
+/// First PSN of every flow QP, as perftest's exchange would agree on.
+const START_PSN: u32 = 0x100;
 
 impl Scenario {
+    fn small_key(
+        &self,
+        key: &str,
+        v: &Option<Spanned<u8>>,
+        range: std::ops::RangeInclusive<u8>,
+        default: u8,
+        what: &str,
+    ) -> Result<u8, ScenarioError> {
+        match v {
+            Some(x) if !range.contains(x.get_ref()) => Err(self.error_at(
+                key,
+                x.span(),
+                format!(
+                    "{}: {what}: {}..={}",
+                    x.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+            )),
+            Some(x) => Ok(*x.get_ref()),
+            None => Ok(default),
+        }
+    }
+
     /// The QP pairs of every `[[flow]]`, tagged from `first_flow`; errors name key and line.
     pub fn flow_plan(&self, first_flow: u32) -> Result<Vec<FlowPlan>, ScenarioError> {
         let topo = self.topology()?;
         let hosts = host_names(&topo);
-        let mut out = Vec::new();
+        let mut out: Vec<FlowPlan> = Vec::new();
         for (i, e) in self.flow.iter().enumerate() {
             let table = format!("flow[{i}]");
             let key = |k: &str| format!("{table}.{k}");
-            let size = match &e.size {
-                Some(s) if *s.get_ref() == 0 || *s.get_ref() > MAX_SIZE => {
+            let op = *e.op.get_ref();
+            let service = e.service.as_ref().map_or(Service::Rc, |s| *s.get_ref());
+            let allowed = match service {
+                Service::Rc => true,
+                Service::Uc => matches!(op, FlowOp::Send | FlowOp::Write),
+                Service::Ud => op == FlowOp::Send,
+            };
+            if !allowed {
+                let s = e.service.as_ref().expect("RC allows every op");
+                return Err(self.error_at(
+                    &key("service"),
+                    s.span(),
+                    format!(
+                        "{:?} has no {} (UC carries SEND and RDMA WRITE, UD only SEND; IBA 9.8.2, 9.8.3)",
+                        service,
+                        op.name()
+                    ),
+                ));
+            }
+            let pattern = *e.pattern.get_ref();
+            if pattern == Pattern::Ring && op != FlowOp::Send {
+                return Err(self.error_at(
+                    &key("pattern"),
+                    e.pattern.span(),
+                    "a ring steps on received messages: it needs op = \"send\"".into(),
+                ));
+            }
+            let mtu = match &e.mtu {
+                None => Mtu::M4096,
+                Some(m) => Mtu::from_bytes(*m.get_ref()).ok_or_else(|| {
+                    self.error_at(
+                        &key("mtu"),
+                        m.span(),
+                        format!("{}: IB MTUs are 256, 512, 1024, 2048 and 4096", m.get_ref()),
+                    )
+                })?,
+            };
+            let size = match (&e.size, op, service) {
+                (Some(s), FlowOp::Atomic, _) if *s.get_ref() != 8 => {
+                    return Err(self.error_at(
+                        &key("size"),
+                        s.span(),
+                        format!("{} bytes: atomics work on 8 bytes", s.get_ref()),
+                    ))
+                }
+                (None, FlowOp::Atomic, _) => 8,
+                (Some(s), _, Service::Ud) if *s.get_ref() > mtu.bytes() => {
+                    return Err(self.error_at(
+                        &key("size"),
+                        s.span(),
+                        format!(
+                            "{} bytes: a UD message is one packet of at most the MTU ({})",
+                            s.get_ref(),
+                            mtu.bytes()
+                        ),
+                    ))
+                }
+                (None, _, Service::Ud) => mtu.bytes(),
+                (Some(s), _, _) if *s.get_ref() == 0 || *s.get_ref() > MAX_SIZE => {
                     return Err(self.error_at(
                         &key("size"),
                         s.span(),
                         format!("{} bytes: must be 1..={MAX_SIZE}", s.get_ref()),
                     ))
                 }
-                Some(s) => *s.get_ref(),
-                None => 65_536,
+                (Some(s), _, _) => *s.get_ref(),
+                (None, _, _) => 65_536,
             };
             let tx_depth = match &e.tx_depth {
                 Some(d) if *d.get_ref() == 0 || *d.get_ref() > MAX_TX_DEPTH => {
@@ -159,40 +389,117 @@ impl Scenario {
                 Some(d) => *d.get_ref(),
                 None => 128,
             };
-            let mtu = match &e.mtu {
-                None => Mtu::M4096,
-                Some(m) => match m.get_ref() {
-                    256 => Mtu::M256,
-                    512 => Mtu::M512,
-                    1024 => Mtu::M1024,
-                    2048 => Mtu::M2048,
-                    4096 => Mtu::M4096,
-                    other => {
-                        return Err(self.error_at(
-                            &key("mtu"),
-                            m.span(),
-                            format!("{other}: IB MTUs are 256, 512, 1024, 2048 and 4096"),
-                        ))
-                    }
-                },
-            };
-            let timeout = match &e.local_ack_timeout {
-                Some(t) if *t.get_ref() > 31 => {
-                    return Err(self.error_at(
-                        &key("local_ack_timeout"),
-                        t.span(),
-                        "a 5-bit exponent: 0..=31".into(),
+            let timeout = self.small_key(
+                &key("local_ack_timeout"),
+                &e.local_ack_timeout,
+                0..=31,
+                14,
+                "a 5-bit exponent",
+            )?;
+            let retry_cnt =
+                self.small_key(&key("retry_cnt"), &e.retry_cnt, 0..=7, 7, "a 3-bit count")?;
+            let rnr_retry = self.small_key(
+                &key("rnr_retry"),
+                &e.rnr_retry,
+                0..=7,
+                7,
+                "a 3-bit count (7 = forever)",
+            )?;
+            let rnr_timer = self.small_key(
+                &key("rnr_timer"),
+                &e.rnr_timer,
+                0..=31,
+                12,
+                "a 5-bit RNR timer code (IBA 9.7.5.2.8)",
+            )?;
+            let max_rd_atomic = self.small_key(
+                &key("max_rd_atomic"),
+                &e.max_rd_atomic,
+                1..=16,
+                16,
+                "the device allows",
+            )?;
+            // Keys that belong to another op are mistakes worth naming.
+            let only = |present: bool, k: &str, span: std::ops::Range<usize>, ops: &str| {
+                if present {
+                    Err(self.error_at(
+                        &key(k),
+                        span,
+                        format!("applies to {ops} flows, not {}", op.name()),
                     ))
+                } else {
+                    Ok(())
                 }
-                Some(t) => *t.get_ref(),
-                None => 14,
             };
+            if op != FlowOp::Atomic {
+                if let Some(a) = &e.atomic {
+                    only(true, "atomic", a.span(), "atomic")?;
+                }
+                if e.add.is_some() || e.compare.is_some() || e.swap.is_some() {
+                    only(true, "add/compare/swap", 0..0, "atomic")?;
+                }
+            }
+            if op != FlowOp::Send {
+                if let Some(d) = &e.rq_depth {
+                    only(true, "rq_depth", d.span(), "send")?;
+                }
+                if let Some(d) = &e.srq {
+                    only(true, "srq", d.span(), "send")?;
+                }
+                if e.recv_post_delay_ns.is_some() {
+                    only(true, "recv_post_delay_ns", 0..0, "send")?;
+                }
+            }
+            let atomic = (op == FlowOp::Atomic).then(|| {
+                match e
+                    .atomic
+                    .as_ref()
+                    .map_or(AtomicKind::FetchAdd, |a| *a.get_ref())
+                {
+                    AtomicKind::FetchAdd => AtomicPlan::FetchAdd {
+                        add: e.add.unwrap_or(1),
+                    },
+                    AtomicKind::CmpSwap => AtomicPlan::CmpSwap {
+                        compare: e.compare.unwrap_or(0),
+                        swap: e.swap.unwrap_or(1),
+                    },
+                }
+            });
+            let srq = e.srq.as_ref().is_some_and(|s| *s.get_ref());
+            if srq && service != Service::Rc {
+                let s = e.srq.as_ref().expect("srq is set");
+                return Err(self.error_at(
+                    &key("srq"),
+                    s.span(),
+                    "shared receive queues serve RC QPs here".into(),
+                ));
+            }
+            let recv = (op == FlowOp::Send)
+                .then(|| -> Result<RecvPlan, ScenarioError> {
+                    let depth = match &e.rq_depth {
+                        Some(d) if *d.get_ref() == 0 || *d.get_ref() > MAX_RQ_DEPTH => {
+                            return Err(self.error_at(
+                                &key("rq_depth"),
+                                d.span(),
+                                format!("{}: must be 1..={MAX_RQ_DEPTH}", d.get_ref()),
+                            ))
+                        }
+                        Some(d) => *d.get_ref(),
+                        None => 512,
+                    };
+                    Ok(RecvPlan {
+                        depth,
+                        srq,
+                        post_delay_ps: e.recv_post_delay_ns.unwrap_or(0) * PS_PER_NS,
+                    })
+                })
+                .transpose()?;
             let sl = self.sl_key(&key("sl"), &e.sl)?;
             let start_ps = self.start_key(&key("start_us"), &e.start_us)?;
             let pairs = self.resolve_pattern(
                 &table,
                 PatternKeys {
-                    pattern: e.pattern,
+                    pattern,
                     src: &e.src,
                     srcs: &e.srcs,
                     dst: &e.dst,
@@ -200,33 +507,65 @@ impl Scenario {
                 },
                 &hosts,
             )?;
-            for (src, dests) in pairs {
+            let iterations = match &e.iterations {
+                Some(n) if *n.get_ref() == 0 => {
+                    return Err(self.error_at(
+                        &key("iterations"),
+                        n.span(),
+                        "at least 1 (omit it to run until the end)".into(),
+                    ))
+                }
+                Some(n) => Some(*n.get_ref()),
+                None if pattern == Pattern::Ring => Some(2 * (pairs.len() as u64 - 1)),
+                None => None,
+            };
+            let first_of_table = first_flow + out.len() as u32;
+            let ring_len = pairs.len() as u32;
+            for (k, (src, dests)) in pairs.into_iter().enumerate() {
                 for dst in dests {
                     let flow = first_flow + out.len() as u32;
-                    let arrow = match e.op {
-                        FlowOp::Write => "->",
+                    let arrow = match op {
                         FlowOp::Read => "<-",
+                        _ => "->",
                     };
+                    let tag = match (op, service) {
+                        (_, Service::Rc) => op.name().to_string(),
+                        (_, s) => format!("{}-{}", format!("{s:?}").to_lowercase(), op.name()),
+                    };
+                    // Ring: host k's posts wait for what host k - 1 sent it.
+                    let gate = (pattern == Pattern::Ring)
+                        .then(|| first_of_table + (k as u32 + ring_len - 1) % ring_len);
                     out.push(FlowPlan {
                         flow,
+                        table: i,
                         info: FlowInfo {
-                            name: format!("f{i} {} {src}{arrow}{dst}", e.op.name()),
+                            name: format!("f{i} {tag} {src}{arrow}{dst}"),
                             src: src.clone(),
                             dst: dst.clone(),
-                            data_from: match e.op {
-                                FlowOp::Write => src.clone(),
+                            data_from: match op {
                                 FlowOp::Read => dst.clone(),
+                                _ => src.clone(),
                             },
                         },
-                        op: e.op,
+                        op,
+                        service,
+                        atomic,
                         src: src.clone(),
                         dst,
                         size,
                         tx_depth,
-                        iterations: e.iterations,
-                        mtu,
-                        sl,
-                        timeout,
+                        iterations,
+                        qp: QpPlan {
+                            mtu,
+                            sl,
+                            timeout,
+                            retry_cnt,
+                            rnr_retry,
+                            rnr_timer,
+                            max_rd_atomic,
+                        },
+                        recv,
+                        gate,
                         start_ps,
                     });
                 }
@@ -265,101 +604,6 @@ impl Scenario {
     }
 }
 
-/// One requester QP at run time.
-struct Op {
-    flow: u32,
-    me: Side,
-    peer: Side,
-    opcode: WrOpcode,
-    size: u32,
-    tx_depth: u32,
-    remaining: Option<u64>,
-    start: Nanos,
-    /// Post times of the messages in flight, oldest first (RC completes in order).
-    posted: VecDeque<Nanos>,
-    failed: bool,
-}
-
-/// The application of one host: every requester QP it runs, recorded per message.
-struct Perf {
-    ops: Vec<Op>,
-    recorder: SharedRecorder,
-    wcs: Vec<WorkCompletion>,
-}
-
-impl Perf {
-    fn post(&mut self, now: Nanos, dev: &mut Device) {
-        for op in &mut self.ops {
-            if op.failed || now < op.start {
-                continue;
-            }
-            while (op.posted.len() as u32) < op.tx_depth && op.remaining != Some(0) {
-                let wr = SendWr {
-                    wr_id: op.flow as u64,
-                    opcode: op.opcode,
-                    sg_list: vec![Sge {
-                        addr: op.me.addr,
-                        length: op.size,
-                        lkey: op.me.keys.lkey,
-                    }],
-                    flags: SendFlags::SIGNALED,
-                    remote_addr: op.peer.addr,
-                    rkey: op.peer.keys.rkey,
-                    ..SendWr::default()
-                };
-                if dev.post_send(now, op.me.qpn, &wr).is_err() {
-                    // The QP left RTS: its error completions tell the report why.
-                    op.failed = true;
-                    break;
-                }
-                op.posted.push_back(now);
-                if let Some(r) = op.remaining.as_mut() {
-                    *r -= 1;
-                }
-            }
-        }
-    }
-}
-
-impl HostApp for Perf {
-    fn on_start(&mut self, now: Nanos, dev: &mut Device) {
-        self.post(now, dev);
-    }
-
-    fn on_progress(&mut self, now: Nanos, dev: &mut Device) {
-        let at = from_engine_nanos(now);
-        for op in &mut self.ops {
-            loop {
-                let n = dev.poll_cq(op.me.cq, &mut self.wcs);
-                if n == 0 {
-                    break;
-                }
-                let mut rec = self.recorder.borrow_mut();
-                for wc in &self.wcs[..n] {
-                    let posted = op.posted.pop_front().unwrap_or(now);
-                    if wc.status == WcStatus::Success {
-                        rec.record_message(op.flow, at, op.size as u64, from_engine_nanos(posted));
-                    } else {
-                        rec.record_error(op.flow);
-                        op.failed = true;
-                    }
-                }
-            }
-        }
-        self.post(now, dev);
-    }
-
-    fn next_wakeup(&self) -> Option<Nanos> {
-        // Only future start times need a wake-up; completions drive the rest.
-        self.ops
-            .iter()
-            .filter(|o| o.posted.is_empty() && o.remaining != Some(0) && !o.failed)
-            .map(|o| o.start)
-            .filter(|&s| s > 0)
-            .min()
-    }
-}
-
 /// Why flows could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("setting up flow {flow} ({name}): {reason}")]
@@ -375,6 +619,157 @@ pub struct FlowSetupError {
 /// Something that may wrap a host's endpoint before it is attached (e.g. a capture).
 pub type WrapEndpoint<'a> = dyn FnMut(&str, Box<dyn Endpoint>) -> Box<dyn Endpoint> + 'a;
 
+/// One side of a flow's connection.
+#[derive(Clone, Copy, Debug)]
+struct Side {
+    cq: CqHandle,
+    qpn: u32,
+    keys: MrKeys,
+    addr: u64,
+}
+
+/// A host's device and what the flows put on it.
+struct Host {
+    dev: Device,
+    pd: PdHandle,
+    next_addr: u64,
+    app: FlowHost,
+    /// SRQ per flow table: index into `app.srqs`.
+    srq_of_table: BTreeMap<usize, usize>,
+    /// Atomic counter per flow table: (keys, addr).
+    counter_of_table: BTreeMap<usize, (MrKeys, u64)>,
+}
+
+impl Host {
+    /// Registers a zeroed buffer of `len` bytes with every access right the flows use.
+    fn buffer(&mut self, len: usize) -> Result<(MrKeys, u64), VerbsError> {
+        let addr = self.next_addr;
+        self.next_addr += (len as u64).div_ceil(4096) * 4096 + 4096;
+        let keys = self.dev.reg_mr(
+            self.pd,
+            Box::new(VecMemory::zeroed(len)),
+            addr,
+            AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        )?;
+        Ok((keys, addr))
+    }
+
+    /// A CQ, a buffer of `len` bytes and a QP of `service` (on `srq` if given).
+    fn side(
+        &mut self,
+        service: Service,
+        len: usize,
+        recv_depth: u32,
+        srq: Option<SrqHandle>,
+    ) -> Result<Side, VerbsError> {
+        let cq = self.dev.create_cq((MAX_TX_DEPTH + recv_depth).max(4096))?;
+        let (keys, addr) = self.buffer(len)?;
+        let qpn = self.dev.create_qp(
+            self.pd,
+            QpInitAttr {
+                qp_type: service.qp_type(),
+                send_cq: cq,
+                recv_cq: cq,
+                srq,
+                cap: QpCap {
+                    max_send_wr: MAX_TX_DEPTH,
+                    max_recv_wr: recv_depth.max(1),
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )?;
+        Ok(Side {
+            cq,
+            qpn,
+            keys,
+            addr,
+        })
+    }
+}
+
+/// Moves `me`'s QP RESET -> INIT -> RTR -> RTS: connected to `peer` at `peer_lid` (RC, UC)
+/// or ready for datagrams (UD), with the attributes of `qp`.
+fn connect(
+    dev: &mut Device,
+    service: Service,
+    me: u32,
+    peer: u32,
+    peer_lid: u16,
+    qp: &QpPlan,
+) -> Result<(), VerbsError> {
+    let mut attr = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        qkey: FLOW_QKEY,
+        qp_access_flags: AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
+        ..QpAttr::default()
+    };
+    let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+    match service {
+        Service::Ud => dev.modify_qp(0, me, &attr, base | QpAttrMask::QKEY)?,
+        Service::Uc => {
+            attr.qp_access_flags = AccessFlags::REMOTE_WRITE;
+            dev.modify_qp(0, me, &attr, base | QpAttrMask::ACCESS_FLAGS)?
+        }
+        Service::Rc => dev.modify_qp(0, me, &attr, base | QpAttrMask::ACCESS_FLAGS)?,
+    }
+    attr.qp_state = QpState::Rtr;
+    attr.path_mtu = qp.mtu;
+    attr.dest_qp_num = peer;
+    attr.rq_psn = START_PSN;
+    attr.max_dest_rd_atomic = qp.max_rd_atomic;
+    attr.min_rnr_timer = qp.rnr_timer;
+    attr.ah_attr = AhAttr {
+        dlid: peer_lid,
+        sl: qp.sl,
+        src_path_bits: 0,
+        grh: None,
+    };
+    let connected =
+        QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN;
+    match service {
+        Service::Ud => dev.modify_qp(0, me, &attr, QpAttrMask::STATE)?,
+        Service::Uc => dev.modify_qp(0, me, &attr, connected | QpAttrMask::RQ_PSN)?,
+        Service::Rc => dev.modify_qp(
+            0,
+            me,
+            &attr,
+            connected
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER,
+        )?,
+    }
+    attr.qp_state = QpState::Rts;
+    attr.sq_psn = START_PSN;
+    attr.timeout = qp.timeout;
+    attr.retry_cnt = qp.retry_cnt;
+    attr.rnr_retry = qp.rnr_retry;
+    attr.max_rd_atomic = qp.max_rd_atomic;
+    let rts = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+    match service {
+        Service::Ud | Service::Uc => dev.modify_qp(0, me, &attr, rts),
+        Service::Rc => dev.modify_qp(
+            0,
+            me,
+            &attr,
+            rts | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        ),
+    }
+}
+
 /// Creates a device per host of `plans`, the QPs of every pair, connects them and attaches
 /// the hosts to `fabric` (each endpoint passed through `wrap`, e.g. to capture it). Returns the hosts, for [`transport_counters`].
 pub fn attach_flows(
@@ -385,77 +780,225 @@ pub fn attach_flows(
     wrap: &mut WrapEndpoint<'_>,
 ) -> Result<Vec<String>, FlowSetupError> {
     let seeds = SeedTree::new(seed);
-    struct Host {
-        dev: Device,
-        ops: Vec<Op>,
-        next_addr: u64,
-    }
+    let ledger = Ledger::default();
     let mut hosts: BTreeMap<String, Host> = BTreeMap::new();
     let lid = |f: &Fabric, h: &str| f.lid(h).expect("the plan names hosts of this topology");
     for p in plans {
         for h in [&p.src, &p.dst] {
             if !hosts.contains_key(h) {
                 let l = lid(fabric, h);
+                let mut dev = device(l, seeds.derive(StreamKind::Engine, l as u64));
+                let pd = dev.alloc_pd();
                 hosts.insert(
                     h.clone(),
                     Host {
-                        dev: device(l, seeds.derive(StreamKind::Engine, l as u64)),
-                        ops: Vec::new(),
+                        dev,
+                        pd,
                         next_addr: 0x1000_0000,
+                        app: FlowHost {
+                            requesters: Vec::new(),
+                            receivers: Vec::new(),
+                            srqs: Vec::new(),
+                            counters: Vec::new(),
+                            recorder: recorder.clone(),
+                            ledger: ledger.clone(),
+                            wcs: vec![softib_transport::harness::empty_wc(); 64],
+                            unreliable_writes: false,
+                        },
+                        srq_of_table: BTreeMap::new(),
+                        counter_of_table: BTreeMap::new(),
                     },
                 );
             }
         }
     }
+    // Receivers by flow tag, to resolve ring gates: (host, index in its receivers).
+    let mut receiver_of: BTreeMap<u32, usize> = BTreeMap::new();
     for p in plans {
         let err = |reason: String| FlowSetupError {
             flow: p.flow,
             name: p.info.name.clone(),
             reason,
         };
+        let verr = |e: VerbsError| err(e.to_string());
         recorder.borrow_mut().define(p.flow, p.info.clone());
         let (ls, ld) = (lid(fabric, &p.src), lid(fabric, &p.dst));
-        let mut side = |h: &str| -> Result<Side, FlowSetupError> {
-            let host = hosts.get_mut(h).expect("created above");
-            let addr = host.next_addr;
-            host.next_addr += (p.size as u64).div_ceil(4096) * 4096 + 4096;
-            rc_side(&mut host.dev, p.size as usize, addr).map_err(|e| err(e.to_string()))
+        // UD receives carry the 40-byte GRH area in front of the payload.
+        let header = if p.service == Service::Ud { 40 } else { 0 };
+        let buf_len = p.size as usize + header as usize;
+        let responder = hosts.get_mut(&p.dst).expect("created above");
+        let srq = match p.recv {
+            Some(r) if r.srq => {
+                let next = responder.app.srqs.len();
+                let i = *responder.srq_of_table.entry(p.table).or_insert(next);
+                if i == next {
+                    let handle = responder
+                        .dev
+                        .create_srq(
+                            responder.pd,
+                            SrqAttr {
+                                max_wr: r.depth,
+                                max_sge: 1,
+                                srq_limit: 0,
+                            },
+                        )
+                        .map_err(verr)?;
+                    let (keys, addr) = responder.buffer(buf_len).map_err(verr)?;
+                    responder.app.srqs.push(SharedQueue {
+                        srq: handle,
+                        sge: Sge {
+                            addr,
+                            length: buf_len as u32,
+                            lkey: keys.lkey,
+                        },
+                        depth: r.depth,
+                        delay: to_engine_nanos(r.post_delay_ps),
+                        due: Default::default(),
+                    });
+                }
+                Some(i)
+            }
+            _ => None,
         };
-        let me = side(&p.src)?;
-        let peer = side(&p.dst)?;
-        let src = hosts.get_mut(&p.src).expect("created above");
-        rc_connect(&mut src.dev, &me, &peer, ld, p.sl, p.mtu, p.timeout)
-            .map_err(|e| err(e.to_string()))?;
-        src.ops.push(Op {
+        let recv_depth = match p.recv {
+            Some(r) if !r.srq => r.depth,
+            _ => 1,
+        };
+        let peer = responder
+            .side(
+                p.service,
+                buf_len,
+                recv_depth,
+                srq.map(|i| responder.app.srqs[i].srq),
+            )
+            .map_err(verr)?;
+        let target = match p.atomic {
+            Some(_) => {
+                let entry = match responder.counter_of_table.get(&p.table) {
+                    Some(c) => *c,
+                    None => {
+                        let c = responder.buffer(8).map_err(verr)?;
+                        responder.counter_of_table.insert(p.table, c);
+                        responder.app.counters.push((p.table, c.0.lkey, c.1));
+                        c
+                    }
+                };
+                entry
+            }
+            None => (peer.keys, peer.addr),
+        };
+        if let Some(r) = p.recv {
+            receiver_of.insert(p.flow, responder.app.receivers.len());
+            responder.app.receivers.push(Receiver {
+                flow: p.flow,
+                qpn: peer.qpn,
+                cq: peer.cq,
+                queue: srq.map_or(RecvQueue::Own, RecvQueue::Shared),
+                sge: Sge {
+                    addr: peer.addr,
+                    length: buf_len as u32,
+                    lkey: peer.keys.lkey,
+                },
+                depth: r.depth,
+                delay: to_engine_nanos(r.post_delay_ps),
+                header,
+                records: p.service != Service::Rc,
+                due: Default::default(),
+                received: 0,
+            });
+        }
+        let requester = hosts.get_mut(&p.src).expect("created above");
+        let me = requester
+            .side(p.service, p.size as usize, 1, None)
+            .map_err(verr)?;
+        connect(&mut requester.dev, p.service, me.qpn, peer.qpn, ld, &p.qp).map_err(verr)?;
+        let ud = if p.service == Service::Ud {
+            let ah = requester
+                .dev
+                .create_ah(
+                    requester.pd,
+                    AhAttr {
+                        dlid: ld,
+                        sl: p.qp.sl,
+                        src_path_bits: 0,
+                        grh: None,
+                    },
+                )
+                .map_err(verr)?;
+            Some(UdDest {
+                ah,
+                remote_qpn: peer.qpn,
+                remote_qkey: FLOW_QKEY,
+            })
+        } else {
+            None
+        };
+        let unreliable_send = p.op == FlowOp::Send && p.service != Service::Rc;
+        let (opcode, compare_add, swap) = match (p.op, p.atomic) {
+            (FlowOp::Write, _) => (WrOpcode::RdmaWrite, 0, 0),
+            (FlowOp::Read, _) => (WrOpcode::RdmaRead, 0, 0),
+            (FlowOp::Send, _) if unreliable_send => (WrOpcode::SendWithImm, 0, 0),
+            (FlowOp::Send, _) => (WrOpcode::Send, 0, 0),
+            (FlowOp::Atomic, Some(AtomicPlan::CmpSwap { compare, swap })) => {
+                (WrOpcode::AtomicCmpAndSwp, compare, swap)
+            }
+            (FlowOp::Atomic, a) => {
+                let add = match a {
+                    Some(AtomicPlan::FetchAdd { add }) => add,
+                    _ => 1,
+                };
+                (WrOpcode::AtomicFetchAndAdd, add, 0)
+            }
+        };
+        let local = Sge {
+            addr: me.addr,
+            length: p.size,
+            lkey: me.keys.lkey,
+        };
+        requester.app.unreliable_writes |= p.service == Service::Uc && p.op == FlowOp::Write;
+        requester.app.requesters.push(Requester {
             flow: p.flow,
-            me,
-            peer,
-            opcode: match p.op {
-                FlowOp::Write => WrOpcode::RdmaWrite,
-                FlowOp::Read => WrOpcode::RdmaRead,
-            },
+            qpn: me.qpn,
+            cq: me.cq,
+            wr: work_request(
+                opcode,
+                local,
+                target.1,
+                target.0.rkey,
+                compare_add,
+                swap,
+                ud,
+            ),
             size: p.size,
             tx_depth: p.tx_depth,
             remaining: p.iterations,
             start: to_engine_nanos(p.start_ps),
-            posted: VecDeque::new(),
+            gate: None,
+            counted_at_receiver: unreliable_send,
+            posted: Default::default(),
+            posted_total: 0,
+            started: false,
             failed: false,
         });
-        let dst = hosts.get_mut(&p.dst).expect("created above");
-        rc_connect(&mut dst.dev, &peer, &me, ls, p.sl, p.mtu, p.timeout)
-            .map_err(|e| err(e.to_string()))?;
+        let responder = hosts.get_mut(&p.dst).expect("created above");
+        connect(&mut responder.dev, p.service, peer.qpn, me.qpn, ls, &p.qp).map_err(verr)?;
+    }
+    // Ring gates: the receiver of the gating flow lives on this flow's requester host.
+    for p in plans {
+        if let Some(g) = p.gate {
+            let host = hosts.get_mut(&p.src).expect("created above");
+            let r = receiver_of[&g];
+            if let Some(op) = host.app.requesters.iter_mut().find(|o| o.flow == p.flow) {
+                op.gate = Some(r);
+            }
+        }
     }
     let names: Vec<String> = hosts.keys().cloned().collect();
     for (name, h) in hosts {
-        let app = Perf {
-            ops: h.ops,
-            recorder: recorder.clone(),
-            wcs: vec![softib_transport::harness::empty_wc(); 64],
-        };
         fabric
             .attach(
                 &name,
-                wrap(&name, Box::new(EngineHca::new(h.dev, Box::new(app)))),
+                wrap(&name, Box::new(EngineHca::new(h.dev, Box::new(h.app)))),
             )
             .map_err(|e| FlowSetupError {
                 flow: 0,
@@ -479,4 +1022,41 @@ pub fn transport_counters(fabric: &mut Fabric, hosts: &[String]) -> Vec<HostTran
             ))
         })
         .collect()
+}
+
+/// Per flow, the counters of its requester and responder QPs (hosts as attached by
+/// [`attach_flows`]).
+pub fn flow_qp_counters(fabric: &mut Fabric, hosts: &[String]) -> BTreeMap<u32, FlowQp> {
+    let mut out: BTreeMap<u32, FlowQp> = BTreeMap::new();
+    for h in hosts {
+        let Some(hca) = fabric.endpoint_mut::<EngineHca>(h, 1) else {
+            continue;
+        };
+        let Some(app) = hca.app::<FlowHost>() else {
+            continue;
+        };
+        for (flow, qpn, requester) in app.qps() {
+            let Some(c) = hca.device().qp_counters(qpn) else {
+                continue;
+            };
+            let e = out.entry(flow).or_default();
+            if requester {
+                e.set_requester(c);
+            } else {
+                e.set_responder(c);
+            }
+        }
+    }
+    out
+}
+
+/// The 8-byte counter that the atomic flows of table `table` target on `host`, as it is
+/// now (the simulator's memory holds it little-endian, as an x86 host would).
+pub fn atomic_counter(fabric: &mut Fabric, host: &str, table: usize) -> Option<u64> {
+    let hca = fabric.endpoint_mut::<EngineHca>(host, 1)?;
+    let app = hca.app::<FlowHost>()?;
+    let &(_, lkey, _) = app.counters.iter().find(|c| c.0 == table)?;
+    let mut b = [0u8; 8];
+    hca.device().memory(lkey)?.read(0, &mut b);
+    Some(u64::from_le_bytes(b))
 }

@@ -38,6 +38,13 @@ pub trait HostApp {
     fn next_wakeup(&self) -> Option<Nanos> {
         None
     }
+    /// Whether `on_progress` should also run after packets were pulled for transmission:
+    /// unreliable (UC, UD) send WRs complete when their packets leave, with nothing
+    /// coming back to trigger a poll. Off by default, since polling on every transmit
+    /// costs time on hosts with many QPs.
+    fn progress_on_transmit(&self) -> bool {
+        false
+    }
     /// The application as `Any`, for [`EngineHca::app`]; `None` keeps it opaque.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
@@ -146,8 +153,10 @@ impl EngineHca {
         &self.counters
     }
 
-    /// Moves packets from the engine to the port's send queues while there is room.
-    fn pull(&mut self, tx: &mut HcaTx<'_>) {
+    /// Moves packets from the engine to the port's send queues while there is room;
+    /// returns how many.
+    fn pull(&mut self, tx: &mut HcaTx<'_>) -> usize {
+        let mut pulled = 0;
         let now = to_engine_nanos(tx.now());
         let slid = tx.lid();
         let sl2vl = tx.sl2vl();
@@ -203,11 +212,12 @@ impl EngineHca {
                 })
             });
             match r {
-                Ok(true) => {}
+                Ok(true) => pulled += 1,
                 Ok(false) => break,
                 Err(_) => self.counters.tx_discarded += 1,
             }
         }
+        pulled
     }
 
     fn progress(&mut self, tx: &mut HcaTx<'_>) {
@@ -258,7 +268,9 @@ impl Endpoint for EngineHca {
             let now = to_engine_nanos(tx.now());
             self.app.on_start(now, &mut self.dev);
         }
-        self.pull(tx);
+        if self.pull(tx) > 0 && self.app.progress_on_transmit() {
+            self.progress(tx);
+        }
     }
 
     fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>) {

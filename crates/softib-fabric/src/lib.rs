@@ -21,6 +21,7 @@ pub mod engine_hca;
 pub mod event;
 pub mod fabric;
 pub mod faults;
+pub mod flow_app;
 pub mod hca;
 pub mod link;
 pub mod packet;

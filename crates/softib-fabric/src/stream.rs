@@ -54,6 +54,9 @@ pub enum Pattern {
     AllToAll,
     /// Host i to host (i + shift) mod N.
     Permutation,
+    /// Each host (of `srcs` in that order, or every host) to the next, the last to the
+    /// first.
+    Ring,
 }
 
 /// A `[[stream]]` table.
@@ -192,6 +195,38 @@ impl Scenario {
                     (s.clone(), dests)
                 })
                 .collect(),
+            Pattern::Ring => {
+                let ring = match k.srcs {
+                    Some(v) => v
+                        .iter()
+                        .map(|s| is_host(s, &key("srcs")))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    None => hosts.to_vec(),
+                };
+                for (j, h) in ring.iter().enumerate() {
+                    if ring[..j].contains(h) {
+                        let span = k.srcs.as_ref().map_or(0..0, |v| v[j].span());
+                        return Err(self.error_at(
+                            &key("srcs"),
+                            span,
+                            format!("`{h}` appears twice in the ring"),
+                        ));
+                    }
+                }
+                if ring.len() < 2 {
+                    return Err(self.error_at(
+                        &key("srcs"),
+                        k.srcs
+                            .as_ref()
+                            .map_or(0..0, |v| v.first().map_or(0..0, |s| s.span())),
+                        "a ring needs at least 2 hosts".into(),
+                    ));
+                }
+                let n = ring.len();
+                (0..n)
+                    .map(|j| (ring[j].clone(), vec![ring[(j + 1) % n].clone()]))
+                    .collect()
+            }
             Pattern::Permutation => {
                 let n = hosts.len();
                 let shift = match k.shift {

@@ -37,12 +37,30 @@ pub fn diagnose(s: &mut Summary, data_from: &[String]) {
     let mut out = Vec::with_capacity(s.flows.len());
     for (i, f) in s.flows.iter().enumerate() {
         let sender = data_from.get(i).map_or(f.src.as_str(), String::as_str);
-        let requester = transport.get(f.src.as_str());
+        // The flow's own QP, when known, speaks for it rather than its host's sums.
+        let own = f.qp.as_ref().map(|q| {
+            let mut t = transport
+                .get(f.src.as_str())
+                .map_or_else(HostTransport::default, |t| (*t).clone());
+            t.host = f.src.clone();
+            t.rnr_naks_received = q.rnr_naks_received;
+            t.retransmitted_packets = q.retransmitted_packets;
+            t.local_ack_timeouts = q.local_ack_timeouts;
+            t.seq_naks_received = q.seq_naks_received;
+            t
+        });
+        let requester = own.as_ref().or(transport.get(f.src.as_str()).copied());
         let port = ports.get(format!("{sender}:1").as_str());
         let receiver = if sender == f.src { &f.dst } else { &f.src };
+        let statuses = f
+            .error_statuses
+            .iter()
+            .map(|(k, v)| format!("{k} x{v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         out.push(diagnose_one(
-            f.error_completions,
-            requester.copied(),
+            (f.error_completions, statuses),
+            requester,
             port.copied(),
             feeding.get(receiver.as_str()).copied(),
             duration_us,
@@ -55,7 +73,7 @@ pub fn diagnose(s: &mut Summary, data_from: &[String]) {
 }
 
 fn diagnose_one(
-    error_completions: u64,
+    (error_completions, statuses): (u64, String),
     t: Option<&HostTransport>,
     port: Option<&PortSummary>,
     into_receiver: Option<&PortSummary>,
@@ -64,7 +82,13 @@ fn diagnose_one(
     if error_completions > 0 {
         return (
             "errors",
-            format!("{error_completions} completions failed: the QP went to the error state"),
+            if statuses.is_empty() {
+                format!("{error_completions} completions failed: the QP went to the error state")
+            } else {
+                format!(
+                    "{error_completions} completions failed ({statuses}): the QP went to the error state"
+                )
+            },
         );
     }
     if let Some(t) = t {
@@ -204,7 +228,13 @@ mod tests {
             host: "h1".into(),
             ..HostTransport::default()
         };
-        let (k, why) = diagnose_one(0, Some(&quiet), Some(&port(0.6, 0.3)), None, 100.0);
+        let (k, why) = diagnose_one(
+            (0, String::new()),
+            Some(&quiet),
+            Some(&port(0.6, 0.3)),
+            None,
+            100.0,
+        );
         assert_eq!(k, "link_credits");
         assert!(
             why.contains("60.0%") && why.contains("no FECN/BECN"),
@@ -218,16 +248,36 @@ mod tests {
             cc_throttled_us: 55.0,
             ..HostTransport::default()
         };
-        let (k, why) = diagnose_one(0, Some(&cc), Some(&port(0.01, 0.3)), None, 100.0);
+        let (k, why) = diagnose_one(
+            (0, String::new()),
+            Some(&cc),
+            Some(&port(0.01, 0.3)),
+            None,
+            100.0,
+        );
         assert_eq!(k, "congestion_control");
         assert!(why.contains("55.0%") && why.contains("40 BECNs"), "{why}");
         // Neither: a full link, or an idle sender.
         assert_eq!(
-            diagnose_one(0, Some(&quiet), Some(&port(0.0, 0.99)), None, 100.0).0,
+            diagnose_one(
+                (0, String::new()),
+                Some(&quiet),
+                Some(&port(0.0, 0.99)),
+                None,
+                100.0
+            )
+            .0,
             "line_rate"
         );
         assert_eq!(
-            diagnose_one(0, Some(&quiet), Some(&port(0.0, 0.2)), None, 100.0).0,
+            diagnose_one(
+                (0, String::new()),
+                Some(&quiet),
+                Some(&port(0.0, 0.2)),
+                None,
+                100.0
+            )
+            .0,
             "sender"
         );
     }
@@ -242,11 +292,25 @@ mod tests {
             ..HostTransport::default()
         };
         assert_eq!(
-            diagnose_one(0, Some(&retry), Some(&port(0.6, 0.3)), None, 100.0).0,
+            diagnose_one(
+                (0, String::new()),
+                Some(&retry),
+                Some(&port(0.6, 0.3)),
+                None,
+                100.0
+            )
+            .0,
             "retransmissions"
         );
         assert_eq!(
-            diagnose_one(2, Some(&retry), Some(&port(0.6, 0.3)), None, 100.0).0,
+            diagnose_one(
+                (2, String::new()),
+                Some(&retry),
+                Some(&port(0.6, 0.3)),
+                None,
+                100.0
+            )
+            .0,
             "errors"
         );
         let rnr = HostTransport {
@@ -254,7 +318,7 @@ mod tests {
             ..retry
         };
         assert_eq!(
-            diagnose_one(0, Some(&rnr), None, None, 100.0).0,
+            diagnose_one((0, String::new()), Some(&rnr), None, None, 100.0).0,
             "receiver_not_ready"
         );
     }

@@ -44,6 +44,8 @@ pub struct FlowStats {
     pub payload_bytes: u64,
     /// Messages completed with an error status.
     pub errors: u64,
+    /// Error completions by status (`IBV_WC_*` names).
+    pub error_statuses: BTreeMap<&'static str, u64>,
     /// First and last delivery or completion time.
     pub first_ps: Option<Picos>,
     /// Last delivery or completion time.
@@ -176,9 +178,12 @@ impl FlowRecorder {
             .record(at.saturating_sub(posted_at) / PS_PER_NS);
     }
 
-    /// A message of flow `id` completed with an error.
-    pub fn record_error(&mut self, id: u32) {
-        self.flow(id).errors += 1;
+    /// A message of flow `id` completed with the error status `status` (its `IBV_WC_*`
+    /// name).
+    pub fn record_error(&mut self, id: u32, status: &'static str) {
+        let f = self.flow(id);
+        f.errors += 1;
+        *f.error_statuses.entry(status).or_default() += 1;
     }
 
     /// Every flow, by id.

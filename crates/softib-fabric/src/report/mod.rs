@@ -128,6 +128,12 @@ fn flow_summary(id: u32, f: &FlowStats, duration_ps: Picos) -> FlowSummary {
         messages: f.messages,
         payload_bytes: f.payload_bytes,
         error_completions: f.errors,
+        error_statuses: f
+            .error_statuses
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
+        qp: None,
         gbps: round(gbps(bytes, duration_ps), 4),
         active_gbps: round(active, 4),
         first_us: round(first as f64 / PS_PER_US as f64, 3),
@@ -367,6 +373,17 @@ impl Report {
     /// Adds the transport engines' counters and re-derives what stood out.
     pub fn set_transport(&mut self, transport: Vec<HostTransport>) {
         self.summary.transport = transport;
+        diagnose::diagnose(&mut self.summary, &self.data_from);
+        self.summary.stood_out = standout::findings(&self.summary);
+    }
+
+    /// Adds the counters of each engine flow's QP pair, by flow tag.
+    pub fn set_flow_qps(&mut self, qps: std::collections::BTreeMap<u32, FlowQp>) {
+        for f in &mut self.summary.flows {
+            if let Some(q) = qps.get(&f.id) {
+                f.qp = Some(q.clone());
+            }
+        }
         diagnose::diagnose(&mut self.summary, &self.data_from);
         self.summary.stood_out = standout::findings(&self.summary);
     }

@@ -5,7 +5,7 @@
 use super::capture::{Capture, Captured};
 use super::flows::{FlowRecorder, Metered};
 use super::{Report, RunMeta};
-use crate::engine_flow::{attach_flows, transport_counters, FlowSetupError};
+use crate::engine_flow::{attach_flows, flow_qp_counters, transport_counters, FlowSetupError};
 use crate::hca::Endpoint;
 use crate::scenario::{Scenario, ScenarioError, TopologyKind};
 use crate::stream::Generator;
@@ -151,6 +151,7 @@ pub fn run_with(
     let mut report = Report::build(&fabric, &recorder.borrow(), &meta);
     if !engine_hosts.is_empty() {
         report.set_transport(transport_counters(&mut fabric, &engine_hosts));
+        report.set_flow_qps(flow_qp_counters(&mut fabric, &engine_hosts));
     }
     if let Some(c) = capture {
         report.pcap = Some(c.borrow_mut().take_bytes());

@@ -105,6 +105,13 @@ pub struct FlowSummary {
     pub payload_bytes: u64,
     /// Messages completed with an error status.
     pub error_completions: u64,
+    /// Error completions by status, as libibverbs names them (`IBV_WC_RNR_RETRY_EXC_ERR`,
+    /// `IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR`, ...).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub error_statuses: std::collections::BTreeMap<String, u64>,
+    /// The counters of the flow's own QPs (engine flows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qp: Option<FlowQp>,
     /// Bandwidth over the whole run, Gb/s (payload if messages were recorded, else wire).
     pub gbps: f64,
     /// Bandwidth between the first and last delivery, Gb/s.
@@ -121,6 +128,52 @@ pub struct FlowSummary {
     pub limited_by: &'static str,
     /// The counters behind `limited_by`, in one sentence.
     pub evidence: String,
+}
+
+/// The transport counters of one engine flow's QP pair: the requester's (retries) and the
+/// responder's (what the retries cost it), as `softib_transport::QpCounters` names them.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FlowQp {
+    /// Requester: packets sent again (go-back-N after a timeout or NAK).
+    pub retransmitted_packets: u64,
+    /// Requester: local ACK timer expiries.
+    pub local_ack_timeouts: u64,
+    /// Requester: PSN-sequence NAKs received.
+    pub seq_naks_received: u64,
+    /// Requester: RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Requester: packets sent, retransmissions included.
+    pub requester_packets_sent: u64,
+    /// Responder: duplicate requests received.
+    pub duplicates_received: u64,
+    /// Responder: RNR NAKs sent (no receive WR posted).
+    pub rnr_naks_sent: u64,
+    /// Responder: PSN-sequence NAKs sent.
+    pub seq_naks_sent: u64,
+    /// Responder: packets dropped for a PSN ahead of the expected one.
+    pub out_of_sequence_drops: u64,
+    /// Responder: packets accepted.
+    pub responder_packets_received: u64,
+}
+
+impl FlowQp {
+    /// Takes the requester's counters from its QP.
+    pub fn set_requester(&mut self, c: &softib_transport::QpCounters) {
+        self.retransmitted_packets = c.retransmitted_packets;
+        self.local_ack_timeouts = c.local_ack_timeouts;
+        self.seq_naks_received = c.seq_naks_received;
+        self.rnr_naks_received = c.rnr_naks_received;
+        self.requester_packets_sent = c.packets_sent;
+    }
+
+    /// Takes the responder's counters from its QP.
+    pub fn set_responder(&mut self, c: &softib_transport::QpCounters) {
+        self.duplicates_received = c.duplicates_received;
+        self.rnr_naks_sent = c.rnr_naks_sent;
+        self.seq_naks_sent = c.seq_naks_sent;
+        self.out_of_sequence_drops = c.out_of_sequence_drops;
+        self.responder_packets_received = c.packets_received;
+    }
 }
 
 /// Aggregate over flows.

@@ -1,0 +1,384 @@
+//! The application model of `[[flow]]` traffic on one simulated host: requester QPs that
+//! keep a window of work requests posted (perftest's `ib_*_bw` loop), and the receiving
+//! application of SEND flows, which keeps receive WRs posted on a QP or a shared receive
+//! queue and re-posts each consumed one after a processing delay.
+//!
+//! Where a message is counted: reliable (RC) flows and UC WRITEs at the requester's
+//! completion, as perftest does (an RC completion means the responder acknowledged the
+//! data). Unreliable SENDs (UC, UD) are counted where they arrive: a requester completion
+//! only says the packets left, so the receiving application records each receive
+//! completion, matched to its post time by the sequence number the requester sends as
+//! immediate data (4 bytes of ImmDt per message); messages that never arrive are not
+//! counted.
+//!
+//! Ring all-reduce gating: a requester with a `gate` may have posted at most one message
+//! more than its gate receiver has received (step k + 1 needs the chunk of step k from the
+//! predecessor), which is the data dependency of a ring all-reduce.
+
+use crate::engine_hca::HostApp;
+use crate::report::flows::SharedRecorder;
+use crate::time::{from_engine_nanos, Picos};
+use softib_transport::{
+    CqHandle, Device, Nanos, RecvWr, SendFlags, SendWr, Sge, SrqHandle, UdDest, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+/// Unreliable messages a flow's ledger remembers at most; older ones count as lost.
+const LEDGER_CAP: usize = 1 << 20;
+
+/// Post times of unreliable messages by (flow, sequence number), shared by the requester
+/// and the receiver of a flow (the simulation is single-threaded).
+pub(crate) type Ledger = Rc<RefCell<BTreeMap<u32, VecDeque<(u32, Picos)>>>>;
+
+/// The `IBV_WC_*` name of a completion status, as libibverbs spells it.
+pub fn wc_status_name(s: WcStatus) -> &'static str {
+    match s {
+        WcStatus::Success => "IBV_WC_SUCCESS",
+        WcStatus::LocLenErr => "IBV_WC_LOC_LEN_ERR",
+        WcStatus::LocQpOpErr => "IBV_WC_LOC_QP_OP_ERR",
+        WcStatus::LocProtErr => "IBV_WC_LOC_PROT_ERR",
+        WcStatus::WrFlushErr => "IBV_WC_WR_FLUSH_ERR",
+        WcStatus::BadRespErr => "IBV_WC_BAD_RESP_ERR",
+        WcStatus::LocAccessErr => "IBV_WC_LOC_ACCESS_ERR",
+        WcStatus::RemInvReqErr => "IBV_WC_REM_INV_REQ_ERR",
+        WcStatus::RemAccessErr => "IBV_WC_REM_ACCESS_ERR",
+        WcStatus::RemOpErr => "IBV_WC_REM_OP_ERR",
+        WcStatus::RetryExcErr => "IBV_WC_RETRY_EXC_ERR",
+        WcStatus::RnrRetryExcErr => "IBV_WC_RNR_RETRY_EXC_ERR",
+        WcStatus::GeneralErr => "IBV_WC_GENERAL_ERR",
+    }
+}
+
+/// One requester QP.
+pub(crate) struct Requester {
+    pub(crate) flow: u32,
+    pub(crate) qpn: u32,
+    pub(crate) cq: CqHandle,
+    /// The work request posted every time (only `wr_id` and, unreliable, `imm_data` change).
+    pub(crate) wr: SendWr,
+    /// Payload bytes a message counts for.
+    pub(crate) size: u32,
+    pub(crate) tx_depth: u32,
+    pub(crate) remaining: Option<u64>,
+    pub(crate) start: Nanos,
+    /// Index of the receiver on this host whose arrivals gate the posts (ring).
+    pub(crate) gate: Option<usize>,
+    /// Whether the receiver records the messages (unreliable SEND) rather than this side.
+    pub(crate) counted_at_receiver: bool,
+    pub(crate) posted: VecDeque<Nanos>,
+    pub(crate) posted_total: u64,
+    pub(crate) started: bool,
+    pub(crate) failed: bool,
+}
+
+/// Where a receiver's WRs go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RecvQueue {
+    /// The QP's own receive queue.
+    Own,
+    /// A shared receive queue: index into the host's SRQs.
+    Shared(usize),
+}
+
+/// The receiving application of one SEND flow's responder QP.
+pub(crate) struct Receiver {
+    pub(crate) flow: u32,
+    pub(crate) qpn: u32,
+    pub(crate) cq: CqHandle,
+    pub(crate) queue: RecvQueue,
+    pub(crate) sge: Sge,
+    /// Receive WRs kept posted (own queue).
+    pub(crate) depth: u32,
+    /// Time from consuming a receive to re-posting it.
+    pub(crate) delay: Nanos,
+    /// Bytes of each receive that are not payload (the UD GRH area).
+    pub(crate) header: u32,
+    /// Whether this side records the flow's messages (unreliable SEND).
+    pub(crate) records: bool,
+    /// Re-posts waiting for their time (own queue), in order.
+    pub(crate) due: VecDeque<Nanos>,
+    pub(crate) received: u64,
+}
+
+/// A shared receive queue and the re-posting of its WRs.
+pub(crate) struct SharedQueue {
+    pub(crate) srq: SrqHandle,
+    pub(crate) sge: Sge,
+    pub(crate) depth: u32,
+    pub(crate) delay: Nanos,
+    pub(crate) due: VecDeque<Nanos>,
+}
+
+/// The application of one host: its requesters, receivers and shared receive queues.
+pub(crate) struct FlowHost {
+    pub(crate) requesters: Vec<Requester>,
+    pub(crate) receivers: Vec<Receiver>,
+    pub(crate) srqs: Vec<SharedQueue>,
+    /// 8-byte atomic targets on this host: (flow table, lkey, addr).
+    pub(crate) counters: Vec<(usize, u32, u64)>,
+    pub(crate) recorder: SharedRecorder,
+    pub(crate) ledger: Ledger,
+    pub(crate) wcs: Vec<WorkCompletion>,
+    /// Some requester runs UC WRITEs (complete on transmit).
+    pub(crate) unreliable_writes: bool,
+}
+
+impl FlowHost {
+    /// The requester and responder QP numbers of each flow on this host:
+    /// (flow, QPN, is requester).
+    pub(crate) fn qps(&self) -> impl Iterator<Item = (u32, u32, bool)> + '_ {
+        self.requesters
+            .iter()
+            .map(|r| (r.flow, r.qpn, true))
+            .chain(self.receivers.iter().map(|r| (r.flow, r.qpn, false)))
+    }
+
+    fn post_recv(dev: &mut Device, qpn: u32, queue: RecvQueue, srqs: &[SharedQueue], sge: Sge) {
+        let wr = RecvWr {
+            wr_id: 0,
+            sg_list: vec![sge],
+        };
+        // A refusal means the QP left service (its completions say why) or the queue is
+        // full; either way there is nothing to re-post.
+        let _ = match queue {
+            RecvQueue::Own => dev.post_recv(qpn, &wr),
+            RecvQueue::Shared(i) => dev.post_srq_recv(srqs[i].srq, &wr),
+        };
+    }
+
+    fn repost_due(&mut self, now: Nanos, dev: &mut Device) {
+        for r in &mut self.receivers {
+            while r.due.front().is_some_and(|&t| t <= now) {
+                r.due.pop_front();
+                Self::post_recv(dev, r.qpn, r.queue, &self.srqs, r.sge);
+            }
+        }
+        for s in &mut self.srqs {
+            while s.due.front().is_some_and(|&t| t <= now) {
+                s.due.pop_front();
+                let wr = RecvWr {
+                    wr_id: 0,
+                    sg_list: vec![s.sge],
+                };
+                let _ = dev.post_srq_recv(s.srq, &wr);
+            }
+        }
+    }
+
+    fn poll_receivers(&mut self, now: Nanos, dev: &mut Device) {
+        let at = from_engine_nanos(now);
+        for r in &mut self.receivers {
+            loop {
+                let n = dev.poll_cq(r.cq, &mut self.wcs);
+                if n == 0 {
+                    break;
+                }
+                for wc in &self.wcs[..n] {
+                    if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                        continue;
+                    }
+                    if wc.status != WcStatus::Success {
+                        // Flushed receives after the QP failed say nothing new.
+                        if wc.status != WcStatus::WrFlushErr {
+                            self.recorder
+                                .borrow_mut()
+                                .record_error(r.flow, wc_status_name(wc.status));
+                        }
+                        continue;
+                    }
+                    r.received += 1;
+                    let (due, queue) = (now + r.delay, r.queue);
+                    match queue {
+                        RecvQueue::Own => r.due.push_back(due),
+                        RecvQueue::Shared(i) => self.srqs[i].due.push_back(due),
+                    }
+                    if r.records {
+                        let payload = wc.byte_len.saturating_sub(r.header) as u64;
+                        let posted = wc
+                            .imm_data
+                            .and_then(|seq| take_posted(&self.ledger, r.flow, seq));
+                        if let Some(posted) = posted {
+                            self.recorder
+                                .borrow_mut()
+                                .record_message(r.flow, at, payload, posted);
+                        }
+                    }
+                }
+            }
+        }
+        if self.receivers.iter().any(|r| r.delay == 0) || self.srqs.iter().any(|s| s.delay == 0) {
+            self.repost_due(now, dev);
+        }
+    }
+
+    fn poll_requesters(&mut self, now: Nanos, dev: &mut Device) {
+        let at = from_engine_nanos(now);
+        for op in &mut self.requesters {
+            loop {
+                let n = dev.poll_cq(op.cq, &mut self.wcs);
+                if n == 0 {
+                    break;
+                }
+                let mut rec = self.recorder.borrow_mut();
+                for wc in &self.wcs[..n] {
+                    let posted = op.posted.pop_front().unwrap_or(now);
+                    if wc.status == WcStatus::Success {
+                        if !op.counted_at_receiver {
+                            rec.record_message(
+                                op.flow,
+                                at,
+                                op.size as u64,
+                                from_engine_nanos(posted),
+                            );
+                        }
+                    } else {
+                        rec.record_error(op.flow, wc_status_name(wc.status));
+                        op.failed = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn post_sends(&mut self, now: Nanos, dev: &mut Device) {
+        for op in &mut self.requesters {
+            if op.failed || now < op.start {
+                continue;
+            }
+            op.started = true;
+            let allowed = match op.gate {
+                Some(g) => 1 + self.receivers[g].received,
+                None => u64::MAX,
+            };
+            while (op.posted.len() as u32) < op.tx_depth
+                && op.remaining != Some(0)
+                && op.posted_total < allowed
+            {
+                let seq = op.posted_total as u32;
+                op.wr.wr_id = op.posted_total;
+                if op.counted_at_receiver {
+                    op.wr.imm_data = Some(seq);
+                }
+                if dev.post_send(now, op.qpn, &op.wr).is_err() {
+                    // The QP left RTS: its error completions tell the report why.
+                    op.failed = true;
+                    break;
+                }
+                if op.counted_at_receiver {
+                    let mut l = self.ledger.borrow_mut();
+                    let q = l.entry(op.flow).or_default();
+                    if q.len() >= LEDGER_CAP {
+                        q.pop_front();
+                    }
+                    q.push_back((seq, from_engine_nanos(now)));
+                }
+                op.posted.push_back(now);
+                op.posted_total += 1;
+                if let Some(r) = op.remaining.as_mut() {
+                    *r -= 1;
+                }
+            }
+        }
+    }
+}
+
+/// The post time of message `seq` of `flow`; earlier messages still in the ledger were lost.
+fn take_posted(ledger: &Ledger, flow: u32, seq: u32) -> Option<Picos> {
+    let mut l = ledger.borrow_mut();
+    let q = l.get_mut(&flow)?;
+    while let Some(&(s, t)) = q.front() {
+        q.pop_front();
+        if s == seq {
+            return Some(t);
+        }
+        // Sequence numbers wrap at 2^32; one still ahead stays for a later arrival.
+        if s.wrapping_sub(seq) < u32::MAX / 2 {
+            q.push_front((s, t));
+            return None;
+        }
+    }
+    None
+}
+
+impl HostApp for FlowHost {
+    fn on_start(&mut self, now: Nanos, dev: &mut Device) {
+        for r in &self.receivers {
+            if let RecvQueue::Own = r.queue {
+                for _ in 0..r.depth {
+                    Self::post_recv(dev, r.qpn, r.queue, &self.srqs, r.sge);
+                }
+            }
+        }
+        for s in &self.srqs {
+            for _ in 0..s.depth {
+                let wr = RecvWr {
+                    wr_id: 0,
+                    sg_list: vec![s.sge],
+                };
+                let _ = dev.post_srq_recv(s.srq, &wr);
+            }
+        }
+        self.post_sends(now, dev);
+    }
+
+    fn on_progress(&mut self, now: Nanos, dev: &mut Device) {
+        self.repost_due(now, dev);
+        self.poll_receivers(now, dev);
+        self.poll_requesters(now, dev);
+        self.post_sends(now, dev);
+    }
+
+    fn next_wakeup(&self) -> Option<Nanos> {
+        // Future start times and re-posts; completions drive the rest.
+        let starts = self
+            .requesters
+            .iter()
+            .filter(|o| !o.started && o.remaining != Some(0) && !o.failed)
+            .map(|o| o.start);
+        let reposts = self
+            .receivers
+            .iter()
+            .filter_map(|r| r.due.front().copied())
+            .chain(self.srqs.iter().filter_map(|s| s.due.front().copied()));
+        starts.chain(reposts).min()
+    }
+
+    fn progress_on_transmit(&self) -> bool {
+        self.requesters
+            .iter()
+            .any(|r| r.counted_at_receiver || r.wr.ud.is_some())
+            || self.unreliable_writes
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+/// Builds the work request a requester posts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn work_request(
+    opcode: WrOpcode,
+    local: Sge,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+    ud: Option<UdDest>,
+) -> SendWr {
+    SendWr {
+        wr_id: 0,
+        opcode,
+        sg_list: vec![local],
+        flags: SendFlags::SIGNALED,
+        remote_addr,
+        rkey,
+        compare_add,
+        swap,
+        ud,
+        ..SendWr::default()
+    }
+}

@@ -1,0 +1,301 @@
+//! `[[flow]]` traffic on the real engine beyond WRITE and READ: two-sided SENDs with a
+//! receiving application (receive queue depth, SRQ, re-posting delay, RNR), atomics, the UC
+//! and UD services, the ring all-reduce pattern; per-flow QP counters and error statuses in
+//! the summary.
+
+use softib_fabric::engine_flow::{atomic_counter, attach_flows};
+use softib_fabric::report::flows::FlowRecorder;
+use softib_fabric::report::run::run;
+use softib_fabric::report::summary::FlowSummary;
+use softib_fabric::report::Report;
+use softib_fabric::scenario::Scenario;
+use softib_fabric::time::PS_PER_US;
+
+fn run_text(text: &str) -> Report {
+    let s = Scenario::parse(text).unwrap();
+    run(&s, "test", &mut |_, _| {}).unwrap()
+}
+
+fn flow<'a>(r: &'a Report, name: &str) -> &'a FlowSummary {
+    r.summary
+        .flows
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no flow {name}: {:?}", r.summary.flows))
+}
+
+const B2B: &str =
+    "duration_us = 200\n[fabric]\ncable_m = 2.0\n[topology]\nkind = \"back-to-back\"\n";
+
+#[test]
+fn an_rc_send_flow_delivers_its_messages_at_the_rate_headers_allow() {
+    let r = run_text(&format!(
+        "{B2B}[[flow]]\nop = \"send\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nsize = 65536\ntx_depth = 16\n"
+    ));
+    let f = flow(&r, "f0 send h0->h1");
+    // 5.3 us per 64 KiB message at 100 Gb/s: about 37 in 200 us.
+    assert!(f.messages > 30, "{f:?}");
+    assert_eq!(f.payload_bytes, 65536 * f.messages);
+    assert_eq!(f.error_completions, 0);
+    assert_eq!(f.latency.level, "message");
+    // 16 packets of LRH + BTH + 4096 + ICRC + VCRC (no RETH on a SEND): 65952 bytes.
+    let expected = 100.0 * 65536.0 / 65952.0;
+    assert!(
+        (f.active_gbps / expected - 1.0).abs() < 0.01,
+        "{} vs {expected}",
+        f.active_gbps
+    );
+    let qp = f.qp.as_ref().expect("engine flows report their QPs");
+    assert_eq!(qp.rnr_naks_received + qp.retransmitted_packets, 0);
+    assert_eq!(qp.duplicates_received, 0);
+    // Every packet the requester sent was accepted by the responder QP, but those still
+    // on the way at the end (less than one message: 16 packets).
+    let on_the_way = qp.requester_packets_sent - qp.responder_packets_received;
+    assert!(on_the_way <= 16, "{qp:?}");
+    assert_eq!(f.limited_by, "line_rate", "{}", f.evidence);
+}
+
+#[test]
+fn uc_and_ud_flows_count_what_arrives() {
+    let r = run_text(
+        r#"
+duration_us = 100
+[topology]
+kind = "single-switch"
+hosts = 6
+switch_ports = 8
+[[flow]]
+op = "send"
+service = "uc"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 16384
+tx_depth = 8
+[[flow]]
+op = "write"
+service = "uc"
+pattern = "one-to-one"
+src = "h2"
+dst = "h3"
+size = 16384
+tx_depth = 8
+[[flow]]
+op = "send"
+service = "ud"
+pattern = "one-to-one"
+src = "h4"
+dst = "h5"
+tx_depth = 32
+"#,
+    );
+    for name in [
+        "f0 uc-send h0->h1",
+        "f1 uc-write h2->h3",
+        "f2 ud-send h4->h5",
+    ] {
+        let f = flow(&r, name);
+        assert!(f.messages > 50, "{name}: {f:?}");
+        assert_eq!(f.error_completions, 0, "{name}");
+        // Unreliable services never retransmit.
+        assert_eq!(f.qp.as_ref().unwrap().retransmitted_packets, 0, "{name}");
+    }
+    // UD: one MTU-sized packet per message, payload without the 40-byte GRH area.
+    let ud = flow(&r, "f2 ud-send h4->h5");
+    assert_eq!(ud.payload_bytes, 4096 * ud.messages);
+    // Each SEND carries its sequence number as immediate data (LRH, BTH, DETH, ImmDt,
+    // 4096, ICRC, VCRC = 4134 bytes), the whole link for one flow.
+    let expected = 100.0 * 4096.0 / 4134.0;
+    assert!(
+        (ud.active_gbps / expected - 1.0).abs() < 0.02,
+        "{} vs {expected}",
+        ud.active_gbps
+    );
+}
+
+#[test]
+fn fetch_add_from_many_hosts_adds_up_exactly_and_cmp_swap_swaps_once() {
+    let text = r#"
+duration_us = 200
+[topology]
+kind = "single-switch"
+hosts = 5
+switch_ports = 8
+[[flow]]
+op = "atomic"
+atomic = "fetch_add"
+add = 3
+pattern = "incast"
+srcs = ["h1", "h2", "h3"]
+dst = "h0"
+tx_depth = 4
+iterations = 50
+[[flow]]
+op = "atomic"
+atomic = "cmp_swap"
+compare = 0
+swap = 7
+pattern = "one-to-one"
+src = "h4"
+dst = "h0"
+tx_depth = 2
+iterations = 10
+"#;
+    let s = Scenario::parse(text).unwrap();
+    let mut fabric = s.build().unwrap();
+    let plans = s.flow_plan(0).unwrap();
+    let rec = FlowRecorder::shared(10 * PS_PER_US);
+    attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).unwrap();
+    fabric.run_until(200 * PS_PER_US);
+    assert_eq!(atomic_counter(&mut fabric, "h0", 0), Some(3 * 50 * 3));
+    assert_eq!(atomic_counter(&mut fabric, "h0", 1), Some(7));
+    let rec = rec.borrow();
+    for (id, f) in rec.flows() {
+        let want = if *id == 3 { 10 } else { 50 };
+        assert_eq!(f.messages, want, "{}", f.info.name);
+        assert_eq!(f.payload_bytes, 8 * want);
+        assert_eq!(f.errors, 0);
+    }
+    // The same through the report.
+    let r = run_text(text);
+    assert_eq!(flow(&r, "f0 atomic h1->h0").messages, 50);
+    assert!(flow(&r, "f1 atomic h4->h0").latency.count == 10);
+}
+
+fn rnr_case(extra: &str) -> Report {
+    // 64 KiB SENDs at line rate to a receiver that keeps 2 receives posted and takes
+    // 100 us to post each one again: 20,000 messages a second at most, against about 190,000
+    // the link carries.
+    run_text(&format!(
+        "{B2B}[[flow]]\nop = \"send\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nsize = 65536\ntx_depth = 16\nrecv_post_delay_ns = 100000\nrnr_timer = 1\n{extra}"
+    ))
+}
+
+#[test]
+fn a_slow_receiver_causes_rnr_naks_and_exhausted_rnr_retries_fail_the_flow() {
+    // rnr_retry 7 retries forever: RNR NAKs, throughput set by the re-posting.
+    let r = rnr_case("rq_depth = 2\n");
+    let f = flow(&r, "f0 send h0->h1");
+    let qp = f.qp.as_ref().unwrap();
+    assert!(qp.rnr_naks_received > 0, "{qp:?}");
+    assert_eq!(qp.rnr_naks_sent, qp.rnr_naks_received);
+    assert_eq!(f.error_completions, 0);
+    // 2 receives per 100 us over 200 us: at most 2 + 2 x 2 messages (the first two are
+    // posted at time 0).
+    assert!(f.messages >= 2 && f.messages <= 6, "{}", f.messages);
+    assert_eq!(f.limited_by, "receiver_not_ready", "{}", f.evidence);
+
+    // rnr_retry 1: the second RNR NAK in a row ends the flow with the error status.
+    let r = rnr_case("rq_depth = 2\nrnr_retry = 1\n");
+    let f = flow(&r, "f0 send h0->h1");
+    assert_eq!(
+        f.error_statuses.get("IBV_WC_RNR_RETRY_EXC_ERR"),
+        Some(&1),
+        "{f:?}"
+    );
+    assert!(f.error_completions >= 1);
+    assert_eq!(f.limited_by, "errors");
+    assert!(
+        f.evidence.contains("IBV_WC_RNR_RETRY_EXC_ERR x1"),
+        "{}",
+        f.evidence
+    );
+
+    // A receive queue deep enough for the window: no RNR NAK at all.
+    let r = rnr_case("rq_depth = 4096\nrnr_retry = 1\n");
+    let f = flow(&r, "f0 send h0->h1");
+    let qp = f.qp.as_ref().unwrap();
+    assert_eq!(qp.rnr_naks_received, 0);
+    assert_eq!(f.error_completions, 0);
+    assert!(f.messages > 30, "{}", f.messages);
+
+    // An SRQ shared by two senders: its depth serves both.
+    let r = run_text(
+        "duration_us = 200\n[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\nop = \"send\"\npattern = \"incast\"\ndst = \"h0\"\nsize = 4096\ntx_depth = 8\nsrq = true\nrq_depth = 16\nrecv_post_delay_ns = 1000\n",
+    );
+    let total: u64 = r.summary.flows.iter().map(|f| f.messages).sum();
+    // 16 receives re-posted 1 us after use: up to 16 messages a microsecond, more than the
+    // link into h0 carries (3 a microsecond, 4 KiB at 100 Gb/s): the SRQ never runs dry
+    // and the two senders share the link.
+    for f in &r.summary.flows {
+        assert_eq!(f.qp.as_ref().unwrap().rnr_naks_received, 0, "{f:?}");
+    }
+    assert!(total > 550, "{total}");
+}
+
+#[test]
+fn a_ring_all_reduce_steps_on_received_chunks() {
+    let r = run_text(
+        r#"
+duration_us = 200
+[topology]
+kind = "single-switch"
+hosts = 4
+[[flow]]
+op = "send"
+pattern = "ring"
+size = 65536
+"#,
+    );
+    assert_eq!(r.summary.flows.len(), 4);
+    // 2 x (4 - 1) steps each, and a step needs the predecessor's chunk: each step costs at
+    // least one 64 KiB transfer (5.3 us), so the last completion is at least 6 of them in.
+    let per_chunk_us = 65952.0 * 8.0 / 100e3;
+    for f in &r.summary.flows {
+        assert_eq!(f.messages, 6, "{}", f.name);
+        assert!(f.last_us > 6.0 * per_chunk_us, "{} {}", f.name, f.last_us);
+        assert!(
+            f.last_us < 6.0 * per_chunk_us + 10.0,
+            "{} {}",
+            f.name,
+            f.last_us
+        );
+    }
+    assert_eq!(r.summary.flows[0].name, "f0 send h0->h1");
+    assert_eq!(r.summary.flows[3].name, "f0 send h3->h0");
+}
+
+#[test]
+fn flow_keys_are_checked_with_key_and_line() {
+    let base = "[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n";
+    let err = |extra: &str| {
+        Scenario::parse(&format!("{base}{extra}"))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("op = \"write\"\nservice = \"ud\"\n");
+    assert!(
+        e.starts_with("line 9: flow[0].service: Ud has no write"),
+        "{e}"
+    );
+    let e = err("op = \"read\"\nservice = \"uc\"\n");
+    assert!(e.starts_with("line 9: flow[0].service"), "{e}");
+    let e = err("op = \"atomic\"\nsize = 16\n");
+    assert!(
+        e.starts_with("line 9: flow[0].size: 16 bytes: atomics"),
+        "{e}"
+    );
+    let e = err("op = \"send\"\nservice = \"ud\"\nsize = 8192\n");
+    assert!(e.starts_with("line 10: flow[0].size"), "{e}");
+    let e = err("op = \"write\"\nrq_depth = 4\n");
+    assert!(
+        e.starts_with("line 9: flow[0].rq_depth: applies to send"),
+        "{e}"
+    );
+    let e = err("op = \"send\"\nrnr_retry = 8\n");
+    assert!(e.starts_with("line 9: flow[0].rnr_retry: 8"), "{e}");
+    let e = err("op = \"send\"\nrnr_timer = 32\n");
+    assert!(e.starts_with("line 9: flow[0].rnr_timer"), "{e}");
+    let e = err("op = \"write\"\natomic = \"fetch_add\"\n");
+    assert!(e.starts_with("line 9: flow[0].atomic"), "{e}");
+    let e = err("op = \"atomic\"\natomic = \"swap\"\n");
+    assert!(e.contains("swap") && e.contains("line 9"), "{e}");
+    let e = err("op = \"send\"\nmax_rd_atomic = 0\n");
+    assert!(e.starts_with("line 9: flow[0].max_rd_atomic"), "{e}");
+    let e = Scenario::parse(
+        "[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\nop = \"write\"\npattern = \"ring\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("line 6: flow[0].pattern"), "{e}");
+}
