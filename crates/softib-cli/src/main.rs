@@ -1,6 +1,7 @@
 //! The `softib` command: one binary for every softib tool. Each subcommand lives in its own
 //! module; the logic a library user would also need lives in the library crates.
 
+mod cases;
 mod cc;
 mod counters;
 mod decode;
@@ -56,6 +57,9 @@ enum Command {
     Counters(counters::CountersArgs),
     /// Simulate a native InfiniBand fabric from a scenario file and report what happened.
     Sim(sim::SimArgs),
+    /// Run the field-case library (classic transport problems, scenarios/cases/) and check
+    /// each case's criteria; --doc regenerates docs/troubleshooting.md's figures.
+    Cases(cases::CasesArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Command::Pingpong(a) => pingpong::run(&a),
         Command::Counters(a) => counters::run(&a),
         Command::Sim(args) => sim::run_cli(&args),
+        Command::Cases(a) => cases::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
+use softib_fabric::overrides::{apply_to_text, parse_assignment, set_key, value_from_text};
 use softib_fabric::report::compare::{compare, render as render_compare};
 use softib_fabric::report::run::{run_with, RunOptions};
 use softib_fabric::report::text::{render, render_explain};
@@ -59,6 +60,11 @@ pub struct SimArgs {
     /// stream[0].payload_bytes) in parallel and tabulate them; repeat for a cross product.
     #[arg(long, value_name = "KEY=V1,V2,...")]
     pub sweep: Vec<String>,
+    /// Set a scenario key before running (dotted, as for --sweep), e.g. `--set
+    /// duration_us=200` to shrink a run or `--set flow[0].mtu=1024`; repeatable. Applies
+    /// to both scenarios of --compare.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Run scenarios A and B and show the counter and bandwidth differences side by side.
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["scenario", "sweep"])]
     pub compare: Option<Vec<String>>,
@@ -95,7 +101,7 @@ struct Loaded {
 }
 
 /// Loads a scenario from a path, or a bundled scenario by name.
-fn load(arg: Option<&str>, seed: Option<u64>) -> Result<Loaded> {
+fn load(arg: Option<&str>, seed: Option<u64>, sets: &[String]) -> Result<Loaded> {
     let arg = arg.unwrap_or(DEFAULT_SCENARIO);
     let path = Path::new(arg);
     let (name, text, origin) = if path.exists() {
@@ -118,6 +124,11 @@ fn load(arg: Option<&str>, seed: Option<u64>) -> Result<Loaded> {
             BUNDLED.map(|(n, _)| n).join(", ")
         );
     };
+    let sets = sets
+        .iter()
+        .map(|a| parse_assignment(a).map_err(|e| anyhow!("--set {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let text = apply_to_text(&text, &sets).map_err(|e| anyhow!("--set in {origin}: {e}"))?;
     let mut scenario = Scenario::parse(&text).with_context(|| format!("in {origin}"))?;
     if let Some(s) = seed {
         scenario.seed = s;
@@ -233,7 +244,7 @@ pub fn run_cli(args: &SimArgs) -> Result<()> {
     if !args.sweep.is_empty() {
         return run_sweep(args);
     }
-    let l = load(args.scenario.as_deref(), args.seed)?;
+    let l = load(args.scenario.as_deref(), args.seed, &args.set)?;
     let progress = Progress::new(1000, &l.name);
     let report = run_one(&l, &options(args), &progress);
     progress.finish();
@@ -249,8 +260,8 @@ pub fn run_cli(args: &SimArgs) -> Result<()> {
 }
 
 fn run_compare(args: &SimArgs, a: &str, b: &str) -> Result<()> {
-    let la = load(Some(a), args.seed)?;
-    let lb = load(Some(b), args.seed)?;
+    let la = load(Some(a), args.seed, &args.set)?;
+    let lb = load(Some(b), args.seed, &args.set)?;
     let progress = Progress::new(2000, "compare");
     let opts = options(args);
     let (ra, rb) = rayon::join(
@@ -305,69 +316,6 @@ pub fn parse_sweep(s: &str) -> Result<Sweep> {
     })
 }
 
-/// A TOML value from its command-line spelling: integer, float, boolean, else string.
-fn toml_value(v: &str) -> toml::Value {
-    if let Ok(i) = v.parse::<i64>() {
-        toml::Value::Integer(i)
-    } else if let Ok(f) = v.parse::<f64>() {
-        toml::Value::Float(f)
-    } else if let Ok(b) = v.parse::<bool>() {
-        toml::Value::Boolean(b)
-    } else {
-        toml::Value::String(v.to_string())
-    }
-}
-
-/// Sets dotted `key` (segments may index arrays of tables: `stream[0].payload_bytes`) in
-/// `doc`, creating missing tables.
-pub fn set_key(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<()> {
-    let parts: Vec<&str> = key.split('.').collect();
-    let mut table = doc;
-    for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        let (name, index) = match part.split_once('[') {
-            Some((n, rest)) => {
-                let idx = rest
-                    .strip_suffix(']')
-                    .and_then(|x| x.parse::<usize>().ok())
-                    .ok_or_else(|| anyhow!("--sweep key {key}: `{part}` is not NAME[INDEX]"))?;
-                (n, Some(idx))
-            }
-            None => (*part, None),
-        };
-        if last && index.is_none() {
-            table.insert(name.to_string(), value);
-            return Ok(());
-        }
-        if index.is_some() && !table.contains_key(name) {
-            bail!("--sweep key {key}: the scenario has no [[{name}]] table");
-        }
-        let entry = table
-            .entry(name.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        let target = match index {
-            None => entry,
-            Some(idx) => {
-                let arr = entry.as_array_mut().ok_or_else(|| {
-                    anyhow!("--sweep key {key}: `{name}` is not an array of tables")
-                })?;
-                let len = arr.len();
-                arr.get_mut(idx).ok_or_else(|| {
-                    anyhow!("--sweep key {key}: `{name}` has {len} entries (indices 0..{len})")
-                })?
-            }
-        };
-        if last {
-            *target = value;
-            return Ok(());
-        }
-        table = target
-            .as_table_mut()
-            .ok_or_else(|| anyhow!("--sweep key {key}: `{part}` is a value, not a table"))?;
-    }
-    Ok(())
-}
-
 /// Every combination of the sweeps' values, as (label, key=value pairs).
 fn variants(sweeps: &[Sweep]) -> Vec<Vec<(String, String)>> {
     let mut out: Vec<Vec<(String, String)>> = vec![Vec::new()];
@@ -386,7 +334,7 @@ fn variants(sweeps: &[Sweep]) -> Vec<Vec<(String, String)>> {
 }
 
 fn run_sweep(args: &SimArgs) -> Result<()> {
-    let base = load(args.scenario.as_deref(), args.seed)?;
+    let base = load(args.scenario.as_deref(), args.seed, &args.set)?;
     let sweeps = args
         .sweep
         .iter()
@@ -396,7 +344,7 @@ fn run_sweep(args: &SimArgs) -> Result<()> {
     for combo in variants(&sweeps) {
         let mut doc: toml::Table = toml::from_str(&base.text).context("re-reading the scenario")?;
         for (k, v) in &combo {
-            set_key(&mut doc, k, toml_value(v))?;
+            set_key(&mut doc, k, value_from_text(v)).map_err(|e| anyhow!("--sweep {e}"))?;
         }
         if let Some(s) = args.seed {
             doc.insert("seed".into(), toml::Value::Integer(s as i64));
@@ -526,24 +474,6 @@ fn sweep_csv(rows: &[(String, Report)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sweep_keys_reach_nested_tables_and_arrays() {
-        let mut doc: toml::Table = toml::from_str(
-            "[topology]\nkind = \"back-to-back\"\n[[stream]]\npattern = \"one-to-one\"\n",
-        )
-        .unwrap();
-        set_key(&mut doc, "fabric.rx_buffer_bytes", toml_value("4096")).unwrap();
-        set_key(&mut doc, "stream[0].payload_bytes", toml_value("1024")).unwrap();
-        set_key(&mut doc, "fabric.cable_m", toml_value("2.5")).unwrap();
-        assert_eq!(doc["fabric"]["rx_buffer_bytes"].as_integer(), Some(4096));
-        assert_eq!(doc["stream"][0]["payload_bytes"].as_integer(), Some(1024));
-        assert_eq!(doc["fabric"]["cable_m"].as_float(), Some(2.5));
-        let e = set_key(&mut doc, "stream[3].sl", toml_value("1")).unwrap_err();
-        assert!(e.to_string().contains("has 1 entries"), "{e}");
-        let e = set_key(&mut doc, "topology.kind.x", toml_value("1")).unwrap_err();
-        assert!(e.to_string().contains("not a table"), "{e}");
-    }
 
     #[test]
     fn sweeps_multiply() {

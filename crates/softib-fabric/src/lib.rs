@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cases;
 pub mod cc_switch;
 pub mod cc_trace;
 pub mod congestion;
@@ -24,6 +25,7 @@ pub mod faults;
 pub mod flow_app;
 pub mod hca;
 pub mod link;
+pub mod overrides;
 pub mod packet;
 pub mod perftest;
 mod port;

@@ -31,17 +31,20 @@ const PALETTE: [RGBColor; 12] = [
     RGBColor(128, 0, 0),
 ];
 
-struct Line {
-    label: String,
-    points: Vec<(f64, f64)>,
+/// One line of a chart: a label and (x, y) points.
+pub(crate) struct Line {
+    /// Legend text.
+    pub(crate) label: String,
+    /// Points in x order.
+    pub(crate) points: Vec<(f64, f64)>,
 }
 
 fn to_us(t: Picos) -> f64 {
     t as f64 / PS_PER_US as f64
 }
 
-/// Draws `lines` into an SVG document.
-fn chart(title: &str, y_label: &str, x_max: f64, lines: &[Line], note: &str) -> String {
+/// Draws `lines` into an SVG document (x in simulated microseconds from 0 to `x_max`).
+pub(crate) fn chart(title: &str, y_label: &str, x_max: f64, lines: &[Line], note: &str) -> String {
     let mut svg = String::new();
     let y_max = lines
         .iter()
