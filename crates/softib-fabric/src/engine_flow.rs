@@ -799,6 +799,7 @@ pub fn attach_flows(
                             requesters: Vec::new(),
                             receivers: Vec::new(),
                             srqs: Vec::new(),
+                            responders: Vec::new(),
                             counters: Vec::new(),
                             recorder: recorder.clone(),
                             ledger: ledger.clone(),
@@ -887,6 +888,7 @@ pub fn attach_flows(
             }
             None => (peer.keys, peer.addr),
         };
+        responder.app.responders.push((p.flow, peer.qpn));
         if let Some(r) = p.recv {
             receiver_of.insert(p.flow, responder.app.receivers.len());
             responder.app.receivers.push(Receiver {

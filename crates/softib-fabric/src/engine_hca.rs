@@ -61,17 +61,40 @@ pub struct EncapCounters {
 }
 
 /// A receive processing delay: packets reach the engine between `min` and `max` after they
-/// arrived (uniformly drawn from a seeded stream), in arrival order. It models a responder
-/// that is slow to process what it received (a host busy with something else) while its HCA
-/// keeps accepting packets off the link, so link credits are unaffected.
+/// arrived (uniformly drawn from a seeded stream), in arrival order, and never during a
+/// stall window (a packet due inside one waits for its end). It models a responder that is
+/// slow to process what it received (a host busy with something else) while its HCA keeps
+/// accepting packets off the link, so link credits are unaffected.
 struct RxDelay {
     min: Picos,
     max: Picos,
+    /// Stall windows [start, end), sorted by start.
+    stalls: Vec<(Picos, Picos)>,
     rng: ChaCha8Rng,
     /// Packets waiting: (due time, receive metadata, transport bytes).
     queue: VecDeque<(Picos, RxMeta, Vec<u8>)>,
     /// Buffers of delivered packets, reused.
     spare: Vec<Vec<u8>>,
+}
+
+impl RxDelay {
+    /// When a packet arriving at `now` reaches the engine.
+    fn due(&mut self, now: Picos) -> Picos {
+        let delay = if self.max > self.min {
+            self.rng.gen_range(self.min..=self.max)
+        } else {
+            self.min
+        };
+        let last = self.queue.back().map_or(0, |(due, _, _)| *due);
+        let mut due = (now + delay).max(last);
+        // Windows may overlap or abut: move past each one the time falls into.
+        for &(start, end) in &self.stalls {
+            if due >= start && due < end {
+                due = end;
+            }
+        }
+        due
+    }
 }
 
 /// An HCA port running the transport engine and an application.
@@ -105,14 +128,32 @@ impl EngineHca {
     /// picoseconds (from a ChaCha8 stream seeded with `seed`) before the engine sees it,
     /// keeping arrival order: the slow-responder model.
     pub fn with_rx_delay(mut self, min: Picos, max: Picos, seed: u64) -> Self {
+        self.set_rx_delay(min, max, Vec::new(), seed);
+        self
+    }
+
+    /// Sets the receive processing model: a delay drawn uniformly from [`min`, `max`]
+    /// picoseconds (seeded with `seed`), and `stalls`, windows [start, end) in which the
+    /// host processes nothing it received (what arrives or falls due inside one waits for
+    /// its end). Packets already waiting keep their times.
+    pub fn set_rx_delay(
+        &mut self,
+        min: Picos,
+        max: Picos,
+        mut stalls: Vec<(Picos, Picos)>,
+        seed: u64,
+    ) {
+        stalls.retain(|(s, e)| e > s);
+        stalls.sort_unstable();
+        let queue = self.rx_delay.take().map(|d| d.queue).unwrap_or_default();
         self.rx_delay = Some(RxDelay {
             min: min.min(max),
             max: max.max(min),
+            stalls,
             rng: ChaCha8Rng::seed_from_u64(seed),
-            queue: VecDeque::new(),
+            queue,
             spare: Vec::new(),
         });
-        self
     }
 
     /// Packets received but not yet processed (with a receive delay).
@@ -282,18 +323,14 @@ impl Endpoint for EngineHca {
         // BTH through pad: without ICRC (4) and VCRC (2).
         let transport = &bytes[off..bytes.len() - 6];
         if let Some(d) = self.rx_delay.as_mut() {
-            let delay = if d.max > d.min {
-                d.rng.gen_range(d.min..=d.max)
-            } else {
-                d.min
-            };
-            let last = d.queue.back().map_or(0, |(due, _, _)| *due);
-            let due = (tx.now() + delay).max(last);
-            let mut buf = d.spare.pop().unwrap_or_default();
-            buf.clear();
-            buf.extend_from_slice(transport);
-            d.queue.push_back((due, meta, buf));
-            return;
+            let due = d.due(tx.now());
+            if due > tx.now() || !d.queue.is_empty() {
+                let mut buf = d.spare.pop().unwrap_or_default();
+                buf.clear();
+                buf.extend_from_slice(transport);
+                d.queue.push_back((due, meta, buf));
+                return;
+            }
         }
         self.dev
             .handle_packet(to_engine_nanos(tx.now()), &meta, transport);

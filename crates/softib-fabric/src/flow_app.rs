@@ -117,6 +117,8 @@ pub(crate) struct FlowHost {
     pub(crate) requesters: Vec<Requester>,
     pub(crate) receivers: Vec<Receiver>,
     pub(crate) srqs: Vec<SharedQueue>,
+    /// Responder QPs on this host: (flow, QPN).
+    pub(crate) responders: Vec<(u32, u32)>,
     /// 8-byte atomic targets on this host: (flow table, lkey, addr).
     pub(crate) counters: Vec<(usize, u32, u64)>,
     pub(crate) recorder: SharedRecorder,
@@ -133,7 +135,7 @@ impl FlowHost {
         self.requesters
             .iter()
             .map(|r| (r.flow, r.qpn, true))
-            .chain(self.receivers.iter().map(|r| (r.flow, r.qpn, false)))
+            .chain(self.responders.iter().map(|&(flow, qpn)| (flow, qpn, false)))
     }
 
     fn post_recv(dev: &mut Device, qpn: u32, queue: RecvQueue, srqs: &[SharedQueue], sge: Sge) {

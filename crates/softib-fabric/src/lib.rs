@@ -24,6 +24,7 @@ pub mod fabric;
 pub mod faults;
 pub mod flow_app;
 pub mod hca;
+pub mod host_model;
 pub mod link;
 pub mod overrides;
 pub mod packet;

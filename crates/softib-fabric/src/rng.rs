@@ -19,6 +19,8 @@ pub enum StreamKind {
     Marking,
     /// Traffic generators (start jitter, random destinations).
     Traffic,
+    /// A host's receive processing delay (`[[host]]` `responder_jitter_ns`).
+    ResponderDelay,
 }
 
 impl StreamKind {
@@ -28,6 +30,7 @@ impl StreamKind {
             StreamKind::LinkErrors => 2,
             StreamKind::Marking => 3,
             StreamKind::Traffic => 4,
+            StreamKind::ResponderDelay => 5,
         }
     }
 }

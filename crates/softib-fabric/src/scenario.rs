@@ -215,6 +215,9 @@ pub struct Scenario {
     /// Scheduled faults ([`crate::faults`]).
     #[serde(default)]
     pub fault: Vec<crate::faults::FaultEntry>,
+    /// Per-host behaviour of engine HCAs ([`crate::host_model`]).
+    #[serde(default)]
+    pub host: Vec<crate::host_model::HostEntry>,
     #[serde(skip)]
     source: String,
 }
@@ -229,6 +232,7 @@ impl Scenario {
         s.config()?;
         s.traffic_check()?;
         s.fault_check()?;
+        s.host_models()?;
         s.congestion_control()?;
         Ok(s)
     }

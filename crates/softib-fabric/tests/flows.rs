@@ -299,3 +299,119 @@ fn flow_keys_are_checked_with_key_and_line() {
     .to_string();
     assert!(e.starts_with("line 6: flow[0].pattern"), "{e}");
 }
+
+fn slow_responder(timeout: u8, extra: &str) -> Report {
+    // h1's engine sees each packet 100-150 us after it arrived; local_ack_timeout 4 is
+    // 65.5 us, 10 is 4.19 ms.
+    run_text(&format!(
+        r#"
+duration_us = 2000
+[topology]
+kind = "back-to-back"
+[[flow]]
+op = "write"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 4096
+tx_depth = 4
+local_ack_timeout = {timeout}
+[[host]]
+name = "h1"
+responder_delay_ns = 100000
+responder_jitter_ns = 50000
+{extra}"#
+    ))
+}
+
+#[test]
+fn a_responder_slower_than_the_ack_timeout_draws_retransmissions_and_duplicates() {
+    let short = slow_responder(4, "");
+    let f = flow(&short, "f0 write h0->h1");
+    let qp = f.qp.as_ref().unwrap();
+    assert_eq!(short.summary.totals.errors, 0, "no link errors");
+    assert!(qp.retransmitted_packets > 0, "{qp:?}");
+    assert!(qp.local_ack_timeouts > 0, "{qp:?}");
+    assert!(qp.duplicates_received > 0, "{qp:?}");
+    assert_eq!(f.limited_by, "retransmissions", "{}", f.evidence);
+
+    let long = slow_responder(10, "");
+    let g = flow(&long, "f0 write h0->h1");
+    let qp = g.qp.as_ref().unwrap();
+    assert_eq!(
+        qp.retransmitted_packets + qp.duplicates_received,
+        0,
+        "{qp:?}"
+    );
+    // 4 messages per 100-150 us either way, but the short timeout adds duplicates the
+    // responder has to process in turn.
+    assert!(g.messages >= f.messages, "{} vs {}", g.messages, f.messages);
+    assert!(g.messages > 40, "{}", g.messages);
+}
+
+#[test]
+fn a_responder_stall_longer_than_the_retries_fails_the_flow() {
+    // No delay outside the stall: h1 stops processing from 100 to 1100 us. With
+    // local_ack_timeout 4 (65.5 us) and 7 retries the requester gives up after about
+    // 8 x 65.5 = 524 us of silence.
+    let stall = "[[fault]]\nkind = \"responder_stall\"\nnode = \"h1\"\nstart_us = 100\nduration_us = 1000\n";
+    let r = run_text(&format!(
+        "duration_us = 1500\n[topology]\nkind = \"back-to-back\"\n[[flow]]\nop = \"write\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nsize = 4096\ntx_depth = 4\nlocal_ack_timeout = 4\n{stall}"
+    ));
+    let f = flow(&r, "f0 write h0->h1");
+    assert_eq!(
+        f.error_statuses.get("IBV_WC_RETRY_EXC_ERR"),
+        Some(&1),
+        "{f:?}"
+    );
+    assert!(
+        f.last_us < 100.0 + 1.0,
+        "nothing completes after the stall began: {f:?}"
+    );
+    // A shorter stall is ridden out by the retries.
+    let r = run_text(&format!(
+        "duration_us = 1500\n[topology]\nkind = \"back-to-back\"\n[[flow]]\nop = \"write\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nsize = 4096\ntx_depth = 4\nlocal_ack_timeout = 4\n{}",
+        stall.replace("1000", "200")
+    ));
+    let f = flow(&r, "f0 write h0->h1");
+    assert_eq!(f.error_completions, 0, "{f:?}");
+    assert!(f.qp.as_ref().unwrap().local_ack_timeouts > 0);
+    assert!(f.last_us > 1400.0, "{f:?}");
+}
+
+#[test]
+fn host_and_stall_keys_are_checked_with_key_and_line() {
+    let base = "[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\nop = \"write\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n";
+    let err = |extra: &str| {
+        Scenario::parse(&format!("{base}{extra}"))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("[[host]]\nname = \"h2\"\nresponder_delay_ns = 5\n");
+    assert!(
+        e.starts_with("line 10: host[0].name: `h2` runs no [[flow]]"),
+        "{e}"
+    );
+    let e = err("[[host]]\nname = \"h1\"\nresponder_delay = 5\n");
+    assert!(
+        e.contains("responder_delay") && e.contains("line 11"),
+        "{e}"
+    );
+    let e = err("[[fault]]\nkind = \"responder_stall\"\nnode = \"h1\"\nstart_us = 1\n");
+    assert!(
+        e.starts_with("line 10: fault[0]: a responder_stall needs"),
+        "{e}"
+    );
+    let e = err("[[fault]]\nkind = \"responder_stall\"\nnode = \"h1\"\nstart_us = 1\nduration_us = 1\ndown_us = 4\n");
+    assert!(
+        e.starts_with("line 14: fault[0].down_us: belongs to a link fault"),
+        "{e}"
+    );
+    let e = err("[[fault]]\nlink = \"h1:1\"\ndown_us = 4\nnode = \"h1\"\n");
+    assert!(
+        e.starts_with("line 12: fault[0].node: belongs to a responder_stall"),
+        "{e}"
+    );
+    let e = err("[[fault]]\nkind = \"stall\"\n");
+    assert!(e.contains("stall") && e.contains("line 10"), "{e}");
+}

@@ -132,6 +132,7 @@ pub fn run_with(
     }
     let flows = s.flow_plan(plan.len() as u32)?;
     let engine_hosts = attach_flows(&mut fabric, &flows, &recorder, s.seed, &mut wrap)?;
+    s.apply_host_models(&mut fabric)?;
     // Captured hosts that carry no traffic of their own still receive (a sink).
     for h in &opts.capture_hosts {
         if !gens_hosts.contains(h) && !engine_hosts.contains(h) {
