@@ -219,6 +219,12 @@ impl Context {
         })
     }
 
+    /// Sends to the peer at `ip` on UDP `port` instead of RoCEv2's 4791 (for peers that,
+    /// like this device, run on another port).
+    pub fn set_peer_port(&self, ip: std::net::IpAddr, port: u16) {
+        self.lock().set_peer_port(ip, port);
+    }
+
     /// The device's UDP address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local

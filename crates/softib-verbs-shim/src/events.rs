@@ -1,0 +1,114 @@
+//! Completion channels and the async event queue: an eventfd the application waits on
+//! (or polls, in event mode) plus the queue of what each signal stands for, and the
+//! notifier thread that turns the engine's events into them.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use softib_transport::AsyncEvent;
+
+use crate::abi::*;
+use crate::objects::Shared;
+use crate::sys::EventFd;
+
+/// An eventfd and the items its signals announce, one per signal.
+#[derive(Debug)]
+pub struct EventQueue<T> {
+    fd: EventFd,
+    items: Mutex<VecDeque<T>>,
+}
+
+impl<T> EventQueue<T> {
+    /// An empty queue with a fresh eventfd.
+    pub fn new() -> io::Result<EventQueue<T>> {
+        Ok(EventQueue {
+            fd: EventFd::new()?,
+            items: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Queues `item` and signals the descriptor.
+    pub fn push(&self, item: T) {
+        self.items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(item);
+        self.fd.signal();
+    }
+
+    /// Waits for a signal (or fails with `WouldBlock` on a non-blocking descriptor) and
+    /// takes its item.
+    pub fn pop(&self) -> io::Result<T> {
+        self.fd.wait()?;
+        self.items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))
+    }
+
+    /// The descriptor.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.raw()
+    }
+}
+
+/// Where the completion events of a CQ go: its channel's queue, carrying the CQ's address.
+#[derive(Clone, Debug)]
+pub struct CqTarget {
+    /// The channel's queue.
+    pub queue: Arc<EventQueue<usize>>,
+    /// The `ibv_cq` the application gets back from `ibv_get_cq_event`.
+    pub cq_addr: usize,
+}
+
+/// Addresses of the C objects an engine event names.
+#[derive(Debug, Default)]
+pub struct Registry {
+    /// CQ handle -> channel target (CQs created with a channel).
+    pub cqs: HashMap<u32, CqTarget>,
+    /// CQ handle -> `ibv_cq` address (every CQ, for CQ errors).
+    pub cq_addrs: HashMap<u32, usize>,
+    /// QPN -> `ibv_qp` address.
+    pub qps: HashMap<u32, usize>,
+    /// SRQ handle -> `ibv_srq` address.
+    pub srqs: HashMap<u32, usize>,
+}
+
+/// How long the notifier waits for an engine event before it checks whether the device
+/// is still open.
+const NOTIFIER_SLICE: Duration = Duration::from_millis(20);
+
+/// Moves engine events to the queues applications wait on until the device closes (the
+/// last strong reference to `Shared` goes away).
+pub fn notifier_loop(shared: Weak<Shared>) {
+    while let Some(s) = shared.upgrade() {
+        if let Some(ev) = s.net.wait_event(NOTIFIER_SLICE) {
+            dispatch(&s, ev);
+        }
+    }
+}
+
+fn dispatch(s: &Shared, ev: AsyncEvent) {
+    let reg = s.registry.lock().unwrap_or_else(|p| p.into_inner());
+    let (addr, ty) = match ev {
+        AsyncEvent::CqNotify(cq) => {
+            if let Some(t) = reg.cqs.get(&cq.0) {
+                t.queue.push(t.cq_addr);
+            }
+            return;
+        }
+        AsyncEvent::CqOverflow(cq) => (reg.cq_addrs.get(&cq.0), IBV_EVENT_CQ_ERR),
+        AsyncEvent::SrqLimitReached(srq) => (reg.srqs.get(&srq.0), IBV_EVENT_SRQ_LIMIT_REACHED),
+        AsyncEvent::QpFatal(q) => (reg.qps.get(&q), IBV_EVENT_QP_FATAL),
+        AsyncEvent::CommEstablished(q) => (reg.qps.get(&q), IBV_EVENT_COMM_EST),
+        AsyncEvent::SqDrained(q) => (reg.qps.get(&q), IBV_EVENT_SQ_DRAINED),
+        AsyncEvent::LastWqeReached(q) => (reg.qps.get(&q), IBV_EVENT_QP_LAST_WQE_REACHED),
+    };
+    // An event for an object already destroyed has nobody to tell.
+    if let Some(&addr) = addr {
+        s.async_events.push((addr, ty));
+    }
+}

@@ -1,0 +1,315 @@
+//! The data path: the functions installed in `context->ops`, which the inline
+//! `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`, `ibv_poll_cq` and
+//! `ibv_req_notify_cq` of verbs.h call. Errors follow the verbs convention: the post
+//! functions return an errno and point `bad_wr` at the first WR not posted.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+
+use softib_transport::{
+    Device, Nanos, RecvWr, SendFlags, SendWr, Sge, UdDest, VerbsError, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+
+use super::{guard, obj, report};
+use crate::abi::*;
+use crate::convert::{errno_of, imm_from_c, wc_to_c, wr_opcode_from_c};
+use crate::objects::{AhObj, CqObj, PdObj, QpObj, SrqObj};
+
+/// Why one WR was refused: errno and the message for `SOFTIB_DEBUG`.
+type Refusal = (i32, String);
+
+fn refuse(e: VerbsError) -> Refusal {
+    (errno_of(&e), e.to_string())
+}
+
+/// The SGEs of a WR.
+///
+/// # Safety
+/// `list` points at `n` SGEs when `n > 0` (ibv_post_send(3)).
+unsafe fn sges(list: *const ibv_sge, n: i32) -> Result<Vec<Sge>, Refusal> {
+    if n < 0 || (n > 0 && list.is_null()) {
+        return Err((libc::EINVAL, format!("num_sge {n} with sg_list {list:p}")));
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: function contract: `n` readable SGEs at `list`.
+    let s = unsafe { std::slice::from_raw_parts(list, n as usize) };
+    Ok(s.iter()
+        .map(|g| Sge {
+            addr: g.addr,
+            length: g.length,
+            lkey: g.lkey,
+        })
+        .collect())
+}
+
+/// Builds and posts one send WR.
+///
+/// # Safety
+/// `w` is a valid send WR whose SGEs (and, for INLINE, the bytes they name) are readable.
+unsafe fn post_one_send(
+    q: &QpObj,
+    bounce: u32,
+    e: &mut Device,
+    now: Nanos,
+    w: &ibv_send_wr,
+) -> Result<(), Refusal> {
+    let opcode =
+        wr_opcode_from_c(w.opcode).map_err(|errno| (errno, format!("opcode {}", w.opcode)))?;
+    // SAFETY: forwarded function contract.
+    let mut sg_list = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let mut flags = SendFlags(w.send_flags & 0xF);
+    if flags.contains(SendFlags::INLINE) {
+        // Inline data may live in unregistered memory (ibv_post_send(3)): stage it in the
+        // PD's bounce region, from which the engine copies it at post time.
+        let total: u64 = sg_list.iter().map(|g| u64::from(g.length)).sum();
+        if total > u64::from(q.cap.max_inline_data) {
+            return Err((
+                libc::EINVAL,
+                format!(
+                    "{total} inline bytes exceed max_inline_data {}",
+                    q.cap.max_inline_data
+                ),
+            ));
+        }
+        let m = e
+            .memory_mut(bounce)
+            .ok_or((libc::EINVAL, "the PD's inline region is gone".to_string()))?;
+        let mut at = 0usize;
+        for g in &sg_list {
+            if g.length == 0 {
+                continue;
+            }
+            // SAFETY: the application promises the inline SGEs' bytes are readable for the
+            // duration of the call (ibv_post_send(3), IBV_SEND_INLINE).
+            let bytes = unsafe {
+                std::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize)
+            };
+            m.write(at, bytes);
+            at += bytes.len();
+        }
+        sg_list = if total == 0 {
+            Vec::new()
+        } else {
+            vec![Sge {
+                addr: 0,
+                length: total as u32,
+                lkey: bounce,
+            }]
+        };
+    } else {
+        flags = flags.difference(SendFlags::INLINE);
+    }
+    let has_imm = matches!(opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
+    let atomic = opcode.is_atomic();
+    let ud = if q.qp_type == softib_transport::QpType::Ud {
+        // SAFETY: `wr.ud.ah` is NULL or an AH from ibv_create_ah (ibv_post_send(3)).
+        let ah = unsafe { obj::<_, AhObj>(w.wr.ud_ah() as *mut ibv_ah) }.ok_or((
+            libc::EINVAL,
+            "UD send without an address handle".to_string(),
+        ))?;
+        Some(UdDest {
+            ah: ah.handle,
+            remote_qpn: w.wr.ud_remote_qpn(),
+            remote_qkey: w.wr.ud_remote_qkey(),
+        })
+    } else {
+        None
+    };
+    let wr = SendWr {
+        wr_id: w.wr_id,
+        opcode,
+        sg_list,
+        flags,
+        imm_data: has_imm.then(|| imm_from_c(w.imm_data)),
+        invalidate_rkey: if opcode == WrOpcode::SendWithInv {
+            w.imm_data
+        } else {
+            0
+        },
+        remote_addr: w.wr.remote_addr(),
+        rkey: if atomic {
+            w.wr.atomic_rkey()
+        } else {
+            w.wr.rdma_rkey()
+        },
+        compare_add: if atomic { w.wr.compare_add() } else { 0 },
+        swap: if atomic { w.wr.swap() } else { 0 },
+        ud,
+    };
+    e.post_send(now, q.qp.qp_num, &wr).map_err(refuse)
+}
+
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a QP from ibv_create_qp (the ops table is only reachable through ours).
+        let Some(q) = (unsafe { obj::<_, QpObj>(qp) }) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: the QP's PD is one of ours and outlives the QP.
+        let bounce = unsafe { obj::<_, PdObj>(q.qp.pd) }
+            .map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire));
+        let mut cur = wr;
+        let r = q.shared.net.with_engine(|e, now| {
+            while !cur.is_null() {
+                // SAFETY: a chain of valid WRs, NULL-terminated (ibv_post_send(3)).
+                let w = unsafe { &*cur };
+                // SAFETY: as above.
+                unsafe { post_one_send(q, bounce, e, now, w) }?;
+                cur = w.next;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => 0,
+            Err((errno, why)) => {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer (ibv_post_send(3)).
+                    unsafe { *bad = cur };
+                }
+                report(&q.shared, "ibv_post_send", errno, &why)
+            }
+        }
+    })
+}
+
+/// Walks a receive WR chain, posting each with `post`.
+///
+/// # Safety
+/// `wr` is a NULL-terminated chain of valid receive WRs.
+unsafe fn post_recv_chain(
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    mut post: impl FnMut(&RecvWr) -> Result<(), VerbsError>,
+) -> Result<(), (i32, String)> {
+    let mut cur = wr;
+    let r = (|| {
+        while !cur.is_null() {
+            // SAFETY: function contract.
+            let w = unsafe { &*cur };
+            // SAFETY: function contract (the WR's SGE list).
+            let sg_list = unsafe { sges(w.sg_list, w.num_sge) }?;
+            post(&RecvWr {
+                wr_id: w.wr_id,
+                sg_list,
+            })
+            .map_err(refuse)?;
+            cur = w.next;
+        }
+        Ok(())
+    })();
+    if r.is_err() && !bad.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { *bad = cur };
+    }
+    r
+}
+
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a QP from ibv_create_qp.
+        let Some(q) = (unsafe { obj::<_, QpObj>(qp) }) else {
+            return libc::EINVAL;
+        };
+        let qpn = q.qp.qp_num;
+        // SAFETY: the caller's WR chain (ibv_post_recv(3)).
+        let r = q
+            .shared
+            .net
+            .with_engine(|e, _| unsafe { post_recv_chain(wr, bad, |w| e.post_recv(qpn, w)) });
+        match r {
+            Ok(()) => 0,
+            Err((errno, why)) => report(&q.shared, "ibv_post_recv", errno, &why),
+        }
+    })
+}
+
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: an SRQ from ibv_create_srq.
+        let Some(q) = (unsafe { obj::<_, SrqObj>(srq) }) else {
+            return libc::EINVAL;
+        };
+        let h = q.handle;
+        // SAFETY: the caller's WR chain (ibv_post_srq_recv(3)).
+        let r = q
+            .shared
+            .net
+            .with_engine(|e, _| unsafe { post_recv_chain(wr, bad, |w| e.post_srq_recv(h, w)) });
+        match r {
+            Ok(()) => 0,
+            Err((errno, why)) => report(&q.shared, "ibv_post_srq_recv", errno, &why),
+        }
+    })
+}
+
+/// Completions taken from the engine per call (a stack buffer, no allocation).
+const POLL_BATCH: usize = 32;
+
+const EMPTY_WC: WorkCompletion = WorkCompletion {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: WcOpcode::Send,
+    byte_len: 0,
+    imm_data: None,
+    invalidated_rkey: None,
+    qp_num: 0,
+    src_qp: 0,
+    slid: 0,
+    sl: 0,
+    wc_flags: WcFlags(0),
+    vendor_err: 0,
+};
+
+pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard(-1, || {
+        // SAFETY: a CQ from ibv_create_cq.
+        let Some(q) = (unsafe { obj::<_, CqObj>(cq) }) else {
+            return -1;
+        };
+        if n <= 0 || wc.is_null() {
+            return 0;
+        }
+        let want = n as usize;
+        let mut buf = [EMPTY_WC; POLL_BATCH];
+        let mut done = 0;
+        while done < want {
+            let chunk = (want - done).min(POLL_BATCH);
+            let got = q.shared.net.poll_cq(q.handle, &mut buf[..chunk]);
+            for (i, w) in buf[..got].iter().enumerate() {
+                // SAFETY: `wc` has room for `n` entries (ibv_poll_cq(3)); done + i < n.
+                unsafe { wc.add(done + i).write(wc_to_c(w)) };
+            }
+            done += got;
+            if got < chunk {
+                break;
+            }
+        }
+        done as c_int
+    })
+}
+
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a CQ from ibv_create_cq.
+        let Some(q) = (unsafe { obj::<_, CqObj>(cq) }) else {
+            return libc::EINVAL;
+        };
+        q.shared.net.req_notify_cq(q.handle, solicited_only != 0);
+        0
+    })
+}

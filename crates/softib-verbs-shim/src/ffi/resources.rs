@@ -1,0 +1,604 @@
+//! Protection domains, memory regions, completion channels and queues, SRQs and address
+//! handles.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use softib_transport::{AccessFlags, SrqAttr, VecMemory};
+
+use super::{ctx_obj, guard, obj, report};
+use crate::abi::*;
+use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
+use crate::events::{CqTarget, EventQueue};
+use crate::objects::{AhObj, ChannelObj, CqObj, MrObj, PdObj, Shared, SrqObj};
+use crate::raw_memory::RawMemory;
+use crate::sys::set_errno;
+
+/// Returns NULL with `errno` set: the failure convention of the object-creating verbs.
+fn null_with<T>(errno: i32) -> *mut T {
+    set_errno(errno);
+    std::ptr::null_mut()
+}
+
+/// Registers a PD's inline staging region.
+fn bounce_region(
+    s: &Shared,
+    pd: softib_transport::PdHandle,
+) -> Result<u32, softib_transport::VerbsError> {
+    let len = s.limits.max_inline_data.max(1) as usize;
+    s.net
+        .with_engine(|e, _| {
+            e.reg_mr(
+                pd,
+                Box::new(VecMemory::zeroed(len)),
+                0,
+                AccessFlags::LOCAL_WRITE,
+            )
+        })
+        .map(|k| k.lkey)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: a context from ibv_open_device (ibv_alloc_pd(3)).
+        let Some(c) = (unsafe { ctx_obj(ctx) }) else {
+            return null_with(libc::EINVAL);
+        };
+        let s = &c.shared;
+        let handle = s.net.alloc_pd();
+        let bounce = match bounce_region(s, handle) {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = s.net.with_engine(|en, _| en.dealloc_pd(handle));
+                return null_with(report(s, "ibv_alloc_pd", errno_of(&e), &e));
+            }
+        };
+        let o = Box::new(PdObj {
+            pd: ibv_pd {
+                context: ctx,
+                handle: handle.0,
+            },
+            handle,
+            bounce_lkey: bounce.into(),
+            shared: s.clone(),
+        });
+        Box::into_raw(o).cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a PD from ibv_alloc_pd (ibv_dealloc_pd(3)).
+        let Some(p) = (unsafe { obj::<_, PdObj>(pd) }) else {
+            return libc::EINVAL;
+        };
+        let s = &p.shared;
+        let bounce = p.bounce_lkey.load(Ordering::Acquire);
+        let r = s.net.with_engine(|e, _| {
+            e.dereg_mr(bounce)?;
+            e.dealloc_pd(p.handle)
+        });
+        if let Err(e) = r {
+            // Still in use: give the PD its staging region back so inline sends keep working.
+            if let Ok(k) = bounce_region(s, p.handle) {
+                p.bounce_lkey.store(k, Ordering::Release);
+            }
+            return report(s, "ibv_dealloc_pd", errno_of(&e), &e);
+        }
+        // SAFETY: boxed by ibv_alloc_pd; the application no longer uses it.
+        drop(unsafe { Box::from_raw(pd.cast::<PdObj>()) });
+        0
+    })
+}
+
+fn reg_mr_common(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    // SAFETY: a PD from ibv_alloc_pd (ibv_reg_mr(3)).
+    let Some(p) = (unsafe { obj::<_, PdObj>(pd) }) else {
+        return null_with(libc::EINVAL);
+    };
+    let s = &p.shared;
+    if addr.is_null() && length > 0 {
+        return null_with(report(s, "ibv_reg_mr", libc::EINVAL, &"NULL address"));
+    }
+    // SAFETY: ibv_reg_mr(3): the application keeps `addr..addr+length` mapped until
+    // ibv_dereg_mr, which drops this RawMemory.
+    let memory = unsafe { RawMemory::new(addr.cast(), length) };
+    let r = s
+        .net
+        .with_engine(|e, _| e.reg_mr(p.handle, Box::new(memory), iova, access_from_c(access)));
+    match r {
+        Ok(keys) => Box::into_raw(Box::new(MrObj {
+            mr: ibv_mr {
+                context: p.pd.context,
+                pd,
+                addr,
+                length,
+                handle: keys.lkey,
+                lkey: keys.lkey,
+                rkey: keys.rkey,
+            },
+            shared: s.clone(),
+        }))
+        .cast(),
+        Err(e) => null_with(report(s, "ibv_reg_mr", errno_of(&e), &e)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        reg_mr_common(pd, addr, length, addr as u64, access as u32)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        reg_mr_common(pd, addr, length, iova, access as u32)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        reg_mr_common(pd, addr, length, iova, access)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: an MR from ibv_reg_mr (ibv_dereg_mr(3)).
+        let Some(m) = (unsafe { obj::<_, MrObj>(mr) }) else {
+            return libc::EINVAL;
+        };
+        let s = &m.shared;
+        if let Err(e) = s.net.with_engine(|e, _| e.dereg_mr(m.mr.lkey)) {
+            return report(s, "ibv_dereg_mr", errno_of(&e), &e);
+        }
+        // SAFETY: boxed by reg_mr_common; the application no longer uses it.
+        drop(unsafe { Box::from_raw(mr.cast::<MrObj>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: a context from ibv_open_device (ibv_create_comp_channel(3)).
+        let Some(c) = (unsafe { ctx_obj(ctx) }) else {
+            return null_with(libc::EINVAL);
+        };
+        if let Err(errno) = c.shared.ensure_notifier() {
+            return null_with(errno);
+        }
+        let queue = match EventQueue::new() {
+            Ok(q) => Arc::new(q),
+            Err(e) => return null_with(e.raw_os_error().unwrap_or(libc::EMFILE)),
+        };
+        Box::into_raw(Box::new(ChannelObj {
+            ch: ibv_comp_channel {
+                context: ctx,
+                fd: queue.raw_fd(),
+                refcnt: 0,
+            },
+            queue,
+        }))
+        .cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a channel from ibv_create_comp_channel.
+        let Some(c) = (unsafe { obj::<_, ChannelObj>(ch) }) else {
+            return libc::EINVAL;
+        };
+        if c.ch.refcnt > 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: boxed by ibv_create_comp_channel; no CQ refers to it (refcnt 0).
+        drop(unsafe { Box::from_raw(ch.cast::<ChannelObj>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: a context from ibv_open_device (ibv_create_cq(3)).
+        let Some(c) = (unsafe { ctx_obj(ctx) }) else {
+            return null_with(libc::EINVAL);
+        };
+        let s = &c.shared;
+        if cqe <= 0 {
+            return null_with(report(
+                s,
+                "ibv_create_cq",
+                libc::EINVAL,
+                &format!("cqe {cqe}"),
+            ));
+        }
+        let handle = match s.net.create_cq(cqe as u32) {
+            Ok(h) => h,
+            Err(e) => return null_with(report(s, "ibv_create_cq", errno_of(&e), &e)),
+        };
+        let o = Box::into_raw(Box::new(CqObj {
+            cq: ibv_cq {
+                context: ctx,
+                channel,
+                cq_context,
+                handle: handle.0,
+                cqe,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                comp_events_completed: 0,
+                async_events_completed: 0,
+            },
+            handle,
+            shared: s.clone(),
+        }));
+        let mut reg = s.registry.lock().unwrap_or_else(|p| p.into_inner());
+        reg.cq_addrs.insert(handle.0, o as usize);
+        // SAFETY: `channel` is NULL or a channel from ibv_create_comp_channel.
+        if let Some(chan) = unsafe { channel.cast::<ChannelObj>().as_mut() } {
+            chan.ch.refcnt += 1;
+            reg.cqs.insert(
+                handle.0,
+                CqTarget {
+                    queue: chan.queue.clone(),
+                    cq_addr: o as usize,
+                },
+            );
+        }
+        o.cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a CQ from ibv_create_cq (ibv_destroy_cq(3)).
+        let Some(q) = (unsafe { obj::<_, CqObj>(cq) }) else {
+            return libc::EINVAL;
+        };
+        let s = &q.shared;
+        if let Err(e) = s.net.destroy_cq(q.handle) {
+            return report(s, "ibv_destroy_cq", errno_of(&e), &e);
+        }
+        let mut reg = s.registry.lock().unwrap_or_else(|p| p.into_inner());
+        reg.cq_addrs.remove(&q.handle.0);
+        reg.cqs.remove(&q.handle.0);
+        drop(reg);
+        // SAFETY: the channel, if any, outlives its CQs (destroy refuses while refcnt > 0).
+        if let Some(chan) = unsafe { q.cq.channel.cast::<ChannelObj>().as_mut() } {
+            chan.ch.refcnt -= 1;
+        }
+        // SAFETY: boxed by ibv_create_cq; the application no longer uses it.
+        drop(unsafe { Box::from_raw(cq.cast::<CqObj>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq_out: *mut *mut ibv_cq,
+    ctx_out: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: a channel from ibv_create_comp_channel (ibv_get_cq_event(3)).
+        let Some(c) = (unsafe { obj::<_, ChannelObj>(ch) }) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        match c.queue.pop() {
+            Ok(addr) => {
+                let cq = addr as *mut ibv_cq;
+                // SAFETY: `addr` is a live CQ of this channel (its event was queued while it
+                // existed, and verbs forbid destroying a CQ with unacknowledged events);
+                // the out pointers are the caller's (ibv_get_cq_event(3)).
+                unsafe {
+                    if !cq_out.is_null() {
+                        *cq_out = cq;
+                    }
+                    if !ctx_out.is_null() {
+                        *ctx_out = (*cq).cq_context;
+                    }
+                }
+                0
+            }
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EAGAIN));
+                -1
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
+    guard((), || {
+        // SAFETY: a CQ from ibv_create_cq; the counter is the application-visible one
+        // libibverbs keeps too.
+        if let Some(q) = unsafe { cq.as_mut() } {
+            q.comp_events_completed = q.comp_events_completed.wrapping_add(nevents);
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    init: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: a PD from ibv_alloc_pd and the caller's attributes (ibv_create_srq(3)).
+        let (Some(p), Some(init)) = (unsafe { obj::<_, PdObj>(pd) }, unsafe { init.as_mut() })
+        else {
+            return null_with(libc::EINVAL);
+        };
+        let s = &p.shared;
+        let attr = SrqAttr {
+            max_wr: init.attr.max_wr,
+            max_sge: init.attr.max_sge,
+            srq_limit: init.attr.srq_limit,
+        };
+        let handle = match s.net.create_srq(p.handle, attr) {
+            Ok(h) => h,
+            Err(e) => return null_with(report(s, "ibv_create_srq", errno_of(&e), &e)),
+        };
+        let o = Box::into_raw(Box::new(SrqObj {
+            srq: ibv_srq {
+                context: p.pd.context,
+                srq_context: init.srq_context,
+                pd,
+                handle: handle.0,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                events_completed: 0,
+            },
+            handle,
+            attr: init.attr,
+            shared: s.clone(),
+        }));
+        s.registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .srqs
+            .insert(handle.0, o as usize);
+        o.cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: an SRQ from ibv_create_srq (ibv_modify_srq(3)); exclusive use during the
+        // call is the application's duty, as with any verb on one object.
+        let (Some(q), Some(a)) = (unsafe { srq.cast::<SrqObj>().as_mut() }, unsafe {
+            attr.as_ref()
+        }) else {
+            return libc::EINVAL;
+        };
+        let mask = mask as u32;
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            return report(
+                &q.shared,
+                "ibv_modify_srq",
+                libc::EOPNOTSUPP,
+                &"resizing an SRQ",
+            );
+        }
+        if mask & IBV_SRQ_LIMIT != 0 {
+            if let Err(e) = q.shared.net.modify_srq(q.handle, a.srq_limit) {
+                return report(&q.shared, "ibv_modify_srq", errno_of(&e), &e);
+            }
+            q.attr.srq_limit = a.srq_limit;
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: an SRQ from ibv_create_srq and the caller's output structure.
+        let (Some(q), false) = (unsafe { obj::<_, SrqObj>(srq) }, attr.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: non-NULL output structure (ibv_query_srq(3)).
+        unsafe { attr.write(q.attr) };
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: an SRQ from ibv_create_srq (ibv_destroy_srq(3)).
+        let Some(q) = (unsafe { obj::<_, SrqObj>(srq) }) else {
+            return libc::EINVAL;
+        };
+        let s = &q.shared;
+        if let Err(e) = s.net.with_engine(|e, _| e.destroy_srq(q.handle)) {
+            return report(s, "ibv_destroy_srq", errno_of(&e), &e);
+        }
+        s.registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .srqs
+            .remove(&q.handle.0);
+        // SAFETY: boxed by ibv_create_srq; the application no longer uses it.
+        drop(unsafe { Box::from_raw(srq.cast::<SrqObj>()) });
+        0
+    })
+}
+
+/// Tells the device which UDP port a peer listens on when this device does not use 4791
+/// (peers of a shim are assumed to share its port, see config.rs).
+pub(crate) fn note_peer(s: &Shared, dgid: [u8; 16]) {
+    if s.config.port != crate::config::DEFAULT_PORT {
+        s.net
+            .set_peer_port(softib_net::roce::ip_from_gid(dgid), s.config.port);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: a PD from ibv_alloc_pd and the caller's attributes (ibv_create_ah(3)).
+        let (Some(p), Some(a)) = (unsafe { obj::<_, PdObj>(pd) }, unsafe { attr.as_ref() }) else {
+            return null_with(libc::EINVAL);
+        };
+        let s = &p.shared;
+        if a.is_global == 0 {
+            return null_with(report(
+                s,
+                "ibv_create_ah",
+                libc::EINVAL,
+                &"RoCEv2 needs is_global = 1 and a destination GID",
+            ));
+        }
+        let av = ah_attr_from_c(a);
+        note_peer(s, a.grh.dgid.raw);
+        match s.net.create_ah(p.handle, av) {
+            Ok(handle) => Box::into_raw(Box::new(AhObj {
+                ah: ibv_ah {
+                    context: p.pd.context,
+                    pd,
+                    handle: handle.0,
+                },
+                handle,
+                shared: s.clone(),
+            }))
+            .cast(),
+            Err(e) => null_with(report(s, "ibv_create_ah", errno_of(&e), &e)),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: an AH from ibv_create_ah (ibv_destroy_ah(3)).
+        let Some(a) = (unsafe { obj::<_, AhObj>(ah) }) else {
+            return libc::EINVAL;
+        };
+        if let Err(e) = a.shared.net.with_engine(|e, _| e.destroy_ah(a.handle)) {
+            return report(&a.shared, "ibv_destroy_ah", errno_of(&e), &e);
+        }
+        // SAFETY: boxed by ibv_create_ah; the application no longer uses it.
+        drop(unsafe { Box::from_raw(ah.cast::<AhObj>()) });
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    ctx: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut c_void,
+    attr: *mut ibv_ah_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's context, completion, received GRH area (40 bytes, in front
+        // of the UD message) and output structure (ibv_init_ah_from_wc(3)).
+        let (Some(_), Some(w), false, false) = (
+            unsafe { ctx_obj(ctx) },
+            unsafe { wc.as_ref() },
+            grh.is_null(),
+            attr.is_null(),
+        ) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if w.wc_flags & IBV_WC_GRH == 0 {
+            // RoCE needs the sender's address, which only the GRH area carries.
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: `grh` points at the 40-byte GRH area of a received UD message.
+        let area = unsafe { &*grh.cast::<[u8; 40]>() };
+        let a = ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: ibv_gid {
+                    raw: source_gid_of_grh_area(area),
+                },
+                flow_label: 0,
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+            },
+            dlid: w.slid,
+            sl: w.sl,
+            src_path_bits: w.dlid_path_bits,
+            static_rate: 0,
+            is_global: 1,
+            port_num: port,
+        };
+        // SAFETY: non-NULL output structure.
+        unsafe { attr.write(a) };
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut c_void,
+    port: u8,
+) -> *mut ibv_ah {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: a PD from ibv_alloc_pd.
+        let Some(p) = (unsafe { obj::<_, PdObj>(pd) }) else {
+            return null_with(libc::EINVAL);
+        };
+        let mut a = ibv_ah_attr::default();
+        // SAFETY: arguments forwarded as received (ibv_create_ah_from_wc(3)).
+        if unsafe { ibv_init_ah_from_wc(p.pd.context, port, wc, grh, &mut a) } != 0 {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: as above; `a` is a local structure.
+        unsafe { ibv_create_ah(pd, &mut a) }
+    })
+}

@@ -1,0 +1,26 @@
+//! softib-verbs-shim: run unmodified libibverbs applications on softib.
+//!
+//! Preloaded (`LD_PRELOAD=libsoftib_verbs_shim.so`), this library takes over the public
+//! entry points of libibverbs (device list, open, query, PD/MR/CQ/QP/SRQ/AH, completion
+//! channels, async events) and installs its own data-path functions in the context's
+//! `ops` table, which the inline verbs of `<infiniband/verbs.h>` (`ibv_post_send`,
+//! `ibv_poll_cq`, ...) call. Behind them is one softib device per process: the
+//! `softib-transport` engine on a RoCEv2 UDP socket (`softib-net`). No kernel RDMA device
+//! is involved. See docs/verbs-shim.md.
+//!
+//! Layout: [`abi`] holds the C structures (checked against the installed header by
+//! `tests/layout.rs`), [`config`] the environment, [`convert`] the safe translations
+//! between C values and engine values; `unsafe` lives only in `raw_memory` (the engine's
+//! view of application buffers), `sys` (eventfd) and `ffi` (the exported C functions), with
+//! a `// SAFETY:` comment on every block.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod abi;
+pub mod config;
+pub mod convert;
+mod events;
+mod ffi;
+mod objects;
+mod raw_memory;
+mod sys;

@@ -1,0 +1,263 @@
+//! The objects behind the C handles: each embeds its verbs.h structure as its first field
+//! (`repr(C)`), so the pointer the application holds is also a pointer to the object, and
+//! carries what the shim needs (engine handles, the shared device).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use softib_net::context::{Context, WaitMode};
+use softib_net::driver::NetConfig;
+use softib_transport::{AhHandle, CqHandle, DeviceConfig, PdHandle, QpType, SrqHandle};
+
+use crate::abi::*;
+use crate::config::{Config, ConfigError};
+use crate::events::{EventQueue, Registry};
+
+/// The one device of the process (`ibv_get_device_list` lists only it).
+#[repr(C)]
+pub struct DeviceObj {
+    /// What the application sees.
+    pub dev: ibv_device,
+    /// The environment it was built from.
+    pub config: Config,
+}
+
+/// The device of this process, built from the environment on first use.
+pub fn device() -> Result<&'static DeviceObj, &'static ConfigError> {
+    static DEVICE: OnceLock<Result<&'static DeviceObj, ConfigError>> = OnceLock::new();
+    DEVICE
+        .get_or_init(|| {
+            let config = Config::from_env()?;
+            let mut dev = ibv_device {
+                _ops: _ibv_device_ops {
+                    _dummy1: 0,
+                    _dummy2: 0,
+                },
+                node_type: IBV_NODE_CA,
+                transport_type: IBV_TRANSPORT_IB,
+                name: [0; 64],
+                dev_name: [0; 64],
+                dev_path: [0; 256],
+                ibdev_path: [0; 256],
+            };
+            copy_cstr(&mut dev.name, &config.name);
+            copy_cstr(&mut dev.dev_name, "uverbs-softib");
+            copy_cstr(&mut dev.dev_path, "/dev/null");
+            copy_cstr(&mut dev.ibdev_path, "/dev/null");
+            Ok(&*Box::leak(Box::new(DeviceObj { dev, config })))
+        })
+        .as_ref()
+        .map(|d| *d)
+}
+
+/// Copies `s` into a NUL-terminated C array (truncated to fit).
+pub fn copy_cstr(dst: &mut [u8], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+    dst[n..].fill(0);
+}
+
+/// What every context of the process shares: the softib device (engine + UDP socket +
+/// device thread), the event queues and the object registry. Opening the device twice in
+/// one process (perftest and ibv_devinfo do) gives two contexts on this one device, since a
+/// second socket could not bind the same address.
+pub struct Shared {
+    /// The softib device.
+    pub net: Context,
+    /// The configuration.
+    pub config: Config,
+    /// The engine's limits (for `ibv_query_device`).
+    pub limits: DeviceConfig,
+    /// Asynchronous events: (element address, `ibv_event_type`).
+    pub async_events: EventQueue<(usize, u32)>,
+    /// C objects by engine handle, for events.
+    pub registry: Mutex<Registry>,
+    /// Set once the event thread runs.
+    notifier: OnceLock<()>,
+}
+
+impl Drop for Shared {
+    /// With `SOFTIB_DEBUG=1`, the device's non-zero counters go to stderr when the last
+    /// context closes: the quickest way to see retransmissions, drops or RNR NAKs behind a
+    /// slow or failing application.
+    fn drop(&mut self) {
+        if !self.config.debug {
+            return;
+        }
+        let snap = self.net.counter_snapshot();
+        let mut line = format!("softib: counters of {}:", self.config.name);
+        for (k, v) in snap.device.iter().chain(&snap.driver) {
+            if *v != 0 {
+                line.push_str(&format!(" {k}={v}"));
+            }
+        }
+        eprintln!("{line}");
+    }
+}
+
+impl Shared {
+    /// Starts the thread that moves engine events to the channels and the async queue, on
+    /// the first completion channel or async event read: it wakes on every burst of device
+    /// activity, which costs a polling application (perftest without `-e`) its receive rate
+    /// for nothing.
+    pub fn ensure_notifier(self: &Arc<Self>) -> Result<(), i32> {
+        let mut result = Ok(());
+        self.notifier.get_or_init(|| {
+            let weak = Arc::downgrade(self);
+            if let Err(e) = std::thread::Builder::new()
+                .name("softib events".into())
+                .spawn(move || crate::events::notifier_loop(weak))
+            {
+                eprintln!("softib verbs shim: cannot start the event thread: {e}");
+                result = Err(libc::EAGAIN);
+            }
+        });
+        result
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("net", &self.net).finish()
+    }
+}
+
+/// Why the device cannot be opened.
+#[derive(Debug)]
+pub struct OpenError {
+    /// errno for the application.
+    pub errno: i32,
+    /// The message printed on stderr.
+    pub message: String,
+}
+
+/// The shared device of the process, opened on first use and closed when the last context
+/// goes.
+pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
+    static OPEN: Mutex<Weak<Shared>> = Mutex::new(Weak::new());
+    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = open.upgrade() {
+        return Ok(s);
+    }
+    let bind = SocketAddr::new(config.addr, config.port);
+    let mut nc = NetConfig::new(bind);
+    nc.mtu = config.mtu;
+    let mode = if config.polling {
+        WaitMode::Polling
+    } else {
+        WaitMode::default()
+    };
+    let net = Context::open(nc, mode).map_err(|e| OpenError {
+        errno: libc::ENODEV,
+        message: format!(
+            "softib verbs shim: cannot open {} on {bind}: {e} (set SOFTIB_ADDR to an address \
+             of this host that no other softib process uses, e.g. 127.0.0.2)",
+            config.name
+        ),
+    })?;
+    let limits = net.with_engine(|e, _| e.config().clone());
+    let async_events = EventQueue::new().map_err(|e| OpenError {
+        errno: e.raw_os_error().unwrap_or(libc::EMFILE),
+        message: format!("softib verbs shim: cannot create the async event fd: {e}"),
+    })?;
+    let shared = Arc::new(Shared {
+        net,
+        config: config.clone(),
+        limits,
+        async_events,
+        registry: Mutex::new(Registry::default()),
+        notifier: OnceLock::new(),
+    });
+    *open = Arc::downgrade(&shared);
+    Ok(shared)
+}
+
+/// An open context: the `verbs_context` (whose last field is the `ibv_context` handed out).
+#[repr(C)]
+pub struct ContextObj {
+    /// Extended-ops block, `sz`, then the `ibv_context`.
+    pub vctx: verbs_context,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A protection domain, with the bounce region inline sends are staged in.
+#[repr(C)]
+pub struct PdObj {
+    /// C view.
+    pub pd: ibv_pd,
+    /// Engine handle.
+    pub handle: PdHandle,
+    /// lkey of the PD's inline staging region (`max_inline_data` bytes, iova 0).
+    pub bounce_lkey: std::sync::atomic::AtomicU32,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A memory region.
+#[repr(C)]
+pub struct MrObj {
+    /// C view.
+    pub mr: ibv_mr,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A completion channel.
+#[repr(C)]
+pub struct ChannelObj {
+    /// C view (its `fd` is the queue's eventfd).
+    pub ch: ibv_comp_channel,
+    /// CQ addresses, one per completion event.
+    pub queue: Arc<EventQueue<usize>>,
+}
+
+/// A completion queue.
+#[repr(C)]
+pub struct CqObj {
+    /// C view.
+    pub cq: ibv_cq,
+    /// Engine handle.
+    pub handle: CqHandle,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A shared receive queue.
+#[repr(C)]
+pub struct SrqObj {
+    /// C view.
+    pub srq: ibv_srq,
+    /// Engine handle.
+    pub handle: SrqHandle,
+    /// Its attributes as created / last modified.
+    pub attr: ibv_srq_attr,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A queue pair.
+#[repr(C)]
+pub struct QpObj {
+    /// C view.
+    pub qp: ibv_qp,
+    /// Service.
+    pub qp_type: QpType,
+    /// Capacities granted at creation.
+    pub cap: ibv_qp_cap,
+    /// `sq_sig_all` at creation.
+    pub sq_sig_all: bool,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// An address handle.
+#[repr(C)]
+pub struct AhObj {
+    /// C view.
+    pub ah: ibv_ah,
+    /// Engine handle.
+    pub handle: AhHandle,
+    /// The device.
+    pub shared: Arc<Shared>,
+}

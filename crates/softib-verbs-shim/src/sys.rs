@@ -1,0 +1,55 @@
+//! Thin safe wrappers over the few libc calls the shim needs: eventfd (completion channels
+//! and the async event fd) and errno.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// A semaphore eventfd: every `signal` makes exactly one `wait` return, in order.
+#[derive(Debug)]
+pub struct EventFd(File);
+
+impl EventFd {
+    /// A new close-on-exec semaphore eventfd.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; a negative result is an error.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(EventFd(File::from(unsafe { OwnedFd::from_raw_fd(fd) })))
+    }
+
+    /// Adds one to the counter.
+    pub fn signal(&self) {
+        // An eventfd write of 1 fails only when the counter is at 2^64-2.
+        let _ = (&self.0).write(&1u64.to_ne_bytes());
+    }
+
+    /// Takes one from the counter, blocking while it is zero (unless the application made
+    /// the descriptor non-blocking: then `WouldBlock`).
+    pub fn wait(&self) -> io::Result<()> {
+        let mut b = [0u8; 8];
+        loop {
+            match (&self.0).read(&mut b) {
+                Ok(8) => return Ok(()),
+                Ok(_) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The descriptor applications poll on.
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Sets the calling thread's errno.
+pub fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e }
+}
