@@ -132,10 +132,11 @@ impl FlowHost {
     /// The requester and responder QP numbers of each flow on this host:
     /// (flow, QPN, is requester).
     pub(crate) fn qps(&self) -> impl Iterator<Item = (u32, u32, bool)> + '_ {
-        self.requesters
-            .iter()
-            .map(|r| (r.flow, r.qpn, true))
-            .chain(self.responders.iter().map(|&(flow, qpn)| (flow, qpn, false)))
+        self.requesters.iter().map(|r| (r.flow, r.qpn, true)).chain(
+            self.responders
+                .iter()
+                .map(|&(flow, qpn)| (flow, qpn, false)),
+        )
     }
 
     fn post_recv(dev: &mut Device, qpn: u32, queue: RecvQueue, srqs: &[SharedQueue], sge: Sge) {

@@ -17,7 +17,16 @@
 //! packets = 1000            # per source; default: until the end of the run
 //! start_us = 0
 //! sl = 0
+//! interval_ns = 1000        # one packet per source every 1 us (default: as fast as it goes)
+//! kind = "data"             # or "management": SMP-sized packets on VL15 (below)
 //! ```
+//!
+//! A `management` stream sends subnet-management packets: 256-byte MADs to QP0 on VL15
+//! (LRH, BTH, DETH, MAD: 290 bytes on the wire), which are not flow-controlled, win every
+//! VL arbitration (IBA 7.6.9) and are dropped by a full VL15 buffer (VL15Dropped). With
+//! `interval_ns` they model an SM's sweep or a management tool polling at a rate, whose
+//! delivered rate and latency under data load the report gives per flow. `sl` has no
+//! meaning for them (VL15 is not reached through SL2VL) and is refused.
 //!
 //! Patterns: `one-to-one` (`src` to `dst`); `incast` (each of `srcs` to `dst`); `all-to-all`
 //! (every host sends to every other host in turn, one packet each); `permutation` (host i to
@@ -28,8 +37,9 @@ use crate::hca::{Endpoint, HcaTx, TRAILER_BYTES};
 use crate::packet::Packet;
 use crate::report::flows::{FlowInfo, SharedRecorder};
 use crate::scenario::{Scenario, ScenarioError};
-use crate::time::{Picos, PS_PER_US};
+use crate::time::{Picos, PS_PER_NS, PS_PER_US};
 use crate::topology::Topology;
+use crate::vlarb::VL15;
 use serde::Deserialize;
 use softib_wire::lrh::{Lnh, LrhPacket, LrhRepr, LRH_LEN};
 use softib_wire::{BthRepr, DethRepr, Opcode, BTH_LEN, DETH_LEN};
@@ -81,7 +91,24 @@ pub struct StreamEntry {
     pub start_us: Option<Spanned<f64>>,
     /// Service level.
     pub sl: Option<Spanned<u8>>,
+    /// Time between two packets of a source, ns (default: back to back).
+    pub interval_ns: Option<Spanned<f64>>,
+    /// Data packets (default) or subnet management on VL15.
+    pub kind: Option<Spanned<StreamKindEntry>>,
 }
+
+/// What a stream carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamKindEntry {
+    /// UD SENDs on the VL of `sl`.
+    Data,
+    /// Subnet-management packets (SMP-sized MADs to QP0) on VL15.
+    Management,
+}
+
+/// Payload of a management packet: one MAD (IBA 13.4.2).
+pub const MAD_BYTES: u32 = 256;
 
 /// One source of one stream, resolved against the topology.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +129,10 @@ pub struct SourcePlan {
     pub start_ps: Picos,
     /// Service level.
     pub sl: u8,
+    /// Pacing: time between two packets (`None`: back to back).
+    pub interval_ps: Option<Picos>,
+    /// Subnet management on VL15 rather than data.
+    pub management: bool,
 }
 
 /// The who-sends-to-whom keys shared by `[[stream]]` and `[[flow]]` tables.
@@ -269,6 +300,28 @@ impl Scenario {
         for (i, e) in self.stream.iter().enumerate() {
             let table = format!("stream[{i}]");
             let key = |k: &str| format!("{table}.{k}");
+            let management = e
+                .kind
+                .as_ref()
+                .is_some_and(|k| *k.get_ref() == StreamKindEntry::Management);
+            if let (true, Some(sl)) = (management, &e.sl) {
+                return Err(self.error_at(
+                    &key("sl"),
+                    sl.span(),
+                    "management packets travel on VL15, which no SL maps to (IBA 7.6.6)".into(),
+                ));
+            }
+            let interval_ps = match &e.interval_ns {
+                Some(v) if !(v.get_ref().is_finite() && *v.get_ref() > 0.0) => {
+                    return Err(self.error_at(
+                        &key("interval_ns"),
+                        v.span(),
+                        "must be > 0 (omit it to send back to back)".into(),
+                    ))
+                }
+                Some(v) => Some(((v.get_ref() * PS_PER_NS as f64).round() as Picos).max(1)),
+                None => None,
+            };
             let payload = match &e.payload_bytes {
                 Some(p) if *p.get_ref() > MAX_PAYLOAD => {
                     return Err(self.error_at(
@@ -281,6 +334,7 @@ impl Scenario {
                     ))
                 }
                 Some(p) => *p.get_ref(),
+                None if management => MAD_BYTES,
                 None => MAX_PAYLOAD,
             };
             let sl = self.sl_key(&key("sl"), &e.sl)?;
@@ -303,10 +357,11 @@ impl Scenario {
                 } else {
                     "all".into()
                 };
+                let tag = if management { "mgmt " } else { "" };
                 out.push(SourcePlan {
                     flow,
                     info: FlowInfo {
-                        name: format!("s{i} {src}->{to}"),
+                        name: format!("s{i} {tag}{src}->{to}"),
                         src: src.clone(),
                         dst: to,
                         data_from: src.clone(),
@@ -317,6 +372,8 @@ impl Scenario {
                     packets: e.packets,
                     start_ps,
                     sl,
+                    interval_ps,
+                    management,
                 });
             }
         }
@@ -369,6 +426,10 @@ struct Active {
     start: Picos,
     sl: u8,
     psn: u32,
+    interval: Option<Picos>,
+    management: bool,
+    /// Earliest time of the next packet (paced sources).
+    next_at: Picos,
 }
 
 /// The endpoint of one HCA port: its stream sources, served round-robin. Every UD
@@ -378,6 +439,8 @@ struct Active {
 #[derive(Clone, Default)]
 pub struct Generator {
     sources: Vec<Active>,
+    /// The time of the last callback.
+    now: Picos,
     rr: usize,
     recorder: Option<SharedRecorder>,
 }
@@ -407,6 +470,9 @@ impl Generator {
             start: plan.start_ps,
             sl: plan.sl,
             psn: 0,
+            interval: plan.interval_ps,
+            management: plan.management,
+            next_at: plan.start_ps,
         });
     }
 
@@ -416,15 +482,22 @@ impl Generator {
             return;
         }
         let now = tx.now();
+        self.now = now;
         loop {
             let mut sent = false;
             for k in 0..n {
                 let i = (self.rr + k) % n;
                 let s = &mut self.sources[i];
+                let room = if s.management {
+                    tx.has_management_room()
+                } else {
+                    tx.has_room(s.sl)
+                };
                 if now < s.start
+                    || now < s.next_at
                     || s.remaining == Some(0)
                     || s.dlids.is_empty()
-                    || !tx.has_room(s.sl)
+                    || !room
                 {
                     continue;
                 }
@@ -433,7 +506,7 @@ impl Generator {
                 let body = LRH_LEN + BTH_LEN + DETH_LEN + (s.payload + pad) as usize;
                 let len = body + TRAILER_BYTES;
                 let lrh = LrhRepr {
-                    vl: tx.vl_for(s.sl),
+                    vl: if s.management { VL15 } else { tx.vl_for(s.sl) },
                     lver: 0,
                     sl: s.sl,
                     lnh: Lnh::Bth,
@@ -450,21 +523,27 @@ impl Generator {
                     pkey: 0xffff,
                     fecn: false,
                     becn: false,
-                    dest_qp: NOMINAL_QPN,
+                    // Subnet management goes to QP0 (IBA 13.5.1).
+                    dest_qp: if s.management { 0 } else { NOMINAL_QPN },
                     ack_req: false,
                     psn: s.psn,
                 };
                 let deth = DethRepr {
-                    qkey: NOMINAL_QKEY,
-                    src_qp: NOMINAL_QPN,
+                    qkey: if s.management { 0 } else { NOMINAL_QKEY },
+                    src_qp: if s.management { 0 } else { NOMINAL_QPN },
                 };
-                let r = tx.send(dlid, s.sl, len, s.flow, |b| {
+                let write = |b: &mut [u8]| {
                     // The buffer is exactly `body` bytes: these writes cannot fail.
                     let _ = lrh.emit(&mut LrhPacket::new_unchecked(&mut b[..LRH_LEN]));
                     let _ = bth.emit(&mut b[LRH_LEN..]);
                     let _ = deth.emit(&mut b[LRH_LEN + BTH_LEN..]);
                     b[LRH_LEN + BTH_LEN + DETH_LEN..].fill(0);
-                });
+                };
+                let r = if s.management {
+                    tx.send_management(dlid, len, s.flow, write)
+                } else {
+                    tx.send(dlid, s.sl, len, s.flow, write)
+                };
                 if r.is_err() {
                     // The SL maps to no operational VL: counted in PortXmitDiscards by the
                     // port; this source stops rather than spin.
@@ -473,6 +552,11 @@ impl Generator {
                 }
                 s.next += 1;
                 s.psn = (s.psn + 1) & 0xff_ffff;
+                if let Some(iv) = s.interval {
+                    // Paced from the schedule, not from when the packet could go, so a
+                    // source held up by a full queue catches up rather than drifting.
+                    s.next_at += iv;
+                }
                 if let Some(r) = &mut s.remaining {
                     *r -= 1;
                 }
@@ -513,8 +597,10 @@ impl Endpoint for Generator {
         self.sources
             .iter()
             .filter(|s| s.remaining != Some(0))
-            .map(|s| s.start)
-            .filter(|&t| t > 0)
+            .map(|s| s.start.max(s.next_at))
+            // A time already passed is served by the port's transmit-ready calls (the
+            // source waits for queue room).
+            .filter(|&t| t > self.now)
             .min()
     }
 

@@ -136,6 +136,14 @@ fn flow_summary(id: u32, f: &FlowStats, duration_ps: Picos) -> FlowSummary {
         qp: None,
         gbps: round(gbps(bytes, duration_ps), 4),
         active_gbps: round(active, 4),
+        msg_rate_mpps: round(
+            if duration_ps > 0 {
+                n as f64 * PS_PER_US as f64 / duration_ps as f64
+            } else {
+                0.0
+            },
+            6,
+        ),
         first_us: round(first as f64 / PS_PER_US as f64, 3),
         last_us: round(f.last_ps as f64 / PS_PER_US as f64, 3),
         latency: latency(

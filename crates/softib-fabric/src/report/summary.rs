@@ -116,6 +116,9 @@ pub struct FlowSummary {
     pub gbps: f64,
     /// Bandwidth between the first and last delivery, Gb/s.
     pub active_gbps: f64,
+    /// Messages (packets, for a flow measured by packets) per microsecond over the run,
+    /// i.e. millions per second: perftest's MsgRate[Mpps].
+    pub msg_rate_mpps: f64,
     /// First delivery, microseconds.
     pub first_us: f64,
     /// Last delivery, microseconds.
