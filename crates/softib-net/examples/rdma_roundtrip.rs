@@ -1,196 +1,166 @@
-//! RDMA WRITE, READ and atomics between two softib devices, across processes or hosts.
+//! RDMA WRITE, READ and both atomics between two softib devices, with the object API
+//! (`softib_net::verbs`): owned memory regions, QP builder, safe posting of a batch.
 //!
 //! ```text
-//! # terminal 1 (server: exposes 1 MiB, waits for the client)
+//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what `cargo test` runs
+//! cargo run -p softib-net --example rdma_roundtrip
+//! # two processes or hosts; endpoints over TCP port 18516 (softib's JSON format)
 //! cargo run -p softib-net --example rdma_roundtrip -- server 127.0.0.2:4791
-//! # terminal 2 (client: writes, reads back, fetch-adds, compare-swaps)
-//! cargo run -p softib-net --example rdma_roundtrip -- client 127.0.0.1:4791 127.0.0.1
+//! cargo run -p softib-net --example rdma_roundtrip -- client 127.0.0.1:4791 127.0.0.2
 //! ```
-//! The endpoints are exchanged over TCP port 18516 (softib's own JSON format). Each side
-//! prints what it checked; a mismatch exits with status 1.
+//! The server exposes 1 MiB and waits; the client writes 64 KiB into it, reads them back
+//! into another part of its own region, fetch-adds 5 to the server's first word and
+//! compare-swaps it from 5 to 1000, checks every byte and both original values, then sends
+//! "done", on which the server checks its word is 1000. A mismatch exits with status 1.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::time::Duration;
 
-use softib_net::context::{ConnectOptions, Context, WaitMode};
-use softib_net::driver::NetConfig;
-use softib_transport::{
-    AccessFlags, QpCap, QpInitAttr, QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
-};
+use common::{check, fail, Link, Setup};
+use softib_net::verbs::{Hca, RecvRequest, SendRequest};
+use softib_transport::harness::empty_wc;
+use softib_transport::QpType;
 
+const NAME: &str = "rdma_roundtrip";
 const PORT: u16 = 18516;
+const LEN: usize = 65536;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let (role, bind) = match (args.get(1).map(String::as_str), args.get(2)) {
-        (Some(r @ ("server" | "client")), Some(b)) => (r, b),
-        _ => {
-            eprintln!(
-                "usage: rdma_roundtrip server BIND_ADDR:PORT | client BIND_ADDR:PORT SERVER_HOST"
-            );
-            std::process::exit(2);
-        }
-    };
-    let bind = bind
-        .parse()
-        .unwrap_or_else(|e| fail(&format!("bad address {bind}: {e}")));
-    let ctx = Context::open(NetConfig::new(bind), WaitMode::default())
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(256).unwrap_or_else(|e| fail(&e.to_string()));
-    let mr = ctx
-        .reg_mr(pd, 1 << 20, AccessFlags::all())
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
-    let qpn = ctx
-        .create_qp(pd, init)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let peer = if role == "server" {
-        None
-    } else {
-        Some(
-            args.get(3)
-                .map(String::as_str)
-                .unwrap_or_else(|| fail("client needs SERVER_HOST")),
-        )
-    };
-    println!(
-        "{role}: device {} (MTU {:?}), QP {qpn:#x}, exchanging endpoints on TCP {PORT}",
-        ctx.local_addr(),
-        ctx.mtu()
-    );
-    let theirs = ctx
-        .handshake(
-            qpn,
-            QpType::Rc,
-            &[mr],
-            peer,
-            PORT,
-            Duration::from_secs(60),
-            &ConnectOptions::default(),
-        )
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    println!(
-        "{role}: connected to QP {:#x} at {}",
-        theirs.qpn, theirs.gid
-    );
-    if role == "server" {
-        // The client does everything; wait for its atomics to land, then show the word.
-        let mut word = [0u8; 8];
-        for _ in 0..600 {
-            ctx.read_mr(&mr, 0, &mut word)
-                .unwrap_or_else(|e| fail(&e.to_string()));
-            if u64::from_le_bytes(word) == 1000 {
-                println!(
-                    "server: word 0 is 1000 after the client's FETCH_AND_ADD and COMPARE_AND_SWAP"
-                );
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        fail("the client's atomics did not arrive within 60 s");
+    match common::setup(NAME, "server", "client").0 {
+        Setup::Loopback => common::loopback(NAME, server, client),
+        Setup::Server { bind } => server(
+            common::open(NAME, bind),
+            Link::Tcp {
+                peer: None,
+                port: PORT,
+            },
+        ),
+        Setup::Client { bind, host } => client(
+            common::open(NAME, bind),
+            Link::Tcp {
+                peer: Some(host),
+                port: PORT,
+            },
+        ),
     }
+}
+
+fn server(hca: Hca, link: Link) {
+    let pd = hca.alloc_pd();
+    let cq = hca
+        .create_cq()
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let mr = pd
+        .allocate(1 << 20)
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let prepared = pd
+        .create_qp(&cq, &cq, QpType::Rc)
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let (qp, theirs) = link.connect(NAME, prepared, &[mr.remote()]);
+    // The client's closing "done" lands in the second half of the region (if it comes
+    // before this receive is posted, the client's QP retries after an RNR NAK).
+    let done = 1 << 19;
+    qp.post_recv(&[RecvRequest::new(9, mr.slice(done..done + 64))])
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    println!(
+        "server: {} QP {:#x} connected to QP {:#x} at {}",
+        hca.local_addr(),
+        qp.qpn(),
+        theirs.qpn,
+        theirs.gid
+    );
+    let mut wcs = [empty_wc(); 4];
+    let got = cq.wait(&mut wcs, Duration::from_secs(60));
+    let Some(wc) = got.first() else {
+        fail(NAME, "server: no \"done\" from the client within 60 s");
+    };
+    check(NAME, wc);
+    let word = u64::from_le_bytes(mr.read()[..8].try_into().unwrap());
+    let msg = mr.read()[done..done + 4].to_vec();
+    if word != 1000 || msg != b"done" {
+        fail(
+            NAME,
+            &format!("server: word 0 is {word} (want 1000), message {msg:?}"),
+        );
+    }
+    println!("server: word 0 is 1000 after the client's FETCH_AND_ADD and COMPARE_AND_SWAP");
+}
+
+fn client(hca: Hca, link: Link) {
+    let pd = hca.alloc_pd();
+    let cq = hca
+        .create_cq()
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let mr = pd
+        .allocate(1 << 20)
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let prepared = pd
+        .create_qp(&cq, &cq, QpType::Rc)
+        .set_max_rd_atomic(4)
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let (qp, theirs) = link.connect(NAME, prepared, &[]);
     let remote = theirs
         .regions
         .first()
         .copied()
-        .unwrap_or_else(|| fail("server exposed no memory"));
-    let data: Vec<u8> = (0..65536u32).map(|i| (i * 7 + 3) as u8).collect();
-    ctx.write_mr(&mr, 4096, &data)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let sge = |off: u64, len: u32| {
-        vec![Sge {
-            addr: mr.addr + off,
-            length: len,
-            lkey: mr.keys.lkey,
-        }]
-    };
-    let wrs = [
-        SendWr {
-            wr_id: 1,
-            opcode: WrOpcode::RdmaWrite,
-            flags: SendFlags::SIGNALED,
-            sg_list: sge(4096, 65536),
-            remote_addr: remote.addr + 4096,
-            rkey: remote.rkey,
-            ..Default::default()
-        },
-        SendWr {
-            wr_id: 2,
-            opcode: WrOpcode::RdmaRead,
-            flags: SendFlags::SIGNALED,
-            sg_list: sge(131072, 65536),
-            remote_addr: remote.addr + 4096,
-            rkey: remote.rkey,
-            ..Default::default()
-        },
-        SendWr {
-            wr_id: 3,
-            opcode: WrOpcode::AtomicFetchAndAdd,
-            flags: SendFlags::SIGNALED,
-            sg_list: sge(8, 8),
-            remote_addr: remote.addr,
-            rkey: remote.rkey,
-            compare_add: 5,
-            ..Default::default()
-        },
-        SendWr {
-            wr_id: 4,
-            opcode: WrOpcode::AtomicCmpAndSwp,
-            flags: SendFlags::SIGNALED,
-            sg_list: sge(16, 8),
-            remote_addr: remote.addr,
-            rkey: remote.rkey,
-            compare_add: 5,
-            swap: 1000,
-            ..Default::default()
-        },
+        .unwrap_or_else(|| fail(NAME, "the server exposed no memory"));
+    let data: Vec<u8> = (0..LEN as u32).map(|i| (i * 7 + 3) as u8).collect();
+    mr.write()[4096..4096 + LEN].copy_from_slice(&data);
+    mr.write()[LEN * 4..LEN * 4 + 4].copy_from_slice(b"done");
+    // One batch: the READ sees the WRITE (RC executes in order, IBA 9.5), the atomics
+    // run one after the other on the same word.
+    let batch = [
+        SendRequest::write(
+            1,
+            mr.slice(4096..4096 + LEN),
+            remote.slice(4096..4096 + LEN),
+        ),
+        SendRequest::read(
+            2,
+            mr.slice(2 * LEN..3 * LEN),
+            remote.slice(4096..4096 + LEN),
+        ),
+        SendRequest::fetch_add(3, mr.slice(8..16), remote.slice(0..8), 5),
+        SendRequest::compare_swap(4, mr.slice(16..24), remote.slice(0..8), 5, 1000),
+        SendRequest::send(5, mr.slice(LEN * 4..LEN * 4 + 4)).fence(),
     ];
-    ctx.post_send(qpn, &wrs)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let mut wcs = [softib_transport::harness::empty_wc(); 8];
+    qp.post_send(&batch)
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let mut wcs = [empty_wc(); 8];
     let mut done = 0;
-    while done < wrs.len() {
-        let n = ctx.wait_cq(cq, &mut wcs, Duration::from_secs(30));
-        if n == 0 {
-            fail("no completion within 30 s");
+    while done < batch.len() {
+        let got = cq.wait(&mut wcs, Duration::from_secs(30));
+        if got.is_empty() {
+            fail(NAME, "client: no completion within 30 s");
         }
-        for wc in &wcs[..n] {
-            if wc.status != WcStatus::Success {
-                fail(&format!(
-                    "WR {} failed: {} (vendor error {})",
-                    wc.wr_id,
-                    wc.status.as_str(),
-                    wc.vendor_err
-                ));
-            }
+        for wc in got.iter() {
+            check(NAME, wc);
             println!("client: WR {} ({:?}) completed", wc.wr_id, wc.opcode);
         }
-        done += n;
+        done += got.len();
     }
-    let mut back = vec![0u8; 65536];
-    ctx.read_mr(&mr, 131072, &mut back)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let mut word = [0u8; 8];
-    ctx.read_mr(&mr, 8, &mut word)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let fadd_orig = u64::from_le_bytes(word);
-    ctx.read_mr(&mr, 16, &mut word)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let cas_orig = u64::from_le_bytes(word);
-    if back != data || fadd_orig != 0 || cas_orig != 5 {
-        fail(&format!("read-back equal: {}, FETCH_AND_ADD saw {fadd_orig} (want 0), COMPARE_AND_SWAP saw {cas_orig} (want 5)", back == data));
+    let m = mr.read();
+    let fadd_orig = u64::from_le_bytes(m[8..16].try_into().unwrap());
+    let cas_orig = u64::from_le_bytes(m[16..24].try_into().unwrap());
+    let same = m[2 * LEN..3 * LEN] == data[..];
+    drop(m);
+    if !same || fadd_orig != 0 || cas_orig != 5 {
+        fail(
+            NAME,
+            &format!(
+                "client: read-back equal: {same}, FETCH_AND_ADD saw {fadd_orig} (want 0), \
+                 COMPARE_AND_SWAP saw {cas_orig} (want 5)"
+            ),
+        );
     }
-    println!("client: 64 KiB read back byte-exact; FETCH_AND_ADD saw 0, COMPARE_AND_SWAP saw 5 and stored 1000");
-}
-
-fn fail(msg: &str) -> ! {
-    eprintln!("rdma_roundtrip: {msg}");
-    std::process::exit(1);
+    println!(
+        "client: 64 KiB read back byte-exact; FETCH_AND_ADD saw 0, COMPARE_AND_SWAP saw 5 \
+         and stored 1000"
+    );
 }

@@ -1,165 +1,187 @@
-//! Unreliable datagram SENDs between two softib devices.
+//! Unreliable datagram SENDs between two softib devices, with the object API: a UD QP with
+//! separate send and receive CQs, address handles built from the peer's endpoint, owned
+//! receive buffers that show the GRH area.
 //!
 //! ```text
+//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what `cargo test` runs
+//! cargo run -p softib-net --example ud_send
+//! # two processes or hosts; endpoints over TCP port 18517
 //! cargo run -p softib-net --example ud_send -- receiver 127.0.0.2:4791
-//! cargo run -p softib-net --example ud_send -- sender 127.0.0.1:4791 127.0.0.1
+//! cargo run -p softib-net --example ud_send -- sender 127.0.0.1:4791 127.0.0.2
 //! ```
-//! The sender sends 10 datagrams of 1,000 bytes; the receiver prints each with its sender's
-//! address from the GRH area (for RoCEv2 over IPv4: the IPv4 header at bytes 20..40).
-//! Endpoints are exchanged over TCP port 18517.
+//! UD has no retransmission and a datagram that finds no posted receive is dropped, so the
+//! receiver first posts its receives and then announces "ready" (a datagram of its own,
+//! repeated every 100 ms until data arrives); the sender waits for it, then sends 10
+//! datagrams of 1,000 bytes. The receiver checks each payload and prints the sender's address
+//! from the GRH area (RoCEv2 over IPv4: the IPv4 header at bytes 20..40).
 
-use std::time::Duration;
+#[path = "common/mod.rs"]
+mod common;
 
-use softib_net::context::{ConnectOptions, Context, WaitMode};
-use softib_net::driver::NetConfig;
-use softib_transport::{
-    AccessFlags, AhAttr, GlobalRoute, QpCap, QpInitAttr, QpType, RecvWr, SendFlags, SendWr, Sge,
-    UdDest, WcStatus, WrOpcode,
-};
+use std::time::{Duration, Instant};
 
+use common::{check, fail, Link, Setup};
+use softib_net::verbs::{Hca, RecvRequest, SendRequest};
+use softib_transport::harness::empty_wc;
+use softib_transport::{QpType, WcOpcode};
+
+const NAME: &str = "ud_send";
 const PORT: u16 = 18517;
-const COUNT: u64 = 10;
+const COUNT: usize = 10;
+const PAYLOAD: usize = 1000;
+/// The 40-byte GRH area in front of every UD receive (IBA 11.4.1.1).
+const GRH: usize = 40;
+const SLOT: usize = GRH + PAYLOAD;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let (role, bind) = match (args.get(1).map(String::as_str), args.get(2)) {
-        (Some(r @ ("sender" | "receiver")), Some(b)) => (r, b),
-        _ => fail("usage: ud_send receiver BIND_ADDR:PORT | sender BIND_ADDR:PORT RECEIVER_HOST"),
-    };
-    let bind = bind
-        .parse()
-        .unwrap_or_else(|e| fail(&format!("bad address {bind}: {e}")));
-    let ctx = Context::open(NetConfig::new(bind), WaitMode::default())
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(64).unwrap_or_else(|e| fail(&e.to_string()));
-    let mr = ctx
-        .reg_mr(pd, 1 << 16, AccessFlags::LOCAL_WRITE)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let init = QpInitAttr {
-        qp_type: QpType::Ud,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
-    let qpn = ctx
-        .create_qp(pd, init)
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let slot = 1040u64; // 40-byte GRH area + 1000 bytes
-    let peer = if role == "receiver" {
-        None
-    } else {
-        Some(
-            args.get(3)
-                .map(String::as_str)
-                .unwrap_or_else(|| fail("sender needs RECEIVER_HOST")),
-        )
-    };
-    let o = ConnectOptions::default();
-    let theirs = ctx
-        .handshake(
-            qpn,
-            QpType::Ud,
-            &[],
-            peer,
-            PORT,
-            Duration::from_secs(60),
-            &o,
-        )
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    // Receives can be posted once the QP left RESET; the sender waits a moment before its
-    // first datagram.
-    if role == "receiver" {
-        let recvs: Vec<RecvWr> = (0..COUNT)
-            .map(|i| RecvWr {
-                wr_id: i,
-                sg_list: vec![Sge {
-                    addr: mr.addr + i * slot,
-                    length: slot as u32,
-                    lkey: mr.keys.lkey,
-                }],
-            })
-            .collect();
-        ctx.post_recv(qpn, &recvs)
-            .unwrap_or_else(|e| fail(&e.to_string()));
-    }
-    let mut wcs = [softib_transport::harness::empty_wc(); 16];
-    if role == "receiver" {
-        let mut got = 0;
-        while got < COUNT as usize {
-            let n = ctx.wait_cq(cq, &mut wcs, Duration::from_secs(30));
-            if n == 0 {
-                fail("no datagram within 30 s (UD does not retransmit: was one lost?)");
-            }
-            for wc in &wcs[..n] {
-                let mut grh = [0u8; 40];
-                ctx.read_mr(&mr, (wc.wr_id * slot) as usize, &mut grh)
-                    .unwrap_or_else(|e| fail(&e.to_string()));
-                println!(
-                    "receiver: datagram {} of {} bytes from QP {:#x}, IPv4 source {}.{}.{}.{}",
-                    wc.wr_id,
-                    wc.byte_len - 40,
-                    wc.src_qp,
-                    grh[32],
-                    grh[33],
-                    grh[34],
-                    grh[35]
-                );
-            }
-            got += n;
-        }
-        return;
-    }
-    let ah = ctx
-        .create_ah(
-            pd,
-            AhAttr {
-                dlid: 0,
-                sl: 0,
-                src_path_bits: 0,
-                grh: Some(GlobalRoute {
-                    dgid: theirs.gid.octets(),
-                    flow_label: 0,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                }),
+    match common::setup(NAME, "receiver", "sender").0 {
+        Setup::Loopback => common::loopback(NAME, receiver, sender),
+        Setup::Server { bind } => receiver(
+            common::open(NAME, bind),
+            Link::Tcp {
+                peer: None,
+                port: PORT,
             },
-        )
-        .unwrap_or_else(|e| fail(&e.to_string()));
-    let qkey = theirs.qkey.unwrap_or(o.qkey);
-    // Give the receiver a moment to be in RTS before the first datagram (UD has no retries).
-    std::thread::sleep(Duration::from_millis(200));
-    for i in 0..COUNT {
-        let wr = SendWr {
-            wr_id: i,
-            opcode: WrOpcode::Send,
-            flags: SendFlags::SIGNALED,
-            sg_list: vec![Sge {
-                addr: mr.addr,
-                length: 1000,
-                lkey: mr.keys.lkey,
-            }],
-            ud: Some(UdDest {
-                ah,
-                remote_qpn: theirs.qpn,
-                remote_qkey: qkey,
-            }),
-            ..Default::default()
-        };
-        ctx.post_send(qpn, &[wr])
-            .unwrap_or_else(|e| fail(&e.to_string()));
-        let n = ctx.wait_cq(cq, &mut wcs, Duration::from_secs(10));
-        if n == 0 || wcs[0].status != WcStatus::Success {
-            fail(&format!("send {i} did not complete"));
-        }
+        ),
+        Setup::Client { bind, host } => sender(
+            common::open(NAME, bind),
+            Link::Tcp {
+                peer: Some(host),
+                port: PORT,
+            },
+        ),
     }
-    println!("sender: {COUNT} datagrams sent to QP {:#x}", theirs.qpn);
 }
 
-fn fail(msg: &str) -> ! {
-    eprintln!("ud_send: {msg}");
-    std::process::exit(1);
+fn byte(datagram: usize, i: usize) -> u8 {
+    (datagram * 31 + i) as u8
+}
+
+fn receiver(hca: Hca, link: Link) {
+    let pd = hca.alloc_pd();
+    let send_cq = hca.create_cq().set_entries(64).build();
+    let recv_cq = hca.create_cq().set_entries(64).build();
+    let (send_cq, recv_cq) = match (send_cq, recv_cq) {
+        (Ok(s), Ok(r)) => (s, r),
+        (Err(e), _) | (_, Err(e)) => fail(NAME, &e.to_string()),
+    };
+    let mr = pd
+        .allocate(COUNT * SLOT + 64)
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let prepared = pd
+        .create_qp(&send_cq, &recv_cq, QpType::Ud)
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let (qp, theirs) = link.connect(NAME, prepared, &[]);
+    let recvs: Vec<RecvRequest> = (0..COUNT)
+        .map(|i| RecvRequest::new(i as u64, mr.slice(i * SLOT..(i + 1) * SLOT)))
+        .collect();
+    qp.post_recv(&recvs)
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let ah = pd
+        .create_ah(&theirs)
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let qkey = theirs.qkey.unwrap_or(0x1111_1111);
+    mr.write()[COUNT * SLOT..COUNT * SLOT + 5].copy_from_slice(b"ready");
+    let ready =
+        SendRequest::send(100, mr.slice(COUNT * SLOT..COUNT * SLOT + 5)).to(&ah, theirs.qpn, qkey);
+    let mut wcs = [empty_wc(); COUNT];
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got < COUNT {
+        if Instant::now() > deadline {
+            fail(NAME, &format!("receiver: {got} of {COUNT} datagrams within 30 s (UD does not retransmit: was one lost?)"));
+        }
+        if got == 0 {
+            qp.post_send(std::slice::from_ref(&ready))
+                .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+            let sent = send_cq.wait(&mut wcs, Duration::from_secs(10));
+            sent.iter().for_each(|wc| check(NAME, wc));
+        }
+        for wc in recv_cq.wait(&mut wcs, Duration::from_millis(100)).iter() {
+            check(NAME, wc);
+            let i = wc.wr_id as usize;
+            let m = mr.read();
+            let slot = &m[i * SLOT..(i + 1) * SLOT];
+            let intact = wc.byte_len as usize == SLOT
+                && slot[GRH..]
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &b)| b == byte(i, j));
+            if !intact {
+                fail(
+                    NAME,
+                    &format!(
+                        "receiver: datagram {i} ({} bytes) is not what was sent",
+                        wc.byte_len
+                    ),
+                );
+            }
+            println!(
+                "receiver: datagram {i} of {PAYLOAD} bytes from QP {:#x}, IPv4 source {}.{}.{}.{}",
+                wc.src_qp, slot[32], slot[33], slot[34], slot[35]
+            );
+            got += 1;
+        }
+    }
+}
+
+fn sender(hca: Hca, link: Link) {
+    let pd = hca.alloc_pd();
+    let cq = hca
+        .create_cq()
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let mr = pd
+        .allocate(COUNT * PAYLOAD + SLOT)
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let prepared = pd
+        .create_qp(&cq, &cq, QpType::Ud)
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let (qp, theirs) = link.connect(NAME, prepared, &[]);
+    let ready_at = COUNT * PAYLOAD;
+    qp.post_recv(&[RecvRequest::new(1, mr.slice(ready_at..ready_at + SLOT))])
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let mut wcs = [empty_wc(); 16];
+    let got = cq.wait(&mut wcs, Duration::from_secs(30));
+    match got.first() {
+        Some(wc) if wc.opcode == WcOpcode::Recv => check(NAME, wc),
+        _ => fail(
+            NAME,
+            "sender: the receiver did not announce itself within 30 s",
+        ),
+    }
+    let ah = pd
+        .create_ah(&theirs)
+        .build()
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let qkey = theirs.qkey.unwrap_or(0x1111_1111);
+    {
+        let mut m = mr.write();
+        for i in 0..COUNT {
+            for j in 0..PAYLOAD {
+                m[i * PAYLOAD + j] = byte(i, j);
+            }
+        }
+    }
+    let batch: Vec<SendRequest> = (0..COUNT)
+        .map(|i| {
+            SendRequest::send(i as u64, mr.slice(i * PAYLOAD..(i + 1) * PAYLOAD))
+                .to(&ah, theirs.qpn, qkey)
+        })
+        .collect();
+    qp.post_send(&batch)
+        .unwrap_or_else(|e| fail(NAME, &e.to_string()));
+    let mut done = 0;
+    while done < COUNT {
+        let got = cq.wait(&mut wcs, Duration::from_secs(10));
+        if got.is_empty() {
+            fail(NAME, &format!("sender: {done} of {COUNT} sends completed"));
+        }
+        got.iter().for_each(|wc| check(NAME, wc));
+        done += got.len();
+    }
+    println!("sender: {COUNT} datagrams sent to QP {:#x}", theirs.qpn);
 }

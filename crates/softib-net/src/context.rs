@@ -12,6 +12,7 @@
 //! Names follow libibverbs / rust-ibverbs where they apply; the engine's types
 //! (`SendWr`, `QpAttr`, `WorkCompletion`, ...) are used as they are.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -24,6 +25,7 @@ use softib_transport::{
     VerbsError, WorkCompletion,
 };
 
+use crate::channel::{ChannelInner, CompletionChannel};
 use crate::driver::{Driver, DriverCounters, NetConfig, NetError, Waker};
 use crate::oob::endpoint::{Endpoint, RemoteRegion};
 use crate::oob::stream::OobStream;
@@ -131,6 +133,50 @@ struct Shared {
     /// Engine time of the application's last `poll_cq`/`poll_event` (which make progress
     /// themselves); while the application polls, the device thread stands back.
     app_polled_at: AtomicU64,
+    /// Where the engine's asynchronous events go (lock order: `driver`, then `router`).
+    router: Mutex<Router>,
+    /// How many CQs are in `Router::armed` (so polls skip the router lock when none is).
+    armed_cqs: AtomicU64,
+}
+
+/// The engine's events, sorted: CQ notifications of CQs bound to a completion channel go
+/// to the channel, everything else waits for `poll_event`.
+#[derive(Default)]
+struct Router {
+    channels: HashMap<CqHandle, Arc<ChannelInner>>,
+    events: VecDeque<AsyncEvent>,
+    /// CQs armed by `req_notify_cq` whose notification has not fired yet: the application
+    /// will wait for them, so its polls of them do not mean it drives the device.
+    armed: std::collections::HashSet<CqHandle>,
+}
+
+impl Shared {
+    fn router(&self) -> MutexGuard<'_, Router> {
+        self.router.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves the engine's pending events to their channel or the event queue.
+    fn route_events(&self, d: &mut Driver) {
+        let Some(first) = d.engine_mut().poll_event() else {
+            return;
+        };
+        let mut r = self.router();
+        let mut next = Some(first);
+        while let Some(ev) = next {
+            if let AsyncEvent::CqNotify(cq) = ev {
+                if r.armed.remove(&cq) {
+                    self.armed_cqs.fetch_sub(1, Ordering::Relaxed);
+                }
+                if let Some(ch) = r.channels.get(&cq) {
+                    ch.push(cq);
+                    next = d.engine_mut().poll_event();
+                    continue;
+                }
+            }
+            r.events.push_back(ev);
+            next = d.engine_mut().poll_event();
+        }
+    }
 }
 
 /// How long after the application's last poll the device thread leaves the socket to it.
@@ -168,6 +214,8 @@ impl Context {
             waker,
             next_iova: AtomicU64::new(0x10_0000),
             app_polled_at: AtomicU64::new(0),
+            router: Mutex::new(Router::default()),
+            armed_cqs: AtomicU64::new(0),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -183,7 +231,10 @@ impl Context {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Driver> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Driver> {
+        // A verb needs the driver, whose thread may be waiting for the region this thread
+        // holds: that would never end, so say so instead (as RefCell does for a borrow).
+        crate::verbs::mr::assert_no_guard_held();
         // A panic in another verb leaves the engine consistent (verbs are transactional in
         // the engine), so a poisoned lock is still usable.
         self.shared.driver.lock().unwrap_or_else(|p| p.into_inner())
@@ -191,10 +242,11 @@ impl Context {
 
     /// Runs `f` on the driver, sends what it made ready, and wakes the device thread if the
     /// next timer moved before its sleep.
-    fn with_driver<T>(&self, f: impl FnOnce(&mut Driver) -> T) -> T {
+    pub(crate) fn with_driver<T>(&self, f: impl FnOnce(&mut Driver) -> T) -> T {
         let mut d = self.lock();
         let out = f(&mut d);
         let _ = d.flush();
+        self.shared.route_events(&mut d);
         let next = d.next_deadline().unwrap_or(u64::MAX);
         // Datagrams left behind by a full socket buffer are the device thread's to send.
         let pending = d.tx_pending();
@@ -252,18 +304,40 @@ impl Context {
         len: usize,
         access: AccessFlags,
     ) -> Result<MemoryRegion, VerbsError> {
-        // Distinct, page-aligned virtual addresses, as a real process's buffers would have.
+        self.reg_mr_with(pd, Box::new(VecMemory::zeroed(len)), access)
+    }
+
+    /// Registers any [`softib_transport::Memory`] implementation (the device calls it for
+    /// every access, under the device lock) at a virtual address the device chooses.
+    pub fn reg_mr_with(
+        &self,
+        pd: PdHandle,
+        memory: Box<dyn softib_transport::Memory>,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let len = memory.len();
+        let addr = self.alloc_iova(len);
+        self.reg_mr_at(pd, memory, addr, access)
+    }
+
+    /// Registers `memory` at virtual address `addr`.
+    pub(crate) fn reg_mr_at(
+        &self,
+        pd: PdHandle,
+        memory: Box<dyn softib_transport::Memory>,
+        addr: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let len = memory.len() as u64;
+        let keys = self.with_driver(|d| d.engine_mut().reg_mr(pd, memory, addr, access))?;
+        Ok(MemoryRegion { keys, addr, len })
+    }
+
+    /// Distinct, page-aligned virtual addresses, as a real process's buffers would have
+    /// (with a guard page between regions, so an overrun is a protection error).
+    pub(crate) fn alloc_iova(&self, len: usize) -> u64 {
         let span = (len as u64).div_ceil(4096).max(1) * 4096 + 4096;
-        let addr = self.shared.next_iova.fetch_add(span, Ordering::Relaxed);
-        let keys = self.with_driver(|d| {
-            d.engine_mut()
-                .reg_mr(pd, Box::new(VecMemory::zeroed(len)), addr, access)
-        })?;
-        Ok(MemoryRegion {
-            keys,
-            addr,
-            len: len as u64,
-        })
+        self.shared.next_iova.fetch_add(span, Ordering::Relaxed)
     }
 
     /// Copies `src` into a region at `offset`. Errors if the region does not exist or the
@@ -356,16 +430,30 @@ impl Context {
     /// is waiting), so a polling caller needs no hand-off to the device thread.
     pub fn poll_cq(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> usize {
         let mut d = self.lock();
-        self.shared
-            .app_polled_at
-            .store(d.now().max(1), Ordering::Relaxed);
+        let armed = self.shared.armed_cqs.load(Ordering::Relaxed) != 0
+            && self.shared.router().armed.contains(&cq);
+        if !armed {
+            self.shared
+                .app_polled_at
+                .store(d.now().max(1), Ordering::Relaxed);
+        }
         let _ = d.process();
+        self.shared.route_events(&mut d);
         d.engine_mut().poll_cq(cq, out)
+    }
+
+    /// The application is about to block: the device thread must watch the socket again
+    /// instead of leaving it to the application's polls.
+    fn app_waits(&self) {
+        if self.shared.app_polled_at.swap(0, Ordering::Relaxed) != 0 {
+            self.shared.waker.wake();
+        }
     }
 
     /// Waits up to `timeout` for completions; returns how many were taken (0: timed out).
     pub fn wait_cq(&self, cq: CqHandle, out: &mut [WorkCompletion], timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
+        self.app_waits();
         let mut d = self.lock();
         loop {
             let n = d.engine_mut().poll_cq(cq, out);
@@ -571,7 +659,29 @@ impl Context {
 
     /// Destroys a CQ (no QP may still use it).
     pub fn destroy_cq(&self, cq: CqHandle) -> Result<(), VerbsError> {
-        self.with_driver(|d| d.engine_mut().destroy_cq(cq))
+        self.with_driver(|d| d.engine_mut().destroy_cq(cq))?;
+        let mut r = self.shared.router();
+        r.channels.remove(&cq);
+        if r.armed.remove(&cq) {
+            self.shared.armed_cqs.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Creates a completion queue of `cqe` entries whose notifications
+    /// ([`Context::req_notify_cq`]) go to `channel` instead of [`Context::poll_event`].
+    pub fn create_cq_with_channel(
+        &self,
+        cqe: u32,
+        channel: &CompletionChannel,
+    ) -> Result<CqHandle, VerbsError> {
+        // A new CQ is not armed, so no notification can fire before it is bound.
+        let cq = self.create_cq(cqe)?;
+        self.shared
+            .router()
+            .channels
+            .insert(cq, channel.inner.clone());
+        Ok(cq)
     }
 
     /// Deregisters a memory region; its bytes are returned.
@@ -585,7 +695,15 @@ impl Context {
     /// Requests a `CqNotify` event for the next completion on `cq` (the next solicited one
     /// with `solicited_only`), as `ibv_req_notify_cq`.
     pub fn req_notify_cq(&self, cq: CqHandle, solicited_only: bool) {
-        self.with_driver(|d| d.engine_mut().req_notify_cq(cq, solicited_only))
+        self.with_driver(|d| {
+            d.engine_mut().req_notify_cq(cq, solicited_only);
+            if self.shared.router().armed.insert(cq) {
+                self.shared.armed_cqs.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        // Arming means the application will wait (in `wait_event` or on a channel's
+        // descriptor): the device thread must make progress for it.
+        self.app_waits();
     }
 
     /// Takes the next asynchronous event (CQ notification, SRQ limit, QP fatal, ...).
@@ -595,15 +713,19 @@ impl Context {
             .app_polled_at
             .store(d.now().max(1), Ordering::Relaxed);
         let _ = d.process();
-        d.engine_mut().poll_event()
+        self.shared.route_events(&mut d);
+        drop(d);
+        self.shared.router().events.pop_front()
     }
 
     /// Waits up to `timeout` for the next asynchronous event.
     pub fn wait_event(&self, timeout: Duration) -> Option<AsyncEvent> {
         let deadline = Instant::now() + timeout;
+        self.app_waits();
         let mut d = self.lock();
         loop {
-            if let Some(e) = d.engine_mut().poll_event() {
+            self.shared.route_events(&mut d);
+            if let Some(e) = self.shared.router().events.pop_front() {
                 return Some(e);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -702,6 +824,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
             d.drain_wake();
         }
         let progress = d.process();
+        s.route_events(&mut d);
         let active = progress.as_ref().is_ok_and(|p| p.any());
         // An application polling in a loop already receives, times and sends: spinning
         // here too would only take its core (on a 2-core machine, the peer's). Sleep until

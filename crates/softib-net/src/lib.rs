@@ -5,6 +5,9 @@
 //!   and DF. All `unsafe` code of the crate lives in the private `sys` module under it.
 //! - [`inject`]: seeded fault injection on the send path (drop, duplicate, reorder, corrupt).
 //! - [`cc`]: congestion control on RoCEv2 (ECN marks, CNPs, DCQCN / IBA CCA settings).
+//! - [`context`]: the handle-based verbs API over a device and its thread; [`verbs`]: the
+//!   object API on top of it (builders, owned memory regions, safe posting), as rust-ibverbs
+//!   users know it; [`channel`]: completion channels behind a file descriptor.
 //! - [`oob`]: out-of-band connection exchange over TCP: perftest's and ibv_rc_pingpong's
 //!   formats byte for byte, and softib's own serde endpoint.
 #![deny(unsafe_code)]
@@ -13,6 +16,7 @@
 mod sys;
 
 pub mod cc;
+pub mod channel;
 pub mod context;
 pub mod counters;
 pub mod driver;
@@ -21,3 +25,4 @@ pub mod oob;
 pub mod roce;
 pub mod socket;
 pub mod tap;
+pub mod verbs;

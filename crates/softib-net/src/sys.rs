@@ -531,3 +531,151 @@ pub(crate) fn interface_of(ip: std::net::IpAddr) -> io::Result<Option<String>> {
     unsafe { libc::freeifaddrs(head) };
     Ok(found)
 }
+
+/// A new non-blocking, close-on-exec `eventfd(2)` with counter 0: the readiness descriptor of
+/// a completion channel.
+pub(crate) fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel, is open, and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Caller memory the engine reads and writes through a raw pointer (registered with the
+/// `unsafe` `register_raw` verbs; their contract makes the accesses below valid).
+pub(crate) struct RawMemory {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the memory is plain bytes with no thread affinity; the registration contract
+// (`verbs::ProtectionDomain::register_raw`) makes the caller keep it valid and unaliased by
+// references for as long as the engine holds this, from whichever thread the engine runs.
+unsafe impl Send for RawMemory {}
+
+impl RawMemory {
+    /// Wraps `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be valid for reads and writes, and must not be accessed through
+    /// Rust references, until this value is dropped (the region is deregistered).
+    pub(crate) unsafe fn new(ptr: std::ptr::NonNull<u8>, len: usize) -> RawMemory {
+        RawMemory { ptr, len }
+    }
+
+    /// The address of byte `offset` if `offset..offset + n` is inside the region.
+    fn at(&self, offset: usize, n: usize) -> Option<*mut u8> {
+        let end = offset.checked_add(n)?;
+        // SAFETY: offset <= end <= len, so the pointer stays inside (or one past) the
+        // registered allocation.
+        (end <= self.len).then(|| unsafe { self.ptr.as_ptr().add(offset) })
+    }
+}
+
+impl softib_transport::Memory for RawMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        if let Some(p) = self.at(offset, dst.len()) {
+            // SAFETY: `at` checked the range lies inside the registered bytes, which the
+            // registration contract keeps valid; `dst` is a distinct Rust slice, so the two
+            // do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        }
+    }
+
+    fn write(&mut self, offset: usize, src: &[u8]) {
+        if let Some(p) = self.at(offset, src.len()) {
+            // SAFETY: as in `read`, with the registered bytes as the destination.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        }
+    }
+
+    fn compare_swap(&mut self, offset: usize, compare: u64, swap: u64) -> u64 {
+        let Some(p) = self.at(offset, 8) else {
+            return 0;
+        };
+        // SAFETY: `at` checked the 8 bytes are inside the region; unaligned accesses are
+        // used because the engine checks alignment against the IOVA, not the pointer.
+        let orig = u64::from_le(unsafe { std::ptr::read_unaligned(p.cast::<u64>()) });
+        if orig == compare {
+            // SAFETY: the same 8 bytes.
+            unsafe { std::ptr::write_unaligned(p.cast::<u64>(), swap.to_le()) };
+        }
+        orig
+    }
+
+    fn fetch_add(&mut self, offset: usize, add: u64) -> u64 {
+        let Some(p) = self.at(offset, 8) else {
+            return 0;
+        };
+        // SAFETY: as in `compare_swap`.
+        let orig = u64::from_le(unsafe { std::ptr::read_unaligned(p.cast::<u64>()) });
+        // SAFETY: the same 8 bytes.
+        unsafe { std::ptr::write_unaligned(p.cast::<u64>(), orig.wrapping_add(add).to_le()) };
+        orig
+    }
+}
+
+impl crate::context::Context {
+    /// Registers `len` bytes of the caller's memory at `ptr` (`ibv_reg_mr` on an existing
+    /// buffer). The region's virtual address is the pointer itself, as with libibverbs, so
+    /// a peer addresses byte `i` as `ptr as u64 + i`. Prefer the owned registration of
+    /// [`crate::verbs::ProtectionDomain::register`], which needs no contract.
+    ///
+    /// # Safety
+    /// Until the region is deregistered ([`crate::context::Context::dereg_mr`] or dropping
+    /// the context), the device may read and write these bytes at any moment from its own
+    /// thread (for posted work requests and for peers holding the R_Key). So for that whole
+    /// time, `ptr..ptr + len` must stay allocated and valid for reads and writes, and the
+    /// caller must not hold Rust references (`&`/`&mut`) to any of those bytes while an
+    /// operation may touch them (between posting a work request that uses them and its
+    /// completion, and at any time for bytes a peer may access remotely). Raw-pointer or
+    /// FFI (C) access by the caller is a data race in that window only in the sense RDMA
+    /// hardware has: the bytes may be torn, never out of bounds.
+    pub unsafe fn reg_mr_raw(
+        &self,
+        pd: softib_transport::PdHandle,
+        ptr: *mut u8,
+        len: usize,
+        access: softib_transport::AccessFlags,
+    ) -> Result<crate::context::MemoryRegion, softib_transport::VerbsError> {
+        let Some(p) = std::ptr::NonNull::new(ptr) else {
+            return Err(softib_transport::VerbsError::InvalidAttribute {
+                attr: "addr",
+                reason: "a null pointer cannot be registered".into(),
+            });
+        };
+        // SAFETY: this function's own contract is RawMemory::new's.
+        let memory = unsafe { RawMemory::new(p, len) };
+        self.reg_mr_at(pd, Box::new(memory), ptr as u64, access)
+    }
+}
+
+impl crate::verbs::ProtectionDomain {
+    /// Registers `len` bytes of the caller's memory at `ptr`, with every access right
+    /// (`ibv_reg_mr`). The region's virtual address is the pointer itself. The returned
+    /// handle deregisters the memory when dropped; after that the device never touches it.
+    ///
+    /// # Safety
+    /// As [`crate::context::Context::reg_mr_raw`]: until the returned region is dropped,
+    /// `ptr..ptr + len` must stay allocated and valid for reads and writes, and must not be
+    /// accessed through Rust references while an operation may touch it (the device
+    /// accesses it from its own thread).
+    pub unsafe fn register_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: softib_transport::AccessFlags,
+    ) -> Result<crate::verbs::RawMemoryRegion, softib_transport::VerbsError> {
+        // SAFETY: forwarded: this function's contract is reg_mr_raw's.
+        let mr = unsafe { self.context().reg_mr_raw(self.handle(), ptr, len, access) }?;
+        Ok(crate::verbs::RawMemoryRegion::new(self.clone(), mr))
+    }
+}

@@ -1,0 +1,546 @@
+//! Queue pairs: the builder, the prepared (unconnected) QP, connection, and posting.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use softib_transport::{
+    AccessFlags, Mtu, QpAttr, QpAttrMask, QpCap, QpCounters, QpInitAttr, QpState, QpType, RecvWr,
+    SendFlags, SendWr, UdDest, VerbsError, WrOpcode,
+};
+
+use super::{
+    AddressHandle, CompletionQueue, ConnectOptions, LocalSlice, ProtectionDomain, RemoteSlice,
+    SharedReceiveQueue,
+};
+use crate::context::HandshakeError;
+use crate::oob::endpoint::{Endpoint, RemoteRegion};
+use crate::oob::stream::OobStream;
+use crate::oob::OobError;
+
+/// Builds a QP (`ibv_create_qp`) and the attributes it is later connected with.
+///
+/// Defaults: 128 send and 128 receive WRs of 4 SGEs, 256 bytes of inline data, completions
+/// only for signaled WRs; when connected: path MTU 4096 (capped by both devices), every
+/// remote access right, ACK timeout 14 (67 ms), 7 retries, RNR retry forever, 16
+/// outstanding READs/atomics each way, Q_Key 0x11111111, traffic class 0 (see
+/// [`ConnectOptions`]).
+#[derive(Debug)]
+pub struct QueuePairBuilder {
+    pd: ProtectionDomain,
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    qp_type: QpType,
+    cap: QpCap,
+    srq: Option<SharedReceiveQueue>,
+    sq_sig_all: bool,
+    options: ConnectOptions,
+}
+
+impl QueuePairBuilder {
+    pub(crate) fn new(
+        pd: ProtectionDomain,
+        send_cq: CompletionQueue,
+        recv_cq: CompletionQueue,
+        qp_type: QpType,
+    ) -> QueuePairBuilder {
+        QueuePairBuilder {
+            pd,
+            send_cq,
+            recv_cq,
+            qp_type,
+            cap: QpCap::default(),
+            srq: None,
+            sq_sig_all: false,
+            options: ConnectOptions::default(),
+        }
+    }
+
+    /// Send queue depth.
+    pub fn set_max_send_wr(mut self, n: u32) -> Self {
+        self.cap.max_send_wr = n;
+        self
+    }
+
+    /// Receive queue depth (ignored with an SRQ).
+    pub fn set_max_recv_wr(mut self, n: u32) -> Self {
+        self.cap.max_recv_wr = n;
+        self
+    }
+
+    /// SGEs per send WR.
+    pub fn set_max_send_sge(mut self, n: u32) -> Self {
+        self.cap.max_send_sge = n;
+        self
+    }
+
+    /// SGEs per receive WR.
+    pub fn set_max_recv_sge(mut self, n: u32) -> Self {
+        self.cap.max_recv_sge = n;
+        self
+    }
+
+    /// Bytes of inline data per send WR.
+    pub fn set_max_inline_data(mut self, n: u32) -> Self {
+        self.cap.max_inline_data = n;
+        self
+    }
+
+    /// Receives from a shared receive queue instead of the QP's own.
+    pub fn set_srq(mut self, srq: &SharedReceiveQueue) -> Self {
+        self.srq = Some(srq.clone());
+        self
+    }
+
+    /// Every send WR completes, signaled or not (`sq_sig_all`).
+    pub fn set_sq_sig_all(mut self, all: bool) -> Self {
+        self.sq_sig_all = all;
+        self
+    }
+
+    /// What the peer may do to our memory through this QP.
+    pub fn set_access(mut self, access: AccessFlags) -> Self {
+        self.options.access = access;
+        self
+    }
+
+    /// Largest path MTU (the smallest of this, ours and the peer's is used).
+    pub fn set_path_mtu(mut self, mtu: Mtu) -> Self {
+        self.options.mtu = mtu;
+        self
+    }
+
+    /// Local ACK timeout exponent: 4.096 us x 2^timeout (IBA 9.7.6.1.3).
+    pub fn set_timeout(mut self, timeout: u8) -> Self {
+        self.options.timeout = timeout;
+        self
+    }
+
+    /// Transport retries before the QP fails (IBA 9.7.6.1.3).
+    pub fn set_retry_count(mut self, n: u8) -> Self {
+        self.options.retry_cnt = n;
+        self
+    }
+
+    /// RNR retries (7: forever, IBA 9.7.5.2.8).
+    pub fn set_rnr_retry(mut self, n: u8) -> Self {
+        self.options.rnr_retry = n;
+        self
+    }
+
+    /// RNR NAK timer code we advertise (IBA table 45).
+    pub fn set_min_rnr_timer(mut self, code: u8) -> Self {
+        self.options.min_rnr_timer = code;
+        self
+    }
+
+    /// RDMA READs / atomics we may have outstanding.
+    pub fn set_max_rd_atomic(mut self, n: u8) -> Self {
+        self.options.max_rd_atomic = n;
+        self
+    }
+
+    /// RDMA READs / atomics we accept outstanding from the peer.
+    pub fn set_max_dest_rd_atomic(mut self, n: u8) -> Self {
+        self.options.max_dest_rd_atomic = n;
+        self
+    }
+
+    /// Q_Key of a UD QP.
+    pub fn set_qkey(mut self, qkey: u32) -> Self {
+        self.options.qkey = qkey;
+        self
+    }
+
+    /// Traffic class of our packets (DSCP << 2).
+    pub fn set_traffic_class(mut self, tc: u8) -> Self {
+        self.options.traffic_class = tc;
+        self
+    }
+
+    /// All connection attributes at once.
+    pub fn set_connect_options(mut self, options: ConnectOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Creates the QP (in RESET) and chooses its first PSN.
+    pub fn build(self) -> Result<PreparedQueuePair, VerbsError> {
+        let ctx = self.pd.context();
+        let init = QpInitAttr {
+            qp_type: self.qp_type,
+            send_cq: self.send_cq.handle(),
+            recv_cq: self.recv_cq.handle(),
+            srq: self.srq.as_ref().map(SharedReceiveQueue::handle),
+            cap: self.cap,
+            sq_sig_all: self.sq_sig_all,
+        };
+        let qpn = ctx.create_qp(self.pd.handle(), init)?;
+        let psn = ctx.random_psn();
+        Ok(PreparedQueuePair {
+            qp: QueuePair {
+                inner: Arc::new(QpInner {
+                    pd: self.pd,
+                    send_cq: self.send_cq,
+                    recv_cq: self.recv_cq,
+                    srq: self.srq,
+                    qpn,
+                    qp_type: self.qp_type,
+                }),
+            },
+            psn,
+            options: self.options,
+        })
+    }
+}
+
+/// A QP created but not connected: publish its [`PreparedQueuePair::endpoint`], then
+/// connect it to the peer's with [`PreparedQueuePair::handshake`] (or exchange both over
+/// TCP with [`PreparedQueuePair::exchange`]).
+#[derive(Debug)]
+pub struct PreparedQueuePair {
+    qp: QueuePair,
+    psn: u32,
+    options: ConnectOptions,
+}
+
+impl PreparedQueuePair {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn()
+    }
+
+    /// Our side of the connection, exposing `regions` to the peer (UD: with our Q_Key).
+    pub fn endpoint(&self, regions: &[RemoteRegion]) -> Endpoint {
+        let ctx = self.qp.inner.pd.context();
+        let mut e = ctx.endpoint(self.qp.qpn(), self.psn, &[]);
+        e.regions = regions.to_vec();
+        if self.qp.inner.qp_type == QpType::Ud {
+            e.qkey = Some(self.options.qkey);
+        }
+        e
+    }
+
+    /// Moves the QP through INIT and RTR to RTS connected to `remote` (RC/UC; a UD QP only
+    /// learns the peer's UDP port) and returns it ready to post.
+    pub fn handshake(self, remote: &Endpoint) -> Result<QueuePair, VerbsError> {
+        let q = &self.qp.inner;
+        q.pd.context()
+            .connect(q.qpn, q.qp_type, self.psn, remote, &self.options)?;
+        Ok(self.qp)
+    }
+
+    /// Exchanges endpoints over TCP on `port` (as the client of `peer` when given, else as
+    /// the server waiting at most `timeout` for one), then connects; returns the QP and the
+    /// peer's endpoint (its regions say where RDMA may go).
+    pub fn exchange(
+        self,
+        regions: &[RemoteRegion],
+        peer: Option<&str>,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<(QueuePair, Endpoint), HandshakeError> {
+        let mine = self.endpoint(regions);
+        let mut stream = match peer {
+            Some(host) => OobStream::connect(host, port, timeout)?,
+            None => {
+                let listener =
+                    std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|source| {
+                        OobError::Io {
+                            what: format!("listen on TCP port {port}"),
+                            source,
+                        }
+                    })?;
+                OobStream::accept(&listener, timeout)?
+            }
+        };
+        let theirs = stream.exchange_endpoint(&mine)?;
+        Ok((self.handshake(&theirs)?, theirs))
+    }
+}
+
+#[derive(Debug)]
+struct QpInner {
+    pd: ProtectionDomain,
+    // Held so the CQs and SRQ outlive the QP in the device.
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    srq: Option<SharedReceiveQueue>,
+    qpn: u32,
+    qp_type: QpType,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let _ = self.pd.context().destroy_qp(self.qpn);
+    }
+}
+
+/// A queue pair (`ibv_qp`). Cloning gives another handle to the same QP (posting from
+/// several threads is allowed; each post is atomic).
+#[derive(Clone, Debug)]
+pub struct QueuePair {
+    inner: Arc<QpInner>,
+}
+
+/// Posting stopped at a work request the device refused (`bad_wr`): the ones before it were
+/// posted, none after it.
+#[derive(Debug, thiserror::Error)]
+#[error("work request {index} of the batch was refused ({posted} posted): {source}")]
+pub struct PostError {
+    /// How many WRs of the batch were posted.
+    pub posted: usize,
+    /// Index of the refused WR in the batch.
+    pub index: usize,
+    /// Why.
+    #[source]
+    pub source: VerbsError,
+}
+
+impl QueuePair {
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// RC, UC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The CQ of send completions.
+    pub fn send_cq(&self) -> &CompletionQueue {
+        &self.inner.send_cq
+    }
+
+    /// The CQ of receive completions.
+    pub fn recv_cq(&self) -> &CompletionQueue {
+        &self.inner.recv_cq
+    }
+
+    /// The SRQ, if the QP receives from one.
+    pub fn srq(&self) -> Option<&SharedReceiveQueue> {
+        self.inner.srq.as_ref()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// Posts a batch of send WRs in order under one device lock, sending what they make
+    /// ready once (`ibv_post_send` with a WR list).
+    pub fn post_send(&self, wrs: &[SendRequest<'_>]) -> Result<(), PostError> {
+        let qpn = self.inner.qpn;
+        self.inner.pd.context().with_driver(|d| {
+            let now = d.now();
+            for (i, wr) in wrs.iter().enumerate() {
+                d.engine_mut()
+                    .post_send(now, qpn, &wr.wr)
+                    .map_err(|source| PostError {
+                        posted: i,
+                        index: i,
+                        source,
+                    })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts a batch of receive WRs in order (`ibv_post_recv` with a WR list).
+    pub fn post_recv(&self, wrs: &[RecvRequest<'_>]) -> Result<(), PostError> {
+        let qpn = self.inner.qpn;
+        self.inner.pd.context().with_driver(|d| {
+            for (i, wr) in wrs.iter().enumerate() {
+                d.engine_mut()
+                    .post_recv(qpn, &wr.wr)
+                    .map_err(|source| PostError {
+                        posted: i,
+                        index: i,
+                        source,
+                    })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The QP's state.
+    pub fn state(&self) -> Option<QpState> {
+        self.inner.pd.context().qp_state(self.inner.qpn)
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr, VerbsError> {
+        self.inner.pd.context().query_qp(self.inner.qpn)
+    }
+
+    /// `ibv_modify_qp` (for transitions the connection shortcut does not make, e.g. to SQD
+    /// or ERR).
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
+        self.inner
+            .pd
+            .context()
+            .modify_qp(self.inner.qpn, attr, mask)
+    }
+
+    /// The QP's counters.
+    pub fn counters(&self) -> Option<QpCounters> {
+        self.inner.pd.context().qp_counters(self.inner.qpn)
+    }
+}
+
+/// A send work request naming registered memory; it cannot outlive the regions it names.
+/// Signaled by default.
+#[derive(Clone, Debug)]
+pub struct SendRequest<'a> {
+    wr: SendWr,
+    _regions: PhantomData<&'a ()>,
+}
+
+impl<'a> SendRequest<'a> {
+    fn new(wr_id: u64, opcode: WrOpcode, local: &[LocalSlice<'a>]) -> Self {
+        SendRequest {
+            wr: SendWr {
+                wr_id,
+                opcode,
+                sg_list: local.iter().map(LocalSlice::sge).collect(),
+                flags: SendFlags::SIGNALED,
+                ..SendWr::default()
+            },
+            _regions: PhantomData,
+        }
+    }
+
+    fn remote(mut self, remote: RemoteSlice) -> Self {
+        self.wr.remote_addr = remote.addr;
+        self.wr.rkey = remote.rkey;
+        self
+    }
+
+    /// SEND of `local` (consumes a receive WR at the peer).
+    pub fn send(wr_id: u64, local: LocalSlice<'a>) -> Self {
+        Self::new(wr_id, WrOpcode::Send, &[local])
+    }
+
+    /// SEND gathered from several slices (none: a zero-length SEND).
+    pub fn send_gather(wr_id: u64, local: &[LocalSlice<'a>]) -> Self {
+        Self::new(wr_id, WrOpcode::Send, local)
+    }
+
+    /// RDMA WRITE of `local` to `remote` (IBA 9.4.3).
+    pub fn write(wr_id: u64, local: LocalSlice<'a>, remote: RemoteSlice) -> Self {
+        Self::new(wr_id, WrOpcode::RdmaWrite, &[local]).remote(remote)
+    }
+
+    /// RDMA READ of `remote` into `local` (RC only, IBA 9.4.4).
+    pub fn read(wr_id: u64, local: LocalSlice<'a>, remote: RemoteSlice) -> Self {
+        Self::new(wr_id, WrOpcode::RdmaRead, &[local]).remote(remote)
+    }
+
+    /// FETCH_AND_ADD of `add` to the 8 bytes at `remote`; the original value lands in the
+    /// 8 bytes of `local` (RC only, IBA 9.4.5).
+    pub fn fetch_add(wr_id: u64, local: LocalSlice<'a>, remote: RemoteSlice, add: u64) -> Self {
+        let mut r = Self::new(wr_id, WrOpcode::AtomicFetchAndAdd, &[local]).remote(remote);
+        r.wr.compare_add = add;
+        r
+    }
+
+    /// CMP_AND_SWP: if the 8 bytes at `remote` equal `compare` they become `swap`; the
+    /// original value lands in `local` (RC only, IBA 9.4.5).
+    pub fn compare_swap(
+        wr_id: u64,
+        local: LocalSlice<'a>,
+        remote: RemoteSlice,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        let mut r = Self::new(wr_id, WrOpcode::AtomicCmpAndSwp, &[local]).remote(remote);
+        r.wr.compare_add = compare;
+        r.wr.swap = swap;
+        r
+    }
+
+    /// Adds immediate data: SEND becomes SEND_WITH_IMM, RDMA WRITE becomes
+    /// RDMA_WRITE_WITH_IMM (which consumes a receive WR at the peer). Other opcodes carry
+    /// no immediate; the device refuses them with it.
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.wr.opcode = match self.wr.opcode {
+            WrOpcode::Send => WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite => WrOpcode::RdmaWriteWithImm,
+            other => other,
+        };
+        self.wr.imm_data = Some(imm);
+        self
+    }
+
+    /// No completion unless the QP signals all WRs.
+    pub fn unsignaled(mut self) -> Self {
+        self.wr.flags.set(SendFlags::SIGNALED, false);
+        self
+    }
+
+    /// Sets the solicited event bit (the peer's CQ armed for solicited events fires).
+    pub fn solicited(mut self) -> Self {
+        self.wr.flags.set(SendFlags::SOLICITED, true);
+        self
+    }
+
+    /// Waits for earlier READs and atomics to complete before this one starts.
+    pub fn fence(mut self) -> Self {
+        self.wr.flags.set(SendFlags::FENCE, true);
+        self
+    }
+
+    /// Copies the data at post time (up to the QP's `max_inline_data`).
+    pub fn inline(mut self) -> Self {
+        self.wr.flags.set(SendFlags::INLINE, true);
+        self
+    }
+
+    /// The destination of a send on a UD QP (IBA 10.2.5: a `remote_qkey` with the high bit
+    /// set means the QP's own Q_Key).
+    pub fn to(mut self, ah: &AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.wr.ud = Some(UdDest {
+            ah: ah.handle(),
+            remote_qpn,
+            remote_qkey,
+        });
+        self
+    }
+
+    /// The engine's work request.
+    pub fn wr(&self) -> &SendWr {
+        &self.wr
+    }
+}
+
+/// A receive work request naming registered memory; it cannot outlive the regions.
+#[derive(Clone, Debug)]
+pub struct RecvRequest<'a> {
+    pub(crate) wr: RecvWr,
+    _regions: PhantomData<&'a ()>,
+}
+
+impl<'a> RecvRequest<'a> {
+    /// Receives into `local`.
+    pub fn new(wr_id: u64, local: LocalSlice<'a>) -> Self {
+        Self::scatter(wr_id, &[local])
+    }
+
+    /// Receives scattered over `local`, in order (none: zero-length messages only, or the
+    /// immediate of an RDMA WRITE WITH IMM).
+    pub fn scatter(wr_id: u64, local: &[LocalSlice<'a>]) -> Self {
+        RecvRequest {
+            wr: RecvWr {
+                wr_id,
+                sg_list: local.iter().map(LocalSlice::sge).collect(),
+            },
+            _regions: PhantomData,
+        }
+    }
+
+    /// The engine's work request.
+    pub fn wr(&self) -> &RecvWr {
+        &self.wr
+    }
+}
