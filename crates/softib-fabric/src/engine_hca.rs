@@ -64,10 +64,15 @@ pub struct EncapCounters {
 /// arrived (uniformly drawn from a seeded stream), in arrival order, and never during a
 /// stall window (a packet due inside one waits for its end). It models a responder that is
 /// slow to process what it received (a host busy with something else) while its HCA keeps
-/// accepting packets off the link, so link credits are unaffected.
+/// accepting packets off the link, so link credits are unaffected. Atomic requests
+/// additionally pass one at a time through an atomic unit that takes `atomic` each (the
+/// read-modify-write an HCA serializes), so a hotspot saturates at 1 / `atomic`.
 struct RxDelay {
     min: Picos,
     max: Picos,
+    atomic: Picos,
+    /// When the atomic unit finishes its last request.
+    atomic_free_at: Picos,
     /// Stall windows [start, end), sorted by start.
     stalls: Vec<(Picos, Picos)>,
     rng: ChaCha8Rng,
@@ -78,8 +83,8 @@ struct RxDelay {
 }
 
 impl RxDelay {
-    /// When a packet arriving at `now` reaches the engine.
-    fn due(&mut self, now: Picos) -> Picos {
+    /// When a packet arriving at `now` reaches the engine (`atomic`: an atomic request).
+    fn due(&mut self, now: Picos, atomic: bool) -> Picos {
         let delay = if self.max > self.min {
             self.rng.gen_range(self.min..=self.max)
         } else {
@@ -92,6 +97,10 @@ impl RxDelay {
             if due >= start && due < end {
                 due = end;
             }
+        }
+        if atomic && self.atomic > 0 {
+            due = due.max(self.atomic_free_at) + self.atomic;
+            self.atomic_free_at = due;
         }
         due
     }
@@ -128,19 +137,22 @@ impl EngineHca {
     /// picoseconds (from a ChaCha8 stream seeded with `seed`) before the engine sees it,
     /// keeping arrival order: the slow-responder model.
     pub fn with_rx_delay(mut self, min: Picos, max: Picos, seed: u64) -> Self {
-        self.set_rx_delay(min, max, Vec::new(), seed);
+        self.set_rx_delay(min, max, Vec::new(), 0, seed);
         self
     }
 
     /// Sets the receive processing model: a delay drawn uniformly from [`min`, `max`]
     /// picoseconds (seeded with `seed`), and `stalls`, windows [start, end) in which the
     /// host processes nothing it received (what arrives or falls due inside one waits for
-    /// its end). Packets already waiting keep their times.
+    /// its end), and `atomic`, the time the HCA's atomic unit spends on each atomic request
+    /// (one at a time, after the delay; 0 = no cost). Packets already waiting keep their
+    /// times.
     pub fn set_rx_delay(
         &mut self,
         min: Picos,
         max: Picos,
         mut stalls: Vec<(Picos, Picos)>,
+        atomic: Picos,
         seed: u64,
     ) {
         stalls.retain(|(s, e)| e > s);
@@ -149,6 +161,8 @@ impl EngineHca {
         self.rx_delay = Some(RxDelay {
             min: min.min(max),
             max: max.max(min),
+            atomic,
+            atomic_free_at: 0,
             stalls,
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue,
@@ -323,7 +337,9 @@ impl Endpoint for EngineHca {
         // BTH through pad: without ICRC (4) and VCRC (2).
         let transport = &bytes[off..bytes.len() - 6];
         if let Some(d) = self.rx_delay.as_mut() {
-            let due = d.due(tx.now());
+            // RC COMPARE_SWAP (0x13) and FETCH_ADD (0x14) requests (IBA 9.2 opcodes).
+            let atomic = matches!(transport.first(), Some(0x13 | 0x14));
+            let due = d.due(tx.now(), atomic);
             if due > tx.now() || !d.queue.is_empty() {
                 let mut buf = d.spare.pop().unwrap_or_default();
                 buf.clear();

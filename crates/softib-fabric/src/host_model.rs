@@ -6,6 +6,7 @@
 //! name = "h1"
 //! responder_delay_ns = 10000000   # every packet h1 receives reaches its engine 10 ms late
 //! responder_jitter_ns = 5000000   # plus 0..=5 ms, uniform, from the scenario's seed
+//! atomic_service_ns = 500         # each atomic request holds h1's atomic unit 500 ns
 //!
 //! [[fault]]
 //! kind = "responder_stall"        # h1 processes nothing it receives from 100 us to 300 us
@@ -39,6 +40,9 @@ pub struct HostEntry {
     pub responder_delay_ns: Option<u64>,
     /// Extra delay drawn uniformly from 0..=jitter per packet, ns.
     pub responder_jitter_ns: Option<u64>,
+    /// Time the HCA's atomic unit spends on each atomic request, ns; requests are served
+    /// one at a time, so a counter hotspot saturates at one per this time.
+    pub atomic_service_ns: Option<u64>,
 }
 
 /// A host's receive processing model.
@@ -50,6 +54,8 @@ pub struct RxModel {
     pub max_ps: Picos,
     /// Windows [start, end) in which nothing received is processed.
     pub stalls: Vec<(Picos, Picos)>,
+    /// Atomic unit time per atomic request.
+    pub atomic_ps: Picos,
 }
 
 impl Scenario {
@@ -73,11 +79,12 @@ impl Scenario {
                 ))
             }
         };
+        let mut seen = std::collections::BTreeSet::new();
         for (i, h) in self.host.iter().enumerate() {
             let key = format!("host[{i}].name");
             check(&key, &h.name)?;
             let m = out.entry(h.name.get_ref().clone()).or_default();
-            if m.max_ps > 0 {
+            if !seen.insert(h.name.get_ref().as_str()) {
                 return Err(self.error_at(
                     &key,
                     h.name.span(),
@@ -86,6 +93,7 @@ impl Scenario {
             }
             m.min_ps = h.responder_delay_ns.unwrap_or(0) * PS_PER_NS;
             m.max_ps = m.min_ps + h.responder_jitter_ns.unwrap_or(0) * PS_PER_NS;
+            m.atomic_ps = h.atomic_service_ns.unwrap_or(0) * PS_PER_NS;
         }
         for (i, f) in self.fault.iter().enumerate() {
             if f.kind.as_ref().map(|k| *k.get_ref()) != Some(FaultKind::ResponderStall) {
@@ -136,6 +144,7 @@ impl Scenario {
                     m.min_ps,
                     m.max_ps,
                     m.stalls,
+                    m.atomic_ps,
                     seeds.derive(StreamKind::ResponderDelay, lid as u64),
                 );
             }

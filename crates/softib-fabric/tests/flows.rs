@@ -442,3 +442,51 @@ fn the_bundled_traffic_mix_runs_and_writes_the_same_bytes_twice() {
     }
     assert_eq!(outputs[0], outputs[1]);
 }
+
+#[test]
+fn an_atomic_hotspot_saturates_at_the_responders_atomic_unit() {
+    let text = |extra: &str| {
+        format!(
+            r#"
+duration_us = 100
+[topology]
+kind = "single-switch"
+hosts = 5
+[[flow]]
+op = "atomic"
+pattern = "incast"
+dst = "h0"
+tx_depth = 16
+{extra}"#
+        )
+    };
+    // 500 ns per atomic at h0: 2 per microsecond whatever the number of requesters.
+    let s = Scenario::parse(&text("[[host]]\nname = \"h0\"\natomic_service_ns = 500\n")).unwrap();
+    let mut fabric = s.build().unwrap();
+    let plans = s.flow_plan(0).unwrap();
+    let rec = FlowRecorder::shared(10 * PS_PER_US);
+    attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).unwrap();
+    s.apply_host_models(&mut fabric).unwrap();
+    fabric.run_until(100 * PS_PER_US);
+    let done: u64 = rec.borrow().flows().values().map(|f| f.messages).sum();
+    assert!((180..=200).contains(&done), "{done}");
+    // Every completed FetchAdd is in the counter; the others were executed or still queued.
+    let counter = atomic_counter(&mut fabric, "h0", 0).unwrap();
+    assert!(
+        counter >= done && counter <= done + 4 * 16,
+        "{counter} {done}"
+    );
+    // The four requesters share the unit about equally.
+    for f in rec.borrow().flows().values() {
+        assert!(
+            (40..=52).contains(&f.messages),
+            "{}: {}",
+            f.info.name,
+            f.messages
+        );
+    }
+    // Without the atomic unit's cost the same fabric runs over ten times as many.
+    let r = run_text(&text(""));
+    let free: u64 = r.summary.flows.iter().map(|f| f.messages).sum();
+    assert!(free > 10 * done, "{free} vs {done}");
+}
