@@ -27,6 +27,7 @@
 //! rnr_timer = 12            # the responder's min_rnr_timer code (12 = 0.64 ms)
 //! max_rd_atomic = 16        # READs/atomics in flight per QP (both ends), 1..=16
 //! start_us = 0
+//! stagger_us = 0            # pair k of the table starts k x stagger_us after start_us
 //! # op = "atomic":
 //! atomic = "fetch_add"      # or "cmp_swap"; every QP of the table hits one 8-byte
 //! add = 1                   #   counter at its responder; fetch_add adds `add`,
@@ -46,7 +47,7 @@
 use crate::engine_hca::EngineHca;
 use crate::fabric::Fabric;
 use crate::flow_app::{
-    work_request, FlowHost, Ledger, Receiver, RecvQueue, Requester, SharedQueue,
+    work_request, FlowHost, Ledger, Receiver, RecvQueue, Requester, Role, SharedQueue,
 };
 use crate::hca::Endpoint;
 use crate::perftest::device;
@@ -58,8 +59,8 @@ use crate::stream::{host_names, Pattern, PatternKeys};
 use crate::time::{to_engine_nanos, Picos, PS_PER_NS};
 use serde::Deserialize;
 use softib_transport::{
-    AccessFlags, AhAttr, CqHandle, Device, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, QpType, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
+    AccessFlags, AhAttr, Device, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr,
+    QpState, QpType, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
 };
 use std::collections::BTreeMap;
 use toml::Spanned;
@@ -164,20 +165,23 @@ pub struct FlowEntry {
     pub max_rd_atomic: Option<Spanned<u8>>,
     /// Start time, microseconds.
     pub start_us: Option<Spanned<f64>>,
+    /// Start offset between consecutive QP pairs of the table, microseconds (pair k
+    /// starts at `start_us + k x stagger_us`).
+    pub stagger_us: Option<Spanned<f64>>,
     /// Which atomic (default fetch_add).
     pub atomic: Option<Spanned<AtomicKind>>,
     /// FetchAdd addend (default 1).
-    pub add: Option<u64>,
+    pub add: Option<Spanned<u64>>,
     /// CmpSwap compare value (default 0).
-    pub compare: Option<u64>,
+    pub compare: Option<Spanned<u64>>,
     /// CmpSwap swap value (default 1).
-    pub swap: Option<u64>,
+    pub swap: Option<Spanned<u64>>,
     /// Receive WRs the receiving application keeps posted (default 512, perftest's).
     pub rq_depth: Option<Spanned<u32>>,
     /// Receive through one shared receive queue per responder host and table.
     pub srq: Option<Spanned<bool>>,
     /// Nanoseconds from consuming a receive to posting it again (default 0).
-    pub recv_post_delay_ns: Option<u64>,
+    pub recv_post_delay_ns: Option<Spanned<u64>>,
 }
 
 /// The atomic operation of a flow, with its operands.
@@ -435,8 +439,10 @@ impl Scenario {
                 if let Some(a) = &e.atomic {
                     only(true, "atomic", a.span(), "atomic")?;
                 }
-                if e.add.is_some() || e.compare.is_some() || e.swap.is_some() {
-                    only(true, "add/compare/swap", 0..0, "atomic")?;
+                for (v, k) in [(&e.add, "add"), (&e.compare, "compare"), (&e.swap, "swap")] {
+                    if let Some(v) = v {
+                        only(true, k, v.span(), "atomic")?;
+                    }
                 }
             }
             if op != FlowOp::Send {
@@ -446,8 +452,8 @@ impl Scenario {
                 if let Some(d) = &e.srq {
                     only(true, "srq", d.span(), "send")?;
                 }
-                if e.recv_post_delay_ns.is_some() {
-                    only(true, "recv_post_delay_ns", 0..0, "send")?;
+                if let Some(d) = &e.recv_post_delay_ns {
+                    only(true, "recv_post_delay_ns", d.span(), "send")?;
                 }
             }
             let atomic = (op == FlowOp::Atomic).then(|| {
@@ -457,11 +463,11 @@ impl Scenario {
                     .map_or(AtomicKind::FetchAdd, |a| *a.get_ref())
                 {
                     AtomicKind::FetchAdd => AtomicPlan::FetchAdd {
-                        add: e.add.unwrap_or(1),
+                        add: e.add.as_ref().map_or(1, |v| *v.get_ref()),
                     },
                     AtomicKind::CmpSwap => AtomicPlan::CmpSwap {
-                        compare: e.compare.unwrap_or(0),
-                        swap: e.swap.unwrap_or(1),
+                        compare: e.compare.as_ref().map_or(0, |v| *v.get_ref()),
+                        swap: e.swap.as_ref().map_or(1, |v| *v.get_ref()),
                     },
                 }
             });
@@ -490,12 +496,14 @@ impl Scenario {
                     Ok(RecvPlan {
                         depth,
                         srq,
-                        post_delay_ps: e.recv_post_delay_ns.unwrap_or(0) * PS_PER_NS,
+                        post_delay_ps: e.recv_post_delay_ns.as_ref().map_or(0, |v| *v.get_ref())
+                            * PS_PER_NS,
                     })
                 })
                 .transpose()?;
             let sl = self.sl_key(&key("sl"), &e.sl)?;
             let start_ps = self.start_key(&key("start_us"), &e.start_us)?;
+            let stagger_ps = self.start_key(&key("stagger_us"), &e.stagger_us)?;
             let pairs = self.resolve_pattern(
                 &table,
                 PatternKeys {
@@ -524,6 +532,7 @@ impl Scenario {
             for (k, (src, dests)) in pairs.into_iter().enumerate() {
                 for dst in dests {
                     let flow = first_flow + out.len() as u32;
+                    let nth = (flow - first_of_table) as u64;
                     let arrow = match op {
                         FlowOp::Read => "<-",
                         _ => "->",
@@ -566,7 +575,7 @@ impl Scenario {
                         },
                         recv,
                         gate,
-                        start_ps,
+                        start_ps: start_ps + nth * stagger_ps,
                     });
                 }
             }
@@ -622,7 +631,6 @@ pub type WrapEndpoint<'a> = dyn FnMut(&str, Box<dyn Endpoint>) -> Box<dyn Endpoi
 /// One side of a flow's connection.
 #[derive(Clone, Copy, Debug)]
 struct Side {
-    cq: CqHandle,
     qpn: u32,
     keys: MrKeys,
     addr: u64,
@@ -657,7 +665,8 @@ impl Host {
         Ok((keys, addr))
     }
 
-    /// A CQ, a buffer of `len` bytes and a QP of `service` (on `srq` if given).
+    /// A buffer of `len` bytes and a QP of `service` (on `srq` if given) completing into
+    /// the host's CQ.
     fn side(
         &mut self,
         service: Service,
@@ -665,7 +674,7 @@ impl Host {
         recv_depth: u32,
         srq: Option<SrqHandle>,
     ) -> Result<Side, VerbsError> {
-        let cq = self.dev.create_cq((MAX_TX_DEPTH + recv_depth).max(4096))?;
+        let cq = self.app.cq;
         let (keys, addr) = self.buffer(len)?;
         let qpn = self.dev.create_qp(
             self.pd,
@@ -684,12 +693,7 @@ impl Host {
                 sq_sig_all: false,
             },
         )?;
-        Ok(Side {
-            cq,
-            qpn,
-            keys,
-            addr,
-        })
+        Ok(Side { qpn, keys, addr })
     }
 }
 
@@ -783,12 +787,27 @@ pub fn attach_flows(
     let ledger = Ledger::default();
     let mut hosts: BTreeMap<String, Host> = BTreeMap::new();
     let lid = |f: &Fabric, h: &str| f.lid(h).expect("the plan names hosts of this topology");
+    // Completions a host's CQ may have to hold at once: every send and receive WR of its
+    // QPs (it is polled after every engine interaction, so far fewer in practice).
+    let mut cq_depth: BTreeMap<&str, u64> = BTreeMap::new();
+    for p in plans {
+        *cq_depth.entry(&p.src).or_default() += p.tx_depth as u64;
+        *cq_depth.entry(&p.dst).or_default() += p.recv.map_or(0, |r| r.depth as u64);
+    }
     for p in plans {
         for h in [&p.src, &p.dst] {
             if !hosts.contains_key(h) {
                 let l = lid(fabric, h);
                 let mut dev = device(l, seeds.derive(StreamKind::Engine, l as u64));
                 let pd = dev.alloc_pd();
+                let max = dev.config().max_cqe as u64;
+                let cq = dev
+                    .create_cq(cq_depth[h.as_str()].clamp(64, max) as u32)
+                    .map_err(|e| FlowSetupError {
+                        flow: p.flow,
+                        name: p.info.name.clone(),
+                        reason: e.to_string(),
+                    })?;
                 hosts.insert(
                     h.clone(),
                     Host {
@@ -796,6 +815,8 @@ pub fn attach_flows(
                         pd,
                         next_addr: 0x1000_0000,
                         app: FlowHost {
+                            cq,
+                            roles: BTreeMap::new(),
                             requesters: Vec::new(),
                             receivers: Vec::new(),
                             srqs: Vec::new(),
@@ -853,7 +874,6 @@ pub fn attach_flows(
                             lkey: keys.lkey,
                         },
                         depth: r.depth,
-                        delay: to_engine_nanos(r.post_delay_ps),
                         due: Default::default(),
                     });
                 }
@@ -890,11 +910,12 @@ pub fn attach_flows(
         };
         responder.app.responders.push((p.flow, peer.qpn));
         if let Some(r) = p.recv {
-            receiver_of.insert(p.flow, responder.app.receivers.len());
+            let index = responder.app.receivers.len();
+            receiver_of.insert(p.flow, index);
+            responder.app.roles.insert(peer.qpn, Role::Receiver(index));
             responder.app.receivers.push(Receiver {
                 flow: p.flow,
                 qpn: peer.qpn,
-                cq: peer.cq,
                 queue: srq.map_or(RecvQueue::Own, RecvQueue::Shared),
                 sge: Sge {
                     addr: peer.addr,
@@ -958,10 +979,11 @@ pub fn attach_flows(
             lkey: me.keys.lkey,
         };
         requester.app.unreliable_writes |= p.service == Service::Uc && p.op == FlowOp::Write;
+        let index = requester.app.requesters.len();
+        requester.app.roles.insert(me.qpn, Role::Requester(index));
         requester.app.requesters.push(Requester {
             flow: p.flow,
             qpn: me.qpn,
-            cq: me.cq,
             wr: work_request(
                 opcode,
                 local,

@@ -56,7 +56,6 @@ pub fn wc_status_name(s: WcStatus) -> &'static str {
 pub(crate) struct Requester {
     pub(crate) flow: u32,
     pub(crate) qpn: u32,
-    pub(crate) cq: CqHandle,
     /// The work request posted every time (only `wr_id` and, unreliable, `imm_data` change).
     pub(crate) wr: SendWr,
     /// Payload bytes a message counts for.
@@ -87,7 +86,6 @@ pub(crate) enum RecvQueue {
 pub(crate) struct Receiver {
     pub(crate) flow: u32,
     pub(crate) qpn: u32,
-    pub(crate) cq: CqHandle,
     pub(crate) queue: RecvQueue,
     pub(crate) sge: Sge,
     /// Receive WRs kept posted (own queue).
@@ -108,12 +106,25 @@ pub(crate) struct SharedQueue {
     pub(crate) srq: SrqHandle,
     pub(crate) sge: Sge,
     pub(crate) depth: u32,
-    pub(crate) delay: Nanos,
+    /// Re-posts waiting for their time (at the delay of the receiver that used the WR).
     pub(crate) due: VecDeque<Nanos>,
 }
 
-/// The application of one host: its requesters, receivers and shared receive queues.
+/// What a QP of the host does, for dispatching its completions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Role {
+    /// Index into `requesters`.
+    Requester(usize),
+    /// Index into `receivers`.
+    Receiver(usize),
+}
+
+/// The application of one host: its requesters, receivers and shared receive queues. All
+/// its QPs complete into one CQ, so a poll costs the same with one QP or a thousand.
 pub(crate) struct FlowHost {
+    pub(crate) cq: CqHandle,
+    /// Role of each QP that completes work, by QPN.
+    pub(crate) roles: BTreeMap<u32, Role>,
     pub(crate) requesters: Vec<Requester>,
     pub(crate) receivers: Vec<Receiver>,
     pub(crate) srqs: Vec<SharedQueue>,
@@ -171,78 +182,74 @@ impl FlowHost {
         }
     }
 
-    fn poll_receivers(&mut self, now: Nanos, dev: &mut Device) {
+    fn poll(&mut self, now: Nanos, dev: &mut Device) {
         let at = from_engine_nanos(now);
-        for r in &mut self.receivers {
-            loop {
-                let n = dev.poll_cq(r.cq, &mut self.wcs);
-                if n == 0 {
-                    break;
-                }
-                for wc in &self.wcs[..n] {
-                    if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
-                        continue;
-                    }
-                    if wc.status != WcStatus::Success {
-                        // Flushed receives after the QP failed say nothing new.
-                        if wc.status != WcStatus::WrFlushErr {
+        let mut reposted_now = false;
+        loop {
+            let n = dev.poll_cq(self.cq, &mut self.wcs);
+            if n == 0 {
+                break;
+            }
+            for wc in &self.wcs[..n] {
+                match self.roles.get(&wc.qp_num) {
+                    Some(&Role::Requester(i)) => {
+                        let op = &mut self.requesters[i];
+                        let posted = op.posted.pop_front().unwrap_or(now);
+                        if wc.status == WcStatus::Success {
+                            if !op.counted_at_receiver {
+                                self.recorder.borrow_mut().record_message(
+                                    op.flow,
+                                    at,
+                                    op.size as u64,
+                                    from_engine_nanos(posted),
+                                );
+                            }
+                        } else {
                             self.recorder
                                 .borrow_mut()
-                                .record_error(r.flow, wc_status_name(wc.status));
-                        }
-                        continue;
-                    }
-                    r.received += 1;
-                    let (due, queue) = (now + r.delay, r.queue);
-                    match queue {
-                        RecvQueue::Own => r.due.push_back(due),
-                        RecvQueue::Shared(i) => self.srqs[i].due.push_back(due),
-                    }
-                    if r.records {
-                        let payload = wc.byte_len.saturating_sub(r.header) as u64;
-                        let posted = wc
-                            .imm_data
-                            .and_then(|seq| take_posted(&self.ledger, r.flow, seq));
-                        if let Some(posted) = posted {
-                            self.recorder
-                                .borrow_mut()
-                                .record_message(r.flow, at, payload, posted);
+                                .record_error(op.flow, wc_status_name(wc.status));
+                            op.failed = true;
                         }
                     }
+                    Some(&Role::Receiver(i)) => {
+                        if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                            continue;
+                        }
+                        let r = &mut self.receivers[i];
+                        if wc.status != WcStatus::Success {
+                            // Flushed receives after the QP failed say nothing new.
+                            if wc.status != WcStatus::WrFlushErr {
+                                self.recorder
+                                    .borrow_mut()
+                                    .record_error(r.flow, wc_status_name(wc.status));
+                            }
+                            continue;
+                        }
+                        r.received += 1;
+                        let due = now + r.delay;
+                        reposted_now |= r.delay == 0;
+                        match r.queue {
+                            RecvQueue::Own => r.due.push_back(due),
+                            RecvQueue::Shared(q) => self.srqs[q].due.push_back(due),
+                        }
+                        if r.records {
+                            let payload = wc.byte_len.saturating_sub(r.header) as u64;
+                            let posted = wc
+                                .imm_data
+                                .and_then(|seq| take_posted(&self.ledger, r.flow, seq));
+                            if let Some(posted) = posted {
+                                self.recorder
+                                    .borrow_mut()
+                                    .record_message(r.flow, at, payload, posted);
+                            }
+                        }
+                    }
+                    None => {}
                 }
             }
         }
-        if self.receivers.iter().any(|r| r.delay == 0) || self.srqs.iter().any(|s| s.delay == 0) {
+        if reposted_now {
             self.repost_due(now, dev);
-        }
-    }
-
-    fn poll_requesters(&mut self, now: Nanos, dev: &mut Device) {
-        let at = from_engine_nanos(now);
-        for op in &mut self.requesters {
-            loop {
-                let n = dev.poll_cq(op.cq, &mut self.wcs);
-                if n == 0 {
-                    break;
-                }
-                let mut rec = self.recorder.borrow_mut();
-                for wc in &self.wcs[..n] {
-                    let posted = op.posted.pop_front().unwrap_or(now);
-                    if wc.status == WcStatus::Success {
-                        if !op.counted_at_receiver {
-                            rec.record_message(
-                                op.flow,
-                                at,
-                                op.size as u64,
-                                from_engine_nanos(posted),
-                            );
-                        }
-                    } else {
-                        rec.record_error(op.flow, wc_status_name(wc.status));
-                        op.failed = true;
-                    }
-                }
-            }
         }
     }
 
@@ -329,8 +336,7 @@ impl HostApp for FlowHost {
 
     fn on_progress(&mut self, now: Nanos, dev: &mut Device) {
         self.repost_due(now, dev);
-        self.poll_receivers(now, dev);
-        self.poll_requesters(now, dev);
+        self.poll(now, dev);
         self.post_sends(now, dev);
     }
 

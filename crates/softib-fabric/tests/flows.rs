@@ -286,6 +286,13 @@ fn flow_keys_are_checked_with_key_and_line() {
     assert!(e.starts_with("line 9: flow[0].rnr_retry: 8"), "{e}");
     let e = err("op = \"send\"\nrnr_timer = 32\n");
     assert!(e.starts_with("line 9: flow[0].rnr_timer"), "{e}");
+    let e = err("op = \"send\"\nswap = 3\n");
+    assert!(
+        e.starts_with("line 9: flow[0].swap: applies to atomic"),
+        "{e}"
+    );
+    let e = err("op = \"write\"\nrecv_post_delay_ns = 3\n");
+    assert!(e.starts_with("line 9: flow[0].recv_post_delay_ns"), "{e}");
     let e = err("op = \"write\"\natomic = \"fetch_add\"\n");
     assert!(e.starts_with("line 9: flow[0].atomic"), "{e}");
     let e = err("op = \"atomic\"\natomic = \"swap\"\n");
@@ -489,4 +496,39 @@ tx_depth = 16
     let r = run_text(&text(""));
     let free: u64 = r.summary.flows.iter().map(|f| f.messages).sum();
     assert!(free > 10 * done, "{free} vs {done}");
+}
+
+#[test]
+fn an_engine_all_to_all_starts_its_pairs_as_staggered() {
+    let r = run_text(
+        r#"
+duration_us = 60
+[topology]
+kind = "single-switch"
+hosts = 4
+[[flow]]
+op = "write"
+pattern = "all-to-all"
+size = 4096
+tx_depth = 4
+start_us = 10
+stagger_us = 2
+"#,
+    );
+    // 4 hosts x 3 peers, one RC QP pair each, started 2 us apart from 10 us.
+    assert_eq!(r.summary.flows.len(), 12);
+    for (k, f) in r.summary.flows.iter().enumerate() {
+        let start = 10.0 + 2.0 * k as f64;
+        assert!(f.messages > 0, "{}", f.name);
+        // Not before its start; soon after, though behind the packets its host's earlier
+        // pairs keep queued at its port (the HCA's send queue).
+        assert!(
+            f.first_us > start && f.first_us < start + 10.0,
+            "{}: first completion at {} us, started at {start}",
+            f.name,
+            f.first_us
+        );
+    }
+    assert_eq!(r.summary.flows[0].name, "f0 write h0->h1");
+    assert_eq!(r.summary.flows[2].name, "f0 write h0->h3");
 }
