@@ -2,7 +2,9 @@
 //! (`repr(C)`), so the pointer the application holds is also a pointer to the object, and
 //! carries what the shim needs (engine handles, the shared device).
 
+use std::cell::UnsafeCell;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use softib_net::context::{Context, WaitMode};
@@ -206,8 +208,11 @@ pub struct MrObj {
 /// A completion channel.
 #[repr(C)]
 pub struct ChannelObj {
-    /// C view (its `fd` is the queue's eventfd).
-    pub ch: ibv_comp_channel,
+    /// C view (its `fd` is the queue's eventfd); in an `UnsafeCell` because its `refcnt`
+    /// changes while the application holds the pointer.
+    pub ch: UnsafeCell<ibv_comp_channel>,
+    /// CQs using the channel (mirrored into `ch.refcnt`).
+    pub refcnt: AtomicI32,
     /// CQ addresses, one per completion event.
     pub queue: Arc<EventQueue<usize>>,
 }
@@ -215,8 +220,10 @@ pub struct ChannelObj {
 /// A completion queue.
 #[repr(C)]
 pub struct CqObj {
-    /// C view.
-    pub cq: ibv_cq,
+    /// C view (`comp_events_completed` changes under the application's pointer).
+    pub cq: UnsafeCell<ibv_cq>,
+    /// The channel given at creation (NULL: none).
+    pub channel: *mut ibv_comp_channel,
     /// Engine handle.
     pub handle: CqHandle,
     /// The device.
@@ -231,7 +238,7 @@ pub struct SrqObj {
     /// Engine handle.
     pub handle: SrqHandle,
     /// Its attributes as created / last modified.
-    pub attr: ibv_srq_attr,
+    pub attr: Mutex<ibv_srq_attr>,
     /// The device.
     pub shared: Arc<Shared>,
 }
@@ -239,8 +246,14 @@ pub struct SrqObj {
 /// A queue pair.
 #[repr(C)]
 pub struct QpObj {
-    /// C view.
-    pub qp: ibv_qp,
+    /// C view (`state` changes under the application's pointer).
+    pub qp: UnsafeCell<ibv_qp>,
+    /// QP number.
+    pub qpn: u32,
+    /// The PD it was created in.
+    pub pd: *mut ibv_pd,
+    /// The creation attributes `ibv_query_qp` returns.
+    pub init: InitCopy,
     /// Service.
     pub qp_type: QpType,
     /// Capacities granted at creation.
@@ -249,6 +262,19 @@ pub struct QpObj {
     pub sq_sig_all: bool,
     /// The device.
     pub shared: Arc<Shared>,
+}
+
+/// The pointers of `ibv_qp_init_attr` a QP was created with.
+#[derive(Clone, Copy, Debug)]
+pub struct InitCopy {
+    /// qp_context.
+    pub qp_context: *mut std::ffi::c_void,
+    /// send_cq.
+    pub send_cq: *mut ibv_cq,
+    /// recv_cq.
+    pub recv_cq: *mut ibv_cq,
+    /// srq.
+    pub srq: *mut ibv_srq,
 }
 
 /// An address handle.

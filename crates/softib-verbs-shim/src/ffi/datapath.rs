@@ -139,7 +139,7 @@ unsafe fn post_one_send(
         swap: if atomic { w.wr.swap() } else { 0 },
         ud,
     };
-    e.post_send(now, q.qp.qp_num, &wr).map_err(refuse)
+    e.post_send(now, q.qpn, &wr).map_err(refuse)
 }
 
 pub unsafe extern "C" fn post_send(
@@ -153,8 +153,8 @@ pub unsafe extern "C" fn post_send(
             return libc::EINVAL;
         };
         // SAFETY: the QP's PD is one of ours and outlives the QP.
-        let bounce = unsafe { obj::<_, PdObj>(q.qp.pd) }
-            .map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire));
+        let bounce =
+            unsafe { obj::<_, PdObj>(q.pd) }.map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire));
         let mut cur = wr;
         let r = q.shared.net.with_engine(|e, now| {
             while !cur.is_null() {
@@ -221,7 +221,7 @@ pub unsafe extern "C" fn post_recv(
         let Some(q) = (unsafe { obj::<_, QpObj>(qp) }) else {
             return libc::EINVAL;
         };
-        let qpn = q.qp.qp_num;
+        let qpn = q.qpn;
         // SAFETY: the caller's WR chain (ibv_post_recv(3)).
         let r = q
             .shared

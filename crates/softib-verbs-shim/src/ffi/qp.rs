@@ -9,8 +9,9 @@ use crate::abi::*;
 use crate::convert::{
     cap_to_c, errno_of, qp_attr_from_c, qp_attr_to_c, qp_state_to_c, qp_type_from_c, qp_type_to_c,
 };
-use crate::objects::{CqObj, PdObj, QpObj, SrqObj};
+use crate::objects::{CqObj, InitCopy, PdObj, QpObj, SrqObj};
 use crate::sys::set_errno;
+use std::cell::UnsafeCell;
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_qp(
@@ -68,7 +69,15 @@ pub unsafe extern "C" fn ibv_create_qp(
         // ibv_create_qp(3): the structure returns the capacities actually granted.
         init.cap = cap_to_c(&cap);
         let o = Box::into_raw(Box::new(QpObj {
-            qp: ibv_qp {
+            qpn,
+            pd,
+            init: InitCopy {
+                qp_context: init.qp_context,
+                send_cq: init.send_cq,
+                recv_cq: init.recv_cq,
+                srq: init.srq,
+            },
+            qp: UnsafeCell::new(ibv_qp {
                 context: p.pd.context,
                 qp_context: init.qp_context,
                 pd,
@@ -82,7 +91,7 @@ pub unsafe extern "C" fn ibv_create_qp(
                 mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                 cond: libc::PTHREAD_COND_INITIALIZER,
                 events_completed: 0,
-            },
+            }),
             qp_type,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all != 0,
@@ -106,9 +115,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     guard(libc::EIO, || {
         // SAFETY: a QP from ibv_create_qp and the caller's attributes (ibv_modify_qp(3));
         // the application does not use the QP concurrently with this verb.
-        let (Some(q), Some(a)) = (unsafe { qp.cast::<QpObj>().as_mut() }, unsafe {
-            attr.as_ref()
-        }) else {
+        let (Some(q), Some(a)) = (unsafe { obj::<_, QpObj>(qp) }, unsafe { attr.as_ref() }) else {
             return libc::EINVAL;
         };
         let s = q.shared.clone();
@@ -126,11 +133,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
         if emask.contains(QpAttrMask::AV) && a.ah_attr.is_global != 0 {
             super::resources::note_peer(&s, a.ah_attr.grh.dgid.raw);
         }
-        if let Err(e) = s.net.modify_qp(q.qp.qp_num, &eattr, emask) {
+        if let Err(e) = s.net.modify_qp(q.qpn, &eattr, emask) {
             return report(&s, "ibv_modify_qp", errno_of(&e), &e);
         }
-        if let Some(st) = s.net.qp_state(q.qp.qp_num) {
-            q.qp.state = qp_state_to_c(st);
+        if let Some(st) = s.net.qp_state(q.qpn) {
+            // SAFETY: the C structure lives in an UnsafeCell; applications read `state`
+            // without synchronisation with libibverbs too.
+            unsafe { (*q.qp.get()).state = qp_state_to_c(st) };
         }
         0
     })
@@ -146,28 +155,29 @@ pub unsafe extern "C" fn ibv_query_qp(
     guard(libc::EIO, || {
         // SAFETY: a QP from ibv_create_qp and the caller's outputs (ibv_query_qp(3)).
         let (Some(q), false, false) = (
-            unsafe { qp.cast::<QpObj>().as_mut() },
+            unsafe { obj::<_, QpObj>(qp) },
             attr.is_null(),
             init.is_null(),
         ) else {
             return libc::EINVAL;
         };
         let s = q.shared.clone();
-        let a = match s.net.query_qp(q.qp.qp_num) {
+        let a = match s.net.query_qp(q.qpn) {
             Ok(a) => a,
             Err(e) => return report(&s, "ibv_query_qp", errno_of(&e), &e),
         };
         let mut c = qp_attr_to_c(&a);
         c.cap = q.cap;
-        q.qp.state = c.qp_state;
+        // SAFETY: as in ibv_modify_qp.
+        unsafe { (*q.qp.get()).state = c.qp_state };
         // SAFETY: both outputs are non-NULL structures of the caller.
         unsafe {
             attr.write(c);
             init.write(ibv_qp_init_attr {
-                qp_context: q.qp.qp_context,
-                send_cq: q.qp.send_cq,
-                recv_cq: q.qp.recv_cq,
-                srq: q.qp.srq,
+                qp_context: q.init.qp_context,
+                send_cq: q.init.send_cq,
+                recv_cq: q.init.recv_cq,
+                srq: q.init.srq,
                 cap: q.cap,
                 qp_type: qp_type_to_c(q.qp_type),
                 sq_sig_all: c_int::from(q.sq_sig_all),
@@ -185,14 +195,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             return libc::EINVAL;
         };
         let s = q.shared.clone();
-        if let Err(e) = s.net.destroy_qp(q.qp.qp_num) {
+        if let Err(e) = s.net.destroy_qp(q.qpn) {
             return report(&s, "ibv_destroy_qp", errno_of(&e), &e);
         }
         s.registry
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .qps
-            .remove(&q.qp.qp_num);
+            .remove(&q.qpn);
         // SAFETY: boxed by ibv_create_qp; the application no longer uses it.
         drop(unsafe { Box::from_raw(qp.cast::<QpObj>()) });
         0

@@ -1,9 +1,10 @@
 //! Protection domains, memory regions, completion channels and queues, SRQs and address
 //! handles.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use softib_transport::{AccessFlags, SrqAttr, VecMemory};
 
@@ -203,15 +204,25 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
             Err(e) => return null_with(e.raw_os_error().unwrap_or(libc::EMFILE)),
         };
         Box::into_raw(Box::new(ChannelObj {
-            ch: ibv_comp_channel {
+            ch: UnsafeCell::new(ibv_comp_channel {
                 context: ctx,
                 fd: queue.raw_fd(),
                 refcnt: 0,
-            },
+            }),
+            refcnt: AtomicI32::new(0),
             queue,
         }))
         .cast()
     })
+}
+
+/// Counts a CQ attached to (+1) or detached from (-1) a channel, and shows the count in
+/// the C structure's `refcnt`, as libibverbs does.
+fn add_cq(chan: &ChannelObj, delta: i32) {
+    let n = chan.refcnt.fetch_add(delta, Ordering::AcqRel) + delta;
+    // SAFETY: the channel's C structure lives in an UnsafeCell; `refcnt` is informational
+    // for the application.
+    unsafe { (*chan.ch.get()).refcnt = n };
 }
 
 #[no_mangle]
@@ -221,7 +232,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
         let Some(c) = (unsafe { obj::<_, ChannelObj>(ch) }) else {
             return libc::EINVAL;
         };
-        if c.ch.refcnt > 0 {
+        if c.refcnt.load(Ordering::Acquire) > 0 {
             return libc::EBUSY;
         }
         // SAFETY: boxed by ibv_create_comp_channel; no CQ refers to it (refcnt 0).
@@ -257,7 +268,8 @@ pub unsafe extern "C" fn ibv_create_cq(
             Err(e) => return null_with(report(s, "ibv_create_cq", errno_of(&e), &e)),
         };
         let o = Box::into_raw(Box::new(CqObj {
-            cq: ibv_cq {
+            channel,
+            cq: UnsafeCell::new(ibv_cq {
                 context: ctx,
                 channel,
                 cq_context,
@@ -267,15 +279,15 @@ pub unsafe extern "C" fn ibv_create_cq(
                 cond: libc::PTHREAD_COND_INITIALIZER,
                 comp_events_completed: 0,
                 async_events_completed: 0,
-            },
+            }),
             handle,
             shared: s.clone(),
         }));
         let mut reg = s.registry.lock().unwrap_or_else(|p| p.into_inner());
         reg.cq_addrs.insert(handle.0, o as usize);
         // SAFETY: `channel` is NULL or a channel from ibv_create_comp_channel.
-        if let Some(chan) = unsafe { channel.cast::<ChannelObj>().as_mut() } {
-            chan.ch.refcnt += 1;
+        if let Some(chan) = unsafe { obj::<_, ChannelObj>(channel) } {
+            add_cq(chan, 1);
             reg.cqs.insert(
                 handle.0,
                 CqTarget {
@@ -304,8 +316,8 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         reg.cqs.remove(&q.handle.0);
         drop(reg);
         // SAFETY: the channel, if any, outlives its CQs (destroy refuses while refcnt > 0).
-        if let Some(chan) = unsafe { q.cq.channel.cast::<ChannelObj>().as_mut() } {
-            chan.ch.refcnt -= 1;
+        if let Some(chan) = unsafe { obj::<_, ChannelObj>(q.channel) } {
+            add_cq(chan, -1);
         }
         // SAFETY: boxed by ibv_create_cq; the application no longer uses it.
         drop(unsafe { Box::from_raw(cq.cast::<CqObj>()) });
@@ -354,8 +366,13 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
     guard((), || {
         // SAFETY: a CQ from ibv_create_cq; the counter is the application-visible one
         // libibverbs keeps too.
-        if let Some(q) = unsafe { cq.as_mut() } {
-            q.comp_events_completed = q.comp_events_completed.wrapping_add(nevents);
+        if !cq.is_null() {
+            // SAFETY: `cq` is a CQ from ibv_create_cq; its C structure lives in an
+            // UnsafeCell, so writing through the raw pointer aliases no Rust reference.
+            unsafe {
+                let p = std::ptr::addr_of_mut!((*cq).comp_events_completed);
+                p.write(p.read().wrapping_add(nevents));
+            }
         }
     })
 }
@@ -392,7 +409,7 @@ pub unsafe extern "C" fn ibv_create_srq(
                 events_completed: 0,
             },
             handle,
-            attr: init.attr,
+            attr: Mutex::new(init.attr),
             shared: s.clone(),
         }));
         s.registry
@@ -413,9 +430,8 @@ pub unsafe extern "C" fn ibv_modify_srq(
     guard(libc::EIO, || {
         // SAFETY: an SRQ from ibv_create_srq (ibv_modify_srq(3)); exclusive use during the
         // call is the application's duty, as with any verb on one object.
-        let (Some(q), Some(a)) = (unsafe { srq.cast::<SrqObj>().as_mut() }, unsafe {
-            attr.as_ref()
-        }) else {
+        let (Some(q), Some(a)) = (unsafe { obj::<_, SrqObj>(srq) }, unsafe { attr.as_ref() })
+        else {
             return libc::EINVAL;
         };
         let mask = mask as u32;
@@ -431,7 +447,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
             if let Err(e) = q.shared.net.modify_srq(q.handle, a.srq_limit) {
                 return report(&q.shared, "ibv_modify_srq", errno_of(&e), &e);
             }
-            q.attr.srq_limit = a.srq_limit;
+            q.attr.lock().unwrap_or_else(|p| p.into_inner()).srq_limit = a.srq_limit;
         }
         0
     })
@@ -445,7 +461,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
             return libc::EINVAL;
         };
         // SAFETY: non-NULL output structure (ibv_query_srq(3)).
-        unsafe { attr.write(q.attr) };
+        unsafe { attr.write(*q.attr.lock().unwrap_or_else(|p| p.into_inner())) };
         0
     })
 }
