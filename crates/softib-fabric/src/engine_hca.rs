@@ -73,6 +73,10 @@ struct RxDelay {
     atomic: Picos,
     /// When the atomic unit finishes its last request.
     atomic_free_at: Picos,
+    /// Processing time of every packet, one at a time (a busy, serial responder).
+    service: Picos,
+    /// When the processor finishes the last packet.
+    busy_until: Picos,
     /// Stall windows [start, end), sorted by start.
     stalls: Vec<(Picos, Picos)>,
     rng: ChaCha8Rng,
@@ -98,12 +102,26 @@ impl RxDelay {
                 due = end;
             }
         }
+        if self.service > 0 {
+            due = due.max(self.busy_until) + self.service;
+            self.busy_until = due;
+        }
         if atomic && self.atomic > 0 {
             due = due.max(self.atomic_free_at) + self.atomic;
             self.atomic_free_at = due;
         }
         due
     }
+}
+
+/// Serial processing costs of a host's receive path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxTiming {
+    /// Every received packet occupies the host's processing this long, one at a time
+    /// (after the delay), so duplicates cost the same work as originals.
+    pub service: Picos,
+    /// Every atomic request occupies the HCA's atomic unit this long, one at a time.
+    pub atomic: Picos,
 }
 
 /// An HCA port running the transport engine and an application.
@@ -137,22 +155,20 @@ impl EngineHca {
     /// picoseconds (from a ChaCha8 stream seeded with `seed`) before the engine sees it,
     /// keeping arrival order: the slow-responder model.
     pub fn with_rx_delay(mut self, min: Picos, max: Picos, seed: u64) -> Self {
-        self.set_rx_delay(min, max, Vec::new(), 0, seed);
+        self.set_rx_delay(min, max, Vec::new(), RxTiming::default(), seed);
         self
     }
 
     /// Sets the receive processing model: a delay drawn uniformly from [`min`, `max`]
-    /// picoseconds (seeded with `seed`), and `stalls`, windows [start, end) in which the
-    /// host processes nothing it received (what arrives or falls due inside one waits for
-    /// its end), and `atomic`, the time the HCA's atomic unit spends on each atomic request
-    /// (one at a time, after the delay; 0 = no cost). Packets already waiting keep their
-    /// times.
+    /// picoseconds (seeded with `seed`), `stalls`, windows [start, end) in which the host
+    /// processes nothing it received (what arrives or falls due inside one waits for its
+    /// end), and the serial costs of `timing`. Packets already waiting keep their times.
     pub fn set_rx_delay(
         &mut self,
         min: Picos,
         max: Picos,
         mut stalls: Vec<(Picos, Picos)>,
-        atomic: Picos,
+        timing: RxTiming,
         seed: u64,
     ) {
         stalls.retain(|(s, e)| e > s);
@@ -161,8 +177,10 @@ impl EngineHca {
         self.rx_delay = Some(RxDelay {
             min: min.min(max),
             max: max.max(min),
-            atomic,
+            atomic: timing.atomic,
             atomic_free_at: 0,
+            service: timing.service,
+            busy_until: 0,
             stalls,
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue,

@@ -6,6 +6,7 @@
 //! name = "h1"
 //! responder_delay_ns = 10000000   # every packet h1 receives reaches its engine 10 ms late
 //! responder_jitter_ns = 5000000   # plus 0..=5 ms, uniform, from the scenario's seed
+//! responder_service_ns = 2000     # h1 processes one received packet at a time, 2 us each
 //! atomic_service_ns = 500         # each atomic request holds h1's atomic unit 500 ns
 //!
 //! [[fault]]
@@ -20,7 +21,7 @@
 //! link credits are unaffected, and a requester whose local ACK timeout is shorter than the
 //! delay retransmits although nothing was lost ([`crate::engine_hca::EngineHca::set_rx_delay`]).
 
-use crate::engine_hca::EngineHca;
+use crate::engine_hca::{EngineHca, RxTiming};
 use crate::fabric::Fabric;
 use crate::faults::FaultKind;
 use crate::rng::{SeedTree, StreamKind};
@@ -40,6 +41,9 @@ pub struct HostEntry {
     pub responder_delay_ns: Option<u64>,
     /// Extra delay drawn uniformly from 0..=jitter per packet, ns.
     pub responder_jitter_ns: Option<u64>,
+    /// Time the host spends on each received packet, one at a time, ns: its processing
+    /// capacity, which duplicates use up like originals.
+    pub responder_service_ns: Option<u64>,
     /// Time the HCA's atomic unit spends on each atomic request, ns; requests are served
     /// one at a time, so a counter hotspot saturates at one per this time.
     pub atomic_service_ns: Option<u64>,
@@ -54,8 +58,8 @@ pub struct RxModel {
     pub max_ps: Picos,
     /// Windows [start, end) in which nothing received is processed.
     pub stalls: Vec<(Picos, Picos)>,
-    /// Atomic unit time per atomic request.
-    pub atomic_ps: Picos,
+    /// Serial processing costs.
+    pub timing: RxTiming,
 }
 
 impl Scenario {
@@ -93,7 +97,10 @@ impl Scenario {
             }
             m.min_ps = h.responder_delay_ns.unwrap_or(0) * PS_PER_NS;
             m.max_ps = m.min_ps + h.responder_jitter_ns.unwrap_or(0) * PS_PER_NS;
-            m.atomic_ps = h.atomic_service_ns.unwrap_or(0) * PS_PER_NS;
+            m.timing = RxTiming {
+                service: h.responder_service_ns.unwrap_or(0) * PS_PER_NS,
+                atomic: h.atomic_service_ns.unwrap_or(0) * PS_PER_NS,
+            };
         }
         for (i, f) in self.fault.iter().enumerate() {
             if f.kind.as_ref().map(|k| *k.get_ref()) != Some(FaultKind::ResponderStall) {
@@ -144,7 +151,7 @@ impl Scenario {
                     m.min_ps,
                     m.max_ps,
                     m.stalls,
-                    m.atomic_ps,
+                    m.timing,
                     seeds.derive(StreamKind::ResponderDelay, lid as u64),
                 );
             }

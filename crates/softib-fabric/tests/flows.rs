@@ -532,3 +532,64 @@ stagger_us = 2
     assert_eq!(r.summary.flows[0].name, "f0 write h0->h1");
     assert_eq!(r.summary.flows[2].name, "f0 write h0->h3");
 }
+
+#[test]
+fn duplicates_cost_a_busy_responder_work_and_goodput_collapses() {
+    // h1 processes one packet at a time, 8 us each, after 100-150 us of delay: a window of
+    // 16 takes 128 us of work, twice the 65.5 us timeout of local_ack_timeout 4. Every
+    // timeout resends the window (go-back-N) and the duplicates queue behind it, so the
+    // next ACK comes later still, until retry_cnt is exhausted. With local_ack_timeout 10
+    // (4.19 ms) the same responder is simply the bottleneck.
+    let run = |timeout: u8| {
+        run_text(&format!(
+            r#"
+duration_us = 5000
+[topology]
+kind = "back-to-back"
+[[flow]]
+op = "write"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 4096
+tx_depth = 16
+local_ack_timeout = {timeout}
+[[host]]
+name = "h1"
+responder_delay_ns = 100000
+responder_jitter_ns = 50000
+responder_service_ns = 8000
+"#
+        ))
+    };
+    let storm = run(4);
+    let f = flow(&storm, "f0 write h0->h1");
+    let qp = f.qp.as_ref().unwrap();
+    assert_eq!(storm.summary.totals.errors, 0, "the links lost nothing");
+    assert!(
+        qp.retransmitted_packets > 100 && qp.duplicates_received > 100,
+        "{qp:?}"
+    );
+    assert_eq!(
+        f.error_statuses.get("IBV_WC_RETRY_EXC_ERR"),
+        Some(&1),
+        "{f:?}"
+    );
+    let calm = run(10);
+    let g = flow(&calm, "f0 write h0->h1");
+    let qp = g.qp.as_ref().unwrap();
+    assert_eq!(
+        qp.retransmitted_packets + qp.duplicates_received,
+        0,
+        "{qp:?}"
+    );
+    assert_eq!(g.error_completions, 0);
+    // The responder's capacity, 1 packet per 8 us, minus the first delay: about 600.
+    assert!(g.messages > 500, "{}", g.messages);
+    assert!(
+        g.messages >= 4 * f.messages,
+        "{} vs {}",
+        g.messages,
+        f.messages
+    );
+}

@@ -64,6 +64,14 @@ pub fn render(s: &Summary) -> String {
                 s.flows.len() - MAX_FLOWS
             );
         }
+        for f in s.flows.iter().filter(|f| !f.error_statuses.is_empty()) {
+            let list: Vec<String> = f
+                .error_statuses
+                .iter()
+                .map(|(k, v)| format!("{k} x{v}"))
+                .collect();
+            let _ = writeln!(o, "  {} failed: {}", f.name, list.join(", "));
+        }
         let _ = writeln!(
             o,
             "  aggregate {:.3} Gb/s; per flow min {:.3} / mean {:.3} / max {:.3}; Jain's fairness {:.3}; p50 {:.3} us, p99 {:.3} us",
