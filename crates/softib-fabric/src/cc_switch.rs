@@ -6,36 +6,39 @@
 //! knobs to tune it; softib models them as follows.
 //!
 //! - **Threshold** (4 bits, 0-15): 0 disables marking, 1 is the least and 15 the most
-//!   aggressive. softib maps it to the output VL's queue, measured as an output-queued
-//!   switch would (`OutputState::queued_blocks` less the granted packet, i.e. what waits
-//!   behind it): the VL is over the threshold when that exceeds
-//!   `reference x (16 - Threshold) / 16` blocks, the reference
-//!   being one input buffer per VL (`FabricConfig::rx_buffer_bytes`). So 15 marks once
-//!   more than 1/16 of a buffer waits (one 4 KiB packet with the 64 KiB default), 8 at half
-//!   a buffer, 1 only when the queue is close to a whole buffer. The scale is linear in the
-//!   buffer because that is the only resource the threshold guards: beyond one buffer's
-//!   worth the congestion has already spread upstream through credits.
+//!   aggressive. A10 speaks of the output VL's queue, which an input-queued switch does
+//!   not have; softib measures its equivalent for each granted packet: how long the packet
+//!   waited at the head of its input FIFO for this output (`OutputState::head_wait_blocks`,
+//!   the wait in 64-byte blocks of the output's link time). In an output-queued switch
+//!   that is the data queued ahead of the packet; time spent further back in the FIFO,
+//!   behind packets bound elsewhere, is head-of-line blocking caused by *their* outputs
+//!   and is not counted. The output VL is congested when the wait exceeds
+//!   `reference x (16 - Threshold) / 16` blocks, the reference being one input buffer per
+//!   VL (`FabricConfig::rx_buffer_bytes`): 15 marks once a packet waited more than 1/16 of
+//!   a buffer's worth of link time (one 4 KiB packet with the 64 KiB default, i.e. it found
+//!   another input's packet in the way), 8 half a buffer, 1 nearly a whole buffer. The
+//!   scale is linear in the buffer because that is the only resource the threshold guards:
+//!   beyond one buffer's worth the congestion has already spread upstream through credits.
+//!
+//!   Two simpler readings were tried on the victim test of `tests/cc_loop.rs` (an 8->1
+//!   incast across two switches, with a victim flow sharing the inter-switch link and the
+//!   second switch's input FIFO and leaving by an idle port) and failed it. Counting every
+//!   packet routed to the output (an output-queued switch's queue, wherever the packets
+//!   wait) also counts the victim's packets held behind hot heads in the shared FIFO, so
+//!   the victim is marked at its own idle exit port and keeps about half of its share.
+//!   Requiring two contending inputs at the grant instead misses four hot senders that
+//!   reach the root through one inter-switch input (19% of the share). The head-of-line
+//!   wait sees the contention of those four (their heads wait for the other inputs' and
+//!   each other's packets) and never blames an output for packets stuck behind another.
 //! - **Root or victim.** A10 distinguishes a port that is the root of congestion (it sends
-//!   as fast as it can and still has a queue) from a victim (its queue grows because the
+//!   as fast as it can and still has a queue) from a victim (it waits because the
 //!   downstream port gives no credits, i.e. the congestion is elsewhere). A port marks as a
 //!   root; it marks as a victim only if its bit in **Victim_Mask** is set (typically ports
-//!   towards CAs that cannot mark themselves). softib calls an output a victim at a grant
-//!   when the downstream receiver's buffer for the VL is more than half full (credits
-//!   below half a buffer; waiting time is no sign, as a root also waits for busy crossbar
-//!   inputs): the queue is then
-//!   there because congestion has backed up from further on, not because of this link's
-//!   rate. A root sends back to back into a receiver that keeps up (an HCA consumes at once).
-//!   A root also has contention: at least two inputs request the output VL at the grant
-//!   (`OutputState::requests`). With one request, what is counted behind the packet waits
-//!   in its input FIFO behind heads bound elsewhere (the input-queued switch's head-of-line
-//!   blocking), or arrives from a single faster link, and marking would slow a flow that
-//!   is not the cause (the victim flow's exit port in `tests/cc_loop.rs`). Known
-//!   drawback: flows that reach the root through one input (an inter-switch link) are
-//!   then rarely marked once the other inputs are slowed; docs/design/fabric.md, "Known
-//!   limit", has the figures and the planned per-(input, output) backlog.
-//!   Once held back, an output stays a victim until its queue falls to the threshold: the
-//!   backlog it drains in a burst when credits return was built by the downstream stall,
-//!   not by its own link.
+//!   towards CAs that cannot mark themselves). softib calls an output VL a victim from the
+//!   moment it is found blocked on credits with a request waiting
+//!   (`OutputState::credit_stalls` rose) until it grants a packet that waited no more than
+//!   the threshold: the waits in between were built by the downstream stall, not by this
+//!   link's rate. A root's receiver keeps up (an HCA consumes at once).
 //! - **Marking_Rate**: the mean number of eligible packets between two marks. softib marks
 //!   an eligible packet with probability `1 / (Marking_Rate + 1)`, so the unmarked run
 //!   between marks is geometric with that mean; 0 marks every eligible packet. The draw uses
@@ -140,7 +143,7 @@ impl SwitchCcConfig {
         self.victim_mask[(port / 64) as usize] & (1u64 << (port % 64)) != 0
     }
 
-    /// The queue (64-byte blocks behind the granted packet) above which an output VL is
+    /// The head-of-line wait (64-byte blocks of link time) above which an output VL is
     /// congested, for a reference buffer of `buffer_blocks`; `None` when Threshold is 0.
     pub fn threshold_blocks(&self, buffer_blocks: u32) -> Option<u32> {
         let t = self.threshold.min(15) as u32;
@@ -288,12 +291,13 @@ pub fn parse_opensm_cc(text: &str) -> Result<OpensmCc, OpensmError> {
 pub struct A10Marker {
     cfg: SwitchCcConfig,
     threshold: Option<u32>,
-    buffer_blocks: u32,
     seeds: SeedTree,
     rngs: HashMap<(u32, u8), ChaCha8Rng>,
-    /// Output VLs (node, port, VL) whose queue built up while they were held back by
-    /// downstream: victims until the queue falls to the threshold again.
+    /// Output VLs (node, port, VL) held back by credits since they last served a packet
+    /// promptly: victims of congestion further on.
     victim_episode: HashSet<(u32, u8, u8)>,
+    /// The `credit_stalls` count of each output VL at its previous grant.
+    stalls_seen: HashMap<(u32, u8, u8), u64>,
     /// Grants seen above the threshold but not marked because the port was a victim.
     pub victim_skips: u64,
 }
@@ -308,10 +312,10 @@ impl A10Marker {
         A10Marker {
             cfg,
             threshold,
-            buffer_blocks,
             seeds: seeds.clone(),
             rngs: HashMap::new(),
             victim_episode: HashSet::new(),
+            stalls_seen: HashMap::new(),
             victim_skips: 0,
         }
     }
@@ -327,27 +331,21 @@ impl CongestionMarker for A10Marker {
         let Some(limit) = self.threshold else {
             return false;
         };
-        // What waits behind the granted packet: a lone packet is no queue.
-        let behind = state.queued_blocks.saturating_sub(packet.blocks as u32);
         let key = (state.node, state.port, state.vl);
-        if behind <= limit {
-            // The queue is gone: a victim episode ends.
+        let seen = self.stalls_seen.insert(key, state.credit_stalls);
+        if state.credit_stalls > seen.unwrap_or(0) {
+            // Held back by credits since the last grant: congestion further on.
+            self.victim_episode.insert(key);
+        }
+        if state.head_wait_blocks <= limit {
+            // Served promptly: no queue here, and a victim episode is over.
             self.victim_episode.remove(&key);
             return false;
-        }
-        if (state.credits as u32) < self.buffer_blocks / 2 {
-            self.victim_episode.insert(key);
         }
         if (packet.len as u32) < self.cfg.packet_size as u32 * 64 {
             return false;
         }
-        // A root has contention: with one request the queue behind waits for other heads
-        // of its input (head-of-line blocking), not for this output.
-        if state.requests < 2 {
-            return false;
-        }
-        let victim = self.victim_episode.contains(&key);
-        if victim && !self.cfg.is_victim_port(state.port) {
+        if self.victim_episode.contains(&key) && !self.cfg.is_victim_port(state.port) {
             self.victim_skips += 1;
             return false;
         }
@@ -453,14 +451,19 @@ cc_cct 0:0,1:1,1:2,1:3
         PacketMeta::new(1, 2, 0, 0, len)
     }
 
-    fn state(port: u8, queued: u32, credits: u16) -> OutputState {
+    /// A grant at `port` of a packet that waited `wait` blocks at its input's head, after
+    /// `stalls` credit stalls of the output.
+    fn state(port: u8, wait: u32, stalls: u64) -> OutputState {
         OutputState {
             now: 0,
             node: 0,
             port,
             vl: 0,
-            queued_blocks: queued,
-            credits,
+            queued_blocks: wait + 65,
+            head_wait_ps: wait as u64 * 5_120,
+            head_wait_blocks: wait,
+            credit_stalls: stalls,
+            credits: 1000,
             waited_ps: 0,
             requests: 3,
         }
@@ -478,23 +481,21 @@ cc_cct 0:0,1:1,1:2,1:3
         };
         let mut m = A10Marker::new(cfg, 65_536, &SeedTree::new(1));
         let big = meta(4126);
-        // Below the threshold (64 blocks behind it for a 1024-block buffer): no mark.
-        assert!(!m.mark(&state(1, 64 + 65, 1000), &big));
-        assert!(m.mark(&state(1, 65 + 65, 1000), &big));
-        // Above, plenty of credits: the root of congestion marks.
-        assert!(m.mark(&state(1, 200, 1000), &big));
+        // Threshold 15 with a 1024-block buffer: more than 64 blocks of waiting.
+        assert!(!m.mark(&state(1, 64, 0), &big));
+        assert!(m.mark(&state(1, 65, 0), &big));
         // Small packets never.
-        assert!(!m.mark(&state(1, 200, 1000), &meta(100)));
-        // Credit-starved port 1 is a victim, not in the mask.
-        assert!(!m.mark(&state(1, 200, 100), &big));
+        assert!(!m.mark(&state(1, 200, 0), &meta(100)));
+        // Port 1 was held back by credits: a victim, not in the mask.
+        assert!(!m.mark(&state(1, 200, 1), &big));
         assert_eq!(m.victim_skips, 1);
-        // Port 2 is in the victim mask.
-        assert!(m.mark(&state(2, 200, 100), &big));
-        // Port 1 stays a victim while its queue drains with credits back...
-        assert!(!m.mark(&state(1, 200, 1000), &big));
-        // ...until the queue is gone; the next congestion there is its own.
-        assert!(!m.mark(&state(1, 65, 1000), &big));
-        assert!(m.mark(&state(1, 200, 1000), &big));
+        // It stays a victim while its grants keep waiting...
+        assert!(!m.mark(&state(1, 200, 1), &big));
+        // ...until one is served promptly; the next congestion there is its own.
+        assert!(!m.mark(&state(1, 10, 1), &big));
+        assert!(m.mark(&state(1, 200, 1), &big));
+        // Port 2 is in the Victim_Mask: it marks when held back too.
+        assert!(m.mark(&state(2, 200, 5), &big));
     }
 
     #[test]
@@ -506,7 +507,7 @@ cc_cct 0:0,1:1,1:2,1:3
         let mut m = A10Marker::new(cfg, 65_536, &SeedTree::new(7));
         let n = 100_000;
         let marks = (0..n)
-            .filter(|_| m.mark(&state(3, 500, 1000), &meta(4126)))
+            .filter(|_| m.mark(&state(3, 500, 0), &meta(4126)))
             .count();
         // Expect n / 10 = 10,000 marks; binomial sigma = 95.
         assert!((9_600..=10_400).contains(&marks), "{marks} marks");

@@ -8,10 +8,12 @@
 //! its random stream from [`crate::rng::StreamKind::Marking`]) implements this trait; without
 //! a marker nothing is marked.
 //!
-//! The state offered is what an output-queued switch would measure: the blocks of all packets
-//! the switch has routed to this output VL and not yet sent (wherever they wait in the input
-//! buffers), the credits the downstream receiver has left for the VL, and how long the VL has
-//! been waiting with data queued.
+//! The state offered: how long the granted packet waited at the head of its input FIFO for
+//! this output (the output-queued equivalent of the queue ahead of it, without the
+//! head-of-line blocking other outputs caused), the blocks of all packets routed to this
+//! output VL and not yet sent (wherever they wait in the input buffers), whether the output
+//! has been held back by credits, the credits the downstream receiver has left for the VL,
+//! and how long the VL has been waiting with data queued.
 
 use crate::packet::PacketMeta;
 use crate::time::Picos;
@@ -30,6 +32,17 @@ pub struct OutputState {
     /// 64-byte blocks of packets routed to this output VL and not yet sent, including this
     /// one.
     pub queued_blocks: u32,
+    /// How long the granted packet waited at the head of its input FIFO for this output VL
+    /// (from its request to this grant): the part of its queueing delay this output caused.
+    /// Time spent further back in the FIFO, behind packets bound elsewhere, is not counted.
+    pub head_wait_ps: Picos,
+    /// `head_wait_ps` in 64-byte blocks of this output's link time: the data an
+    /// output-queued port would have held ahead of the packet (rounded down).
+    pub head_wait_blocks: u32,
+    /// How many times this output VL has been found blocked on credits with a packet
+    /// waiting (monotonic, one count per blocked spell): a rise since the previous grant
+    /// means the output is held back by congestion further on.
+    pub credit_stalls: u64,
     /// Credits (blocks) the downstream receiver has left for this VL before this packet.
     pub credits: u16,
     /// Picoseconds this VL had data queued without sending since its last transmission.

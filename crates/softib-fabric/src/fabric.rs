@@ -893,7 +893,14 @@ impl Fabric {
                     chosen[v] = i;
                 }
                 Err(Some(t)) => retry = retry.min(t),
-                Err(None) => {}
+                Err(None) => {
+                    // A request waits for credits (empty queues are not in `nonempty`).
+                    let p = &mut self.ports[qi];
+                    if p.credit_stalled & (1 << v) == 0 {
+                        p.credit_stalled |= 1 << v;
+                        p.credit_stalls[v] += 1;
+                    }
+                }
             }
         }
         let grant = self.ports[qi].arb.select(ready);
@@ -920,6 +927,7 @@ impl Fabric {
         if p.out_q[vl as usize].is_empty() {
             p.nonempty &= !(1 << vl);
         }
+        p.credit_stalled &= !(1 << vl);
         // How long this VL waited, read before the grant stops its clock, for the marker.
         let since = p.vl_wait_since[vl as usize];
         let waited = if since == NOT_WAITING { 0 } else { now - since };
@@ -944,10 +952,11 @@ impl Fabric {
                 (id, Some((port, ivl)))
             }
         };
-        if from.is_some() {
+        if let Some((ip, ivl)) = from {
             // Annex A10: the marking decision at the switch output, before the packet leaves.
             if vl != VL15 {
-                self.mark_congestion(qi, vl, id, now, (waited, requests));
+                let head_wait = now - self.ports[ip as usize].head_since[ivl as usize];
+                self.mark_congestion(qi, vl, id, now, (waited, requests, head_wait));
             }
             let blocks = self.pool.get(id).meta.blocks as u32;
             let p = &mut self.ports[qi];
@@ -1014,7 +1023,7 @@ impl Fabric {
         vl: u8,
         id: PacketId,
         now: Picos,
-        (waited, requests): (Picos, u16),
+        (waited, requests, head_wait): (Picos, u16, Picos),
     ) {
         let Some(marker) = self.marker.as_mut() else {
             return;
@@ -1026,6 +1035,9 @@ impl Fabric {
             port: p.num,
             vl,
             queued_blocks: p.queued_blocks[vl as usize],
+            head_wait_ps: head_wait,
+            head_wait_blocks: (head_wait / p.ser.ps(64).max(1)).min(u32::MAX as u64) as u32,
+            credit_stalls: p.credit_stalls[vl as usize],
             credits: p.tx[vl as usize].available(),
             waited_ps: waited,
             requests,
@@ -1259,6 +1271,7 @@ impl Fabric {
             let (op, ovl, blocks) = (pkt.out_port, pkt.out_vl, pkt.meta.blocks);
             if self.ports[op as usize].link_up {
                 self.ports[op as usize].enqueue(ovl, Source::Input { port: ip, vl: ivl });
+                self.ports[ip as usize].head_since[ivl as usize] = self.now;
                 self.kicks.push_back(op);
                 return;
             }

@@ -65,6 +65,11 @@ pub(crate) struct Port {
     pub nonempty: u16,
     /// Per output VL of a switch port, blocks of the packets routed to it and not yet sent.
     pub queued_blocks: [u32; 16],
+    /// Output VLs found blocked on credits with a request waiting, since their last grant.
+    pub credit_stalled: u16,
+    /// Per output VL, how many times it was found blocked on credits (counted once per
+    /// blocked spell, for the congestion marker's root/victim test).
+    pub credit_stalls: [u64; 16],
     /// Per output VL, the input port number served last (round-robin among inputs).
     pub rr_last: [u8; 16],
     pub arb: VlArbiter,
@@ -91,6 +96,8 @@ pub(crate) struct Port {
     pub vl15_held: u32,
     pub vl15_cap: u32,
     pub in_q: [VecDeque<PacketId>; 16],
+    /// Per input VL of a switch port, when the FIFO's current head requested its output.
+    pub head_since: [Picos; 16],
     pub xbar_free_at: Picos,
 
     pub counters: PortCounters,
@@ -174,6 +181,8 @@ impl Port {
             nonempty: 0,
             rr_last: [0; 16],
             queued_blocks: [0; 16],
+            credit_stalled: 0,
+            credit_stalls: [0; 16],
             arb,
             fc_pending: 0,
             fc_last: [0; DATA_VLS],
@@ -190,6 +199,7 @@ impl Port {
             vl15_held: 0,
             vl15_cap,
             in_q: Default::default(),
+            head_since: [0; 16],
             xbar_free_at: 0,
             counters: PortCounters::default(),
             errors: None,
