@@ -19,7 +19,11 @@ fn run_case(id: &str) {
 }
 
 /// The cases this file tests, by slug: a new case must get a test here.
-const TESTED: &[&str] = &["01-credit-starvation", "04-mtu-vs-credits"];
+const TESTED: &[&str] = &[
+    "01-credit-starvation",
+    "04-mtu-vs-credits",
+    "06-receiver-not-ready",
+];
 
 #[test]
 fn case_01_credit_starvation() {
@@ -29,6 +33,11 @@ fn case_01_credit_starvation() {
 #[test]
 fn case_04_mtu_vs_credits() {
     run_case("04-mtu-vs-credits");
+}
+
+#[test]
+fn case_06_receiver_not_ready() {
+    run_case("06-receiver-not-ready");
 }
 
 #[test]

@@ -16,6 +16,7 @@ pub mod measure;
 
 mod credit_starvation;
 mod mtu_credits;
+mod receiver_not_ready;
 
 use crate::overrides::{parse_with, OverrideError};
 use crate::report::run::{run as run_scenario, RunError};
@@ -196,7 +197,11 @@ pub fn all() -> &'static [Case] {
     CASES
 }
 
-static CASES: &[Case] = &[credit_starvation::CASE, mtu_credits::CASE];
+static CASES: &[Case] = &[
+    credit_starvation::CASE,
+    mtu_credits::CASE,
+    receiver_not_ready::CASE,
+];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is
 /// `id` (`1`).
@@ -290,22 +295,25 @@ pub fn render(case: &Case, scale: Scale, e: &Evaluation) -> String {
         .max()
         .unwrap_or(8)
         .max(8);
-    let cw = e
-        .columns
-        .iter()
-        .map(String::len)
-        .chain(e.rows.iter().flat_map(|r| r.values.iter().map(String::len)))
-        .max()
-        .unwrap_or(8)
-        .max(8);
+    // Each column as wide as its head or its widest value.
+    let widths: Vec<usize> = (0..e.columns.len())
+        .map(|i| {
+            e.rows
+                .iter()
+                .filter_map(|r| r.values.get(i).map(String::len))
+                .chain(std::iter::once(e.columns[i].len()))
+                .max()
+                .unwrap_or(8)
+        })
+        .collect();
     let _ = write!(o, "  {:<w$}", "");
-    for c in &e.columns {
+    for (c, cw) in e.columns.iter().zip(&widths) {
         let _ = write!(o, "  {c:>cw$}");
     }
     let _ = writeln!(o);
     for r in &e.rows {
         let _ = write!(o, "  {:<w$}", r.what);
-        for v in &r.values {
+        for (v, cw) in r.values.iter().zip(&widths) {
             let _ = write!(o, "  {v:>cw$}");
         }
         let _ = writeln!(o);
