@@ -47,7 +47,8 @@
 use crate::engine_hca::EngineHca;
 use crate::fabric::Fabric;
 use crate::flow_app::{
-    work_request, FlowHost, Ledger, Receiver, RecvQueue, Requester, Role, SharedQueue,
+    work_request, FlowHost, Ledger, Receiver, RecvQueue, RecvRole, Requester, SharedQueue,
+    SharedTarget,
 };
 use crate::hca::Endpoint;
 use crate::perftest::device;
@@ -646,6 +647,8 @@ struct Host {
     srq_of_table: BTreeMap<usize, usize>,
     /// Atomic counter per flow table: (keys, addr).
     counter_of_table: BTreeMap<usize, (MrKeys, u64)>,
+    /// The UD QP per flow table, and its receive queue in `app.srqs`.
+    ud_of_table: BTreeMap<usize, (Side, usize)>,
 }
 
 impl Host {
@@ -663,6 +666,36 @@ impl Host {
                 | AccessFlags::REMOTE_ATOMIC,
         )?;
         Ok((keys, addr))
+    }
+
+    /// The UD QP of flow table `table` on this host, created (ready to send and receive,
+    /// `recv_depth` receives of `len` bytes kept posted) on first use.
+    fn ud_qp(
+        &mut self,
+        table: usize,
+        len: usize,
+        recv_depth: u32,
+        qp: &QpPlan,
+    ) -> Result<(Side, usize), VerbsError> {
+        if let Some(&q) = self.ud_of_table.get(&table) {
+            return Ok(q);
+        }
+        let side = self.side(Service::Ud, len, recv_depth, None)?;
+        connect(&mut self.dev, Service::Ud, side.qpn, 0, 0, qp)?;
+        let i = self.app.srqs.len();
+        self.app.srqs.push(SharedQueue {
+            target: SharedTarget::Qp(side.qpn),
+            sge: Sge {
+                addr: side.addr,
+                length: len as u32,
+                lkey: side.keys.lkey,
+            },
+            depth: recv_depth,
+            due: Default::default(),
+        });
+        self.app.recv_roles.insert(side.qpn, RecvRole::Ud);
+        self.ud_of_table.insert(table, (side, i));
+        Ok((side, i))
     }
 
     /// A buffer of `len` bytes and a QP of `service` (on `srq` if given) completing into
@@ -816,7 +849,8 @@ pub fn attach_flows(
                         next_addr: 0x1000_0000,
                         app: FlowHost {
                             cq,
-                            roles: BTreeMap::new(),
+                            recv_roles: BTreeMap::new(),
+                            ud_sources: BTreeMap::new(),
                             requesters: Vec::new(),
                             receivers: Vec::new(),
                             srqs: Vec::new(),
@@ -828,6 +862,7 @@ pub fn attach_flows(
                             unreliable_writes: false,
                         },
                         srq_of_table: BTreeMap::new(),
+                        ud_of_table: BTreeMap::new(),
                         counter_of_table: BTreeMap::new(),
                     },
                 );
@@ -867,7 +902,7 @@ pub fn attach_flows(
                         .map_err(verr)?;
                     let (keys, addr) = responder.buffer(buf_len).map_err(verr)?;
                     responder.app.srqs.push(SharedQueue {
-                        srq: handle,
+                        target: SharedTarget::Srq(handle),
                         sge: Sge {
                             addr,
                             length: buf_len as u32,
@@ -885,14 +920,23 @@ pub fn attach_flows(
             Some(r) if !r.srq => r.depth,
             _ => 1,
         };
-        let peer = responder
-            .side(
-                p.service,
-                buf_len,
-                recv_depth,
-                srq.map(|i| responder.app.srqs[i].srq),
-            )
-            .map_err(verr)?;
+        // UD: one QP per host and table, which every peer reaches (the point of UD at
+        // scale); its receive queue serves all of them.
+        let (peer, ud_queue) = if p.service == Service::Ud {
+            let (side, q) = responder
+                .ud_qp(p.table, buf_len, recv_depth, &p.qp)
+                .map_err(verr)?;
+            (side, Some(q))
+        } else {
+            let srq_handle = srq.and_then(|i| match responder.app.srqs[i].target {
+                SharedTarget::Srq(h) => Some(h),
+                SharedTarget::Qp(_) => None,
+            });
+            let side = responder
+                .side(p.service, buf_len, recv_depth, srq_handle)
+                .map_err(verr)?;
+            (side, None)
+        };
         let target = match p.atomic {
             Some(_) => {
                 let entry = match responder.counter_of_table.get(&p.table) {
@@ -909,14 +953,34 @@ pub fn attach_flows(
             None => (peer.keys, peer.addr),
         };
         responder.app.responders.push((p.flow, peer.qpn));
+        let mut ud_receiver = None;
         if let Some(r) = p.recv {
             let index = responder.app.receivers.len();
             receiver_of.insert(p.flow, index);
-            responder.app.roles.insert(peer.qpn, Role::Receiver(index));
+            let queue = match (ud_queue, srq) {
+                (Some(q), _) => {
+                    ud_receiver = Some(index);
+                    RecvQueue::Shared(q)
+                }
+                (None, Some(q)) => {
+                    responder
+                        .app
+                        .recv_roles
+                        .insert(peer.qpn, RecvRole::Flow(index));
+                    RecvQueue::Shared(q)
+                }
+                (None, None) => {
+                    responder
+                        .app
+                        .recv_roles
+                        .insert(peer.qpn, RecvRole::Flow(index));
+                    RecvQueue::Own
+                }
+            };
             responder.app.receivers.push(Receiver {
                 flow: p.flow,
                 qpn: peer.qpn,
-                queue: srq.map_or(RecvQueue::Own, RecvQueue::Shared),
+                queue,
                 sge: Sge {
                     addr: peer.addr,
                     length: buf_len as u32,
@@ -931,10 +995,18 @@ pub fn attach_flows(
             });
         }
         let requester = hosts.get_mut(&p.src).expect("created above");
-        let me = requester
-            .side(p.service, p.size as usize, 1, None)
-            .map_err(verr)?;
-        connect(&mut requester.dev, p.service, me.qpn, peer.qpn, ld, &p.qp).map_err(verr)?;
+        let me = if p.service == Service::Ud {
+            requester
+                .ud_qp(p.table, buf_len, recv_depth, &p.qp)
+                .map_err(verr)?
+                .0
+        } else {
+            let me = requester
+                .side(p.service, p.size as usize, 1, None)
+                .map_err(verr)?;
+            connect(&mut requester.dev, p.service, me.qpn, peer.qpn, ld, &p.qp).map_err(verr)?;
+            me
+        };
         let ud = if p.service == Service::Ud {
             let ah = requester
                 .dev
@@ -979,8 +1051,6 @@ pub fn attach_flows(
             lkey: me.keys.lkey,
         };
         requester.app.unreliable_writes |= p.service == Service::Uc && p.op == FlowOp::Write;
-        let index = requester.app.requesters.len();
-        requester.app.roles.insert(me.qpn, Role::Requester(index));
         requester.app.requesters.push(Requester {
             flow: p.flow,
             qpn: me.qpn,
@@ -1005,7 +1075,12 @@ pub fn attach_flows(
             failed: false,
         });
         let responder = hosts.get_mut(&p.dst).expect("created above");
-        connect(&mut responder.dev, p.service, peer.qpn, me.qpn, ls, &p.qp).map_err(verr)?;
+        if let Some(index) = ud_receiver {
+            responder.app.ud_sources.insert((ls, me.qpn), index);
+        }
+        if p.service != Service::Ud {
+            connect(&mut responder.dev, p.service, peer.qpn, me.qpn, ls, &p.qp).map_err(verr)?;
+        }
     }
     // Ring gates: the receiver of the gating flow lives on this flow's requester host.
     for p in plans {

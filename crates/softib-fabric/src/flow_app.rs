@@ -101,30 +101,47 @@ pub(crate) struct Receiver {
     pub(crate) received: u64,
 }
 
-/// A shared receive queue and the re-posting of its WRs.
+/// Where a shared queue's receive WRs go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SharedTarget {
+    /// A shared receive queue (RC QPs of one table).
+    Srq(SrqHandle),
+    /// The receive queue of a UD QP that every sender of the table reaches.
+    Qp(u32),
+}
+
+/// A receive queue serving several flows, and the re-posting of its WRs.
 pub(crate) struct SharedQueue {
-    pub(crate) srq: SrqHandle,
+    pub(crate) target: SharedTarget,
     pub(crate) sge: Sge,
     pub(crate) depth: u32,
     /// Re-posts waiting for their time (at the delay of the receiver that used the WR).
     pub(crate) due: VecDeque<Nanos>,
 }
 
-/// What a QP of the host does, for dispatching its completions.
+/// Whose receive completions a QP produces.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Role {
-    /// Index into `requesters`.
-    Requester(usize),
-    /// Index into `receivers`.
-    Receiver(usize),
+pub(crate) enum RecvRole {
+    /// One flow's: index into `receivers`.
+    Flow(usize),
+    /// A shared UD QP's: the flow is found from the sender (`ud_sources`).
+    Ud,
+}
+
+/// The wr_id of a requester's WRs: its index in the high half (send completions of a QP
+/// that several flows share, UD, are dispatched by it), its message count in the low half.
+fn wr_id(index: usize, seq: u64) -> u64 {
+    ((index as u64) << 32) | (seq & 0xffff_ffff)
 }
 
 /// The application of one host: its requesters, receivers and shared receive queues. All
 /// its QPs complete into one CQ, so a poll costs the same with one QP or a thousand.
 pub(crate) struct FlowHost {
     pub(crate) cq: CqHandle,
-    /// Role of each QP that completes work, by QPN.
-    pub(crate) roles: BTreeMap<u32, Role>,
+    /// Receiving QPs by QPN (send completions are dispatched by wr_id).
+    pub(crate) recv_roles: BTreeMap<u32, RecvRole>,
+    /// Receivers of shared UD QPs by sender (source LID, source QPN).
+    pub(crate) ud_sources: BTreeMap<(u16, u32), usize>,
     pub(crate) requesters: Vec<Requester>,
     pub(crate) receivers: Vec<Receiver>,
     pub(crate) srqs: Vec<SharedQueue>,
@@ -157,9 +174,22 @@ impl FlowHost {
         };
         // A refusal means the QP left service (its completions say why) or the queue is
         // full; either way there is nothing to re-post.
-        let _ = match queue {
-            RecvQueue::Own => dev.post_recv(qpn, &wr),
-            RecvQueue::Shared(i) => dev.post_srq_recv(srqs[i].srq, &wr),
+        match queue {
+            RecvQueue::Own => {
+                let _ = dev.post_recv(qpn, &wr);
+            }
+            RecvQueue::Shared(i) => Self::post_shared(dev, &srqs[i]),
+        }
+    }
+
+    fn post_shared(dev: &mut Device, q: &SharedQueue) {
+        let wr = RecvWr {
+            wr_id: 0,
+            sg_list: vec![q.sge],
+        };
+        let _ = match q.target {
+            SharedTarget::Srq(srq) => dev.post_srq_recv(srq, &wr),
+            SharedTarget::Qp(qpn) => dev.post_recv(qpn, &wr),
         };
     }
 
@@ -173,11 +203,7 @@ impl FlowHost {
         for s in &mut self.srqs {
             while s.due.front().is_some_and(|&t| t <= now) {
                 s.due.pop_front();
-                let wr = RecvWr {
-                    wr_id: 0,
-                    sg_list: vec![s.sge],
-                };
-                let _ = dev.post_srq_recv(s.srq, &wr);
+                Self::post_shared(dev, s);
             }
         }
     }
@@ -191,8 +217,20 @@ impl FlowHost {
                 break;
             }
             for wc in &self.wcs[..n] {
-                match self.roles.get(&wc.qp_num) {
-                    Some(&Role::Requester(i)) => {
+                let receive = matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+                let role = if receive {
+                    match self.recv_roles.get(&wc.qp_num) {
+                        Some(&RecvRole::Flow(i)) => Some(Err(i)),
+                        Some(&RecvRole::Ud) => {
+                            self.ud_sources.get(&(wc.slid, wc.src_qp)).map(|&i| Err(i))
+                        }
+                        None => None,
+                    }
+                } else {
+                    Some(Ok((wc.wr_id >> 32) as usize))
+                };
+                match role {
+                    Some(Ok(i)) if i < self.requesters.len() => {
                         let op = &mut self.requesters[i];
                         let posted = op.posted.pop_front().unwrap_or(now);
                         if wc.status == WcStatus::Success {
@@ -211,10 +249,7 @@ impl FlowHost {
                             op.failed = true;
                         }
                     }
-                    Some(&Role::Receiver(i)) => {
-                        if !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
-                            continue;
-                        }
+                    Some(Err(i)) => {
                         let r = &mut self.receivers[i];
                         if wc.status != WcStatus::Success {
                             // Flushed receives after the QP failed say nothing new.
@@ -244,7 +279,7 @@ impl FlowHost {
                             }
                         }
                     }
-                    None => {}
+                    _ => {}
                 }
             }
         }
@@ -254,7 +289,7 @@ impl FlowHost {
     }
 
     fn post_sends(&mut self, now: Nanos, dev: &mut Device) {
-        for op in &mut self.requesters {
+        for (index, op) in self.requesters.iter_mut().enumerate() {
             if op.failed || now < op.start {
                 continue;
             }
@@ -268,7 +303,7 @@ impl FlowHost {
                 && op.posted_total < allowed
             {
                 let seq = op.posted_total as u32;
-                op.wr.wr_id = op.posted_total;
+                op.wr.wr_id = wr_id(index, op.posted_total);
                 if op.counted_at_receiver {
                     op.wr.imm_data = Some(seq);
                 }
@@ -324,11 +359,7 @@ impl HostApp for FlowHost {
         }
         for s in &self.srqs {
             for _ in 0..s.depth {
-                let wr = RecvWr {
-                    wr_id: 0,
-                    sg_list: vec![s.sge],
-                };
-                let _ = dev.post_srq_recv(s.srq, &wr);
+                Self::post_shared(dev, s);
             }
         }
         self.post_sends(now, dev);

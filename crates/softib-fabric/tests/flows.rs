@@ -593,3 +593,51 @@ responder_service_ns = 8000
         f.messages
     );
 }
+
+#[test]
+fn ud_flows_share_one_qp_per_host_where_rc_needs_one_per_peer() {
+    let qps_at = |service: &str| {
+        let s = Scenario::parse(&format!(
+            r#"
+[topology]
+kind = "single-switch"
+hosts = 5
+[[flow]]
+op = "send"
+service = "{service}"
+pattern = "incast"
+dst = "h0"
+size = 2048
+tx_depth = 8
+rq_depth = 64
+"#
+        ))
+        .unwrap();
+        let mut fabric = s.build().unwrap();
+        let plans = s.flow_plan(0).unwrap();
+        let rec = FlowRecorder::shared(10 * PS_PER_US);
+        let hosts = attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).unwrap();
+        fabric.run_until(50 * PS_PER_US);
+        let rec = rec.borrow();
+        for f in rec.flows().values() {
+            // 4 senders share the link into h0: 25 Gb/s each, 76 messages of 2 KiB in 50 us.
+            assert!(
+                f.messages > 65,
+                "{service} {}: {}",
+                f.info.name,
+                f.messages
+            );
+            assert_eq!(f.errors, 0);
+        }
+        let qps = fabric
+            .endpoint_mut::<softib_fabric::engine_hca::EngineHca>("h0", 1)
+            .unwrap()
+            .device()
+            .qpns()
+            .count();
+        assert_eq!(hosts.len(), 5);
+        qps
+    };
+    assert_eq!(qps_at("ud"), 1);
+    assert_eq!(qps_at("rc"), 4);
+}
