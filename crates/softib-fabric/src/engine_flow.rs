@@ -19,6 +19,8 @@
 //! size = 65536              # message bytes (atomic: 8; UD: at most the MTU)
 //! tx_depth = 128            # messages in flight per QP
 //! iterations = 1000         # per QP; default: until the end of the run
+//! duration_us = 500         # or: each QP posts for this long after its start
+//! qps = 1                   # QP pairs per (requester, responder), perftest's -q
 //! mtu = 4096                # path MTU: 256, 512, 1024, 2048 or 4096
 //! sl = 0
 //! local_ack_timeout = 14    # 4.096 us x 2^n (IBA 9.7.6.1.3); 0 = infinite
@@ -57,7 +59,7 @@ use crate::report::summary::{FlowQp, HostTransport};
 use crate::rng::{SeedTree, StreamKind};
 use crate::scenario::{Scenario, ScenarioError};
 use crate::stream::{host_names, Pattern, PatternKeys};
-use crate::time::{to_engine_nanos, Picos, PS_PER_NS};
+use crate::time::{to_engine_nanos, Picos, PS_PER_NS, PS_PER_US};
 use serde::Deserialize;
 use softib_transport::{
     AccessFlags, AhAttr, Device, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr,
@@ -150,6 +152,10 @@ pub struct FlowEntry {
     pub tx_depth: Option<Spanned<u32>>,
     /// Messages per QP (default: until the end of the run; ring: one all-reduce).
     pub iterations: Option<Spanned<u64>>,
+    /// How long each QP posts, microseconds from its start (default: until the end).
+    pub duration_us: Option<Spanned<f64>>,
+    /// QP pairs per (requester, responder), perftest's `-q` (default 1).
+    pub qps: Option<Spanned<u32>>,
     /// Path MTU in bytes (default 4096).
     pub mtu: Option<Spanned<u32>>,
     /// Service level.
@@ -255,6 +261,8 @@ pub struct FlowPlan {
     pub size: u32,
     /// Messages in flight.
     pub tx_depth: u32,
+    /// When the requester stops posting (`None`: never).
+    pub stop_ps: Option<Picos>,
     /// Messages in all (`None`: until the end).
     pub iterations: Option<u64>,
     /// QP attributes.
@@ -269,6 +277,8 @@ pub struct FlowPlan {
 
 /// The QP's send queue depth: more cannot be in flight.
 const MAX_TX_DEPTH: u32 = 1024;
+/// QP pairs per (requester, responder) at most.
+const MAX_QPS: u32 = 1024;
 /// The deepest receive queue a flow may ask for.
 const MAX_RQ_DEPTH: u32 = 16384;
 /// Largest message: the engine takes up to 2^31 bytes; a buffer of that size per QP would
@@ -528,10 +538,43 @@ impl Scenario {
                 None if pattern == Pattern::Ring => Some(2 * (pairs.len() as u64 - 1)),
                 None => None,
             };
+            let duration_ps = match &e.duration_us {
+                Some(d) if !(d.get_ref().is_finite() && *d.get_ref() > 0.0) => {
+                    return Err(self.error_at(
+                        &key("duration_us"),
+                        d.span(),
+                        "must be > 0 (omit it to run until the end)".into(),
+                    ))
+                }
+                Some(d) => Some((d.get_ref() * PS_PER_US as f64).round() as Picos),
+                None => None,
+            };
+            let qps = match &e.qps {
+                Some(q) if *q.get_ref() == 0 || *q.get_ref() > MAX_QPS => {
+                    return Err(self.error_at(
+                        &key("qps"),
+                        q.span(),
+                        format!("{}: must be 1..={MAX_QPS}", q.get_ref()),
+                    ))
+                }
+                Some(q) if *q.get_ref() > 1 && (pattern == Pattern::Ring || service == Service::Ud) => {
+                    return Err(self.error_at(
+                        &key("qps"),
+                        q.span(),
+                        "a ring steps one QP per neighbour, and UD uses one QP per host: qps must be 1"
+                            .into(),
+                    ))
+                }
+                Some(q) => *q.get_ref(),
+                None => 1,
+            };
             let first_of_table = first_flow + out.len() as u32;
             let ring_len = pairs.len() as u32;
             for (k, (src, dests)) in pairs.into_iter().enumerate() {
-                for dst in dests {
+                for (dst, q) in dests
+                    .into_iter()
+                    .flat_map(|d| (0..qps).map(move |q| (d.clone(), q)))
+                {
                     let flow = first_flow + out.len() as u32;
                     let nth = (flow - first_of_table) as u64;
                     let arrow = match op {
@@ -549,7 +592,11 @@ impl Scenario {
                         flow,
                         table: i,
                         info: FlowInfo {
-                            name: format!("f{i} {tag} {src}{arrow}{dst}"),
+                            name: if qps > 1 {
+                                format!("f{i} {tag} {src}{arrow}{dst} q{q}")
+                            } else {
+                                format!("f{i} {tag} {src}{arrow}{dst}")
+                            },
                             src: src.clone(),
                             dst: dst.clone(),
                             data_from: match op {
@@ -565,6 +612,7 @@ impl Scenario {
                         size,
                         tx_depth,
                         iterations,
+                        stop_ps: duration_ps.map(|d| start_ps + nth * stagger_ps + d),
                         qp: QpPlan {
                             mtu,
                             sl,
@@ -1067,6 +1115,7 @@ pub fn attach_flows(
             tx_depth: p.tx_depth,
             remaining: p.iterations,
             start: to_engine_nanos(p.start_ps),
+            stop: p.stop_ps.map(to_engine_nanos),
             gate: None,
             counted_at_receiver: unreliable_send,
             posted: Default::default(),

@@ -63,6 +63,8 @@ pub(crate) struct Requester {
     pub(crate) tx_depth: u32,
     pub(crate) remaining: Option<u64>,
     pub(crate) start: Nanos,
+    /// When it stops posting.
+    pub(crate) stop: Option<Nanos>,
     /// Index of the receiver on this host whose arrivals gate the posts (ring).
     pub(crate) gate: Option<usize>,
     /// Whether the receiver records the messages (unreliable SEND) rather than this side.
@@ -290,7 +292,7 @@ impl FlowHost {
 
     fn post_sends(&mut self, now: Nanos, dev: &mut Device) {
         for (index, op) in self.requesters.iter_mut().enumerate() {
-            if op.failed || now < op.start {
+            if op.failed || now < op.start || op.stop.is_some_and(|t| now >= t) {
                 continue;
             }
             op.started = true;

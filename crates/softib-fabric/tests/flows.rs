@@ -621,12 +621,7 @@ rq_depth = 64
         let rec = rec.borrow();
         for f in rec.flows().values() {
             // 4 senders share the link into h0: 25 Gb/s each, 76 messages of 2 KiB in 50 us.
-            assert!(
-                f.messages > 65,
-                "{service} {}: {}",
-                f.info.name,
-                f.messages
-            );
+            assert!(f.messages > 65, "{service} {}: {}", f.info.name, f.messages);
             assert_eq!(f.errors, 0);
         }
         let qps = fabric
@@ -640,4 +635,48 @@ rq_depth = 64
     };
     assert_eq!(qps_at("ud"), 1);
     assert_eq!(qps_at("rc"), 4);
+}
+
+#[test]
+fn qps_split_a_pair_and_duration_stops_posting() {
+    let r = run_text(
+        r#"
+duration_us = 100
+[topology]
+kind = "back-to-back"
+[[flow]]
+op = "write"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 16384
+tx_depth = 8
+qps = 2
+duration_us = 40
+start_us = 10
+"#,
+    );
+    assert_eq!(r.summary.flows.len(), 2);
+    let (a, b) = (
+        flow(&r, "f0 write h0->h1 q0"),
+        flow(&r, "f0 write h0->h1 q1"),
+    );
+    // Two QPs share the link about equally while they run (10 to 50 us).
+    let total = a.payload_bytes + b.payload_bytes;
+    let share = a.payload_bytes as f64 / total as f64;
+    assert!((share - 0.5).abs() < 0.05, "{share}");
+    // 40 us at 100 Gb/s is about 500 KB, and the 2 x 8 messages (262 KB) in flight when
+    // posting stops at 50 us still complete.
+    assert!(total > 650_000 && total < 500_000 + 262_144 + 20_000, "{total}");
+    for f in [a, b] {
+        assert!(f.first_us > 10.0, "{f:?}");
+        // The last messages posted just before 50 us drain behind 8 in flight per QP.
+        assert!(f.last_us < 50.0 + 25.0, "{f:?}");
+    }
+    let e = Scenario::parse(
+        "[topology]\nkind = \"back-to-back\"\n[[flow]]\nop = \"send\"\nservice = \"ud\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nqps = 2\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("line 9: flow[0].qps"), "{e}");
 }
