@@ -160,6 +160,8 @@ pub struct LinkEntry {
     pub length_m: Option<Spanned<f64>>,
     /// Propagation delay, ns.
     pub delay_ns: Option<u64>,
+    /// Delay added to the cable's (a patch panel, a retimer, a long detour), ns.
+    pub extra_delay_ns: Option<u64>,
     /// Receive buffer per data VL at end `a`, bytes.
     pub rx_buffer_bytes_a: Option<u32>,
     /// Receive buffer per data VL at end `b`, bytes.
@@ -521,6 +523,13 @@ impl Scenario {
             if let Some(ns) = l.delay_ns {
                 spec.delay_ps = Some(ns as Picos * PS_PER_NS);
             }
+            if let Some(ns) = l.extra_delay_ns {
+                let base = match spec.delay_ps {
+                    Some(d) => d,
+                    None => self.config()?.link_delay_ps,
+                };
+                spec.delay_ps = Some(base + ns as Picos * PS_PER_NS);
+            }
             let (ra, rb) = if swapped {
                 (l.rx_buffer_bytes_b, l.rx_buffer_bytes_a)
             } else {
@@ -715,6 +724,26 @@ qos_sl2vl = "0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1"
         assert_eq!(l.rate.unwrap().speed, LinkSpeed::Edr);
         let f = s.build().unwrap();
         assert_eq!(f.operational_vls("h0", 1), Some(2));
+    }
+
+    #[test]
+    fn extra_delay_adds_to_the_cable() {
+        let s = Scenario::parse(
+            "[fabric]\ncable_m = 2.0\n[topology]\nkind = \"single-switch\"\nhosts = 2\n\
+             [[topology.links]]\na = \"h1:1\"\nb = \"sw0:2\"\nextra_delay_ns = 500\n\
+             [[topology.links]]\na = \"h0:1\"\nb = \"sw0:1\"\nlength_m = 10.0\nextra_delay_ns = 1\n",
+        )
+        .unwrap();
+        let t = s.topology().unwrap();
+        let delay = |h: &str| {
+            t.links
+                .iter()
+                .find(|l| t.nodes[l.a.node].name == h || t.nodes[l.b.node].name == h)
+                .and_then(|l| l.delay_ps)
+        };
+        // 2 m of default cable (10 ns) + 500 ns; 10 m (50 ns) + 1 ns.
+        assert_eq!(delay("h1"), Some(510_000));
+        assert_eq!(delay("h0"), Some(51_000));
     }
 
     #[test]

@@ -667,7 +667,10 @@ start_us = 10
     assert!((share - 0.5).abs() < 0.05, "{share}");
     // 40 us at 100 Gb/s is about 500 KB, and the 2 x 8 messages (262 KB) in flight when
     // posting stops at 50 us still complete.
-    assert!(total > 650_000 && total < 500_000 + 262_144 + 20_000, "{total}");
+    assert!(
+        total > 650_000 && total < 500_000 + 262_144 + 20_000,
+        "{total}"
+    );
     for f in [a, b] {
         assert!(f.first_us > 10.0, "{f:?}");
         // The last messages posted just before 50 us drain behind 8 in flight per QP.
