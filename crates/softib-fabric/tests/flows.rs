@@ -683,3 +683,21 @@ start_us = 10
     .to_string();
     assert!(e.starts_with("line 9: flow[0].qps"), "{e}");
 }
+
+#[test]
+fn max_rd_atomic_bounds_the_reads_and_atomics_in_flight() {
+    // 100 m of cable: a round trip is over 1 us, so one READ or atomic at a time runs
+    // about one per round trip whatever tx_depth says.
+    let run = |op: &str, depth: u8| {
+        let r = run_text(&format!(
+            "duration_us = 50\n[fabric]\ncable_m = 100.0\n[topology]\nkind = \"back-to-back\"\n[[flow]]\nop = \"{op}\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nsize = 8\ntx_depth = 16\nmax_rd_atomic = {depth}\n"
+        ));
+        r.summary.flows[0].messages
+    };
+    for op in ["atomic", "read"] {
+        let (one, sixteen) = (run(op, 1), run(op, 16));
+        // 50 us / (2 x 500 ns + packet times): under 50 with one in flight.
+        assert!(one > 30 && one < 50, "{op}: {one}");
+        assert!(sixteen > 12 * one, "{op}: {sixteen} vs {one}");
+    }
+}
