@@ -271,13 +271,15 @@ impl FlowHost {
                         }
                         if r.records {
                             let payload = wc.byte_len.saturating_sub(r.header) as u64;
-                            let posted = wc
+                            let (posted, lost) = wc
                                 .imm_data
-                                .and_then(|seq| take_posted(&self.ledger, r.flow, seq));
+                                .map_or((None, 0), |seq| take_posted(&self.ledger, r.flow, seq));
+                            let mut rec = self.recorder.borrow_mut();
+                            if lost > 0 {
+                                rec.record_lost(r.flow, lost);
+                            }
                             if let Some(posted) = posted {
-                                self.recorder
-                                    .borrow_mut()
-                                    .record_message(r.flow, at, payload, posted);
+                                rec.record_message(r.flow, at, payload, posted);
                             }
                         }
                     }
@@ -319,6 +321,7 @@ impl FlowHost {
                     let q = l.entry(op.flow).or_default();
                     if q.len() >= LEDGER_CAP {
                         q.pop_front();
+                        self.recorder.borrow_mut().record_lost(op.flow, 1);
                     }
                     q.push_back((seq, from_engine_nanos(now)));
                 }
@@ -333,21 +336,27 @@ impl FlowHost {
 }
 
 /// The post time of message `seq` of `flow`; earlier messages still in the ledger were lost.
-fn take_posted(ledger: &Ledger, flow: u32, seq: u32) -> Option<Picos> {
+/// Also returns how many earlier messages were skipped: a flow's messages arrive in order
+/// (one path, one QP), so those will never arrive.
+fn take_posted(ledger: &Ledger, flow: u32, seq: u32) -> (Option<Picos>, u64) {
     let mut l = ledger.borrow_mut();
-    let q = l.get_mut(&flow)?;
+    let Some(q) = l.get_mut(&flow) else {
+        return (None, 0);
+    };
+    let mut lost = 0;
     while let Some(&(s, t)) = q.front() {
         q.pop_front();
         if s == seq {
-            return Some(t);
+            return (Some(t), lost);
         }
         // Sequence numbers wrap at 2^32; one still ahead stays for a later arrival.
         if s.wrapping_sub(seq) < u32::MAX / 2 {
             q.push_front((s, t));
-            return None;
+            return (None, lost);
         }
+        lost += 1;
     }
-    None
+    (None, lost)
 }
 
 impl HostApp for FlowHost {

@@ -701,3 +701,24 @@ fn max_rd_atomic_bounds_the_reads_and_atomics_in_flight() {
         assert!(sixteen > 12 * one, "{op}: {sixteen} vs {one}");
     }
 }
+
+#[test]
+fn ud_messages_without_a_posted_receive_are_lost_and_counted() {
+    // 2 receives, each posted again 10 us after use, against 3 messages a microsecond.
+    let r = run_text(
+        "duration_us = 50\n[topology]\nkind = \"back-to-back\"\n[[flow]]\nop = \"send\"\nservice = \"ud\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\ntx_depth = 16\nrq_depth = 2\nrecv_post_delay_ns = 10000\n",
+    );
+    let f = flow(&r, "f0 ud-send h0->h1");
+    // At most 2 per 10 us arrive: 2 at once, then 2 every 10 us.
+    assert!(f.messages >= 8 && f.messages <= 12, "{f:?}");
+    // The rest were dropped by the receiving QP; those a later arrival revealed are counted
+    // (not the last ones, after the last arrival).
+    let rx = r.summary.ports.iter().find(|p| p.port == "h1:1").unwrap();
+    assert!(f.messages_lost > 100, "{f:?}");
+    assert!(f.messages + f.messages_lost <= rx.port_rcv_pkts, "{f:?}");
+    assert!(
+        f.messages + f.messages_lost + 16 * 2 >= rx.port_rcv_pkts,
+        "{f:?}"
+    );
+    assert_eq!(f.error_completions, 0);
+}

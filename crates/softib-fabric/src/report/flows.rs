@@ -46,6 +46,8 @@ pub struct FlowStats {
     pub errors: u64,
     /// Error completions by status (`IBV_WC_*` names).
     pub error_statuses: BTreeMap<&'static str, u64>,
+    /// Unreliable messages known lost: a later one of the same flow arrived first.
+    pub lost: u64,
     /// First and last delivery or completion time.
     pub first_ps: Option<Picos>,
     /// Last delivery or completion time.
@@ -184,6 +186,11 @@ impl FlowRecorder {
         let f = self.flow(id);
         f.errors += 1;
         *f.error_statuses.entry(status).or_default() += 1;
+    }
+
+    /// `n` messages of flow `id` were lost (an unreliable service: a later one arrived).
+    pub fn record_lost(&mut self, id: u32, n: u64) {
+        self.flow(id).lost += n;
     }
 
     /// Every flow, by id.

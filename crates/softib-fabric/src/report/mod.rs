@@ -134,6 +134,7 @@ fn flow_summary(id: u32, f: &FlowStats, duration_ps: Picos) -> FlowSummary {
             .map(|(k, v)| (k.to_string(), *v))
             .collect(),
         qp: None,
+        messages_lost: f.lost,
         gbps: round(gbps(bytes, duration_ps), 4),
         active_gbps: round(active, 4),
         msg_rate_mpps: round(

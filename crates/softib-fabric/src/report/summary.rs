@@ -21,6 +21,10 @@ pub fn round(x: f64, digits: i32) -> f64 {
     }
 }
 
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
 /// What was run.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ScenarioInfo {
@@ -109,6 +113,9 @@ pub struct FlowSummary {
     /// `IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR`, ...).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub error_statuses: std::collections::BTreeMap<String, u64>,
+    /// UC/UD messages known lost (a later message of the flow arrived; absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub messages_lost: u64,
     /// The counters of the flow's own QPs (engine flows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qp: Option<FlowQp>,
