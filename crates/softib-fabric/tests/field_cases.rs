@@ -21,6 +21,7 @@ fn run_case(id: &str) {
 /// The cases this file tests, by slug: a new case must get a test here.
 const TESTED: &[&str] = &[
     "01-credit-starvation",
+    "02-ack-timeout-storm",
     "04-mtu-vs-credits",
     "06-receiver-not-ready",
 ];
@@ -28,6 +29,11 @@ const TESTED: &[&str] = &[
 #[test]
 fn case_01_credit_starvation() {
     run_case("01-credit-starvation");
+}
+
+#[test]
+fn case_02_ack_timeout_storm() {
+    run_case("02-ack-timeout-storm");
 }
 
 #[test]

@@ -14,6 +14,7 @@
 pub mod doc;
 pub mod measure;
 
+mod ack_timeout_storm;
 mod credit_starvation;
 mod mtu_credits;
 mod receiver_not_ready;
@@ -199,6 +200,7 @@ pub fn all() -> &'static [Case] {
 
 static CASES: &[Case] = &[
     credit_starvation::CASE,
+    ack_timeout_storm::CASE,
     mtu_credits::CASE,
     receiver_not_ready::CASE,
 ];
