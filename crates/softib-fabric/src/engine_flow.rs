@@ -603,6 +603,7 @@ impl Scenario {
                                 FlowOp::Read => dst.clone(),
                                 _ => src.clone(),
                             },
+                            management: false,
                         },
                         op,
                         service,

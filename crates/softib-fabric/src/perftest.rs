@@ -2,7 +2,8 @@
 //! HCA port (`LinkLayer::InfiniBand`), RC QPs connected the way perftest's out-of-band TCP
 //! exchange does (both sides' QPNs and PSNs known before traffic), and `ib_write_bw`'s
 //! traffic (`WriteBw`: keep `tx_depth` RDMA WRITEs of `size` bytes in flight, count
-//! completions). More operations and service types come with the traffic models.
+//! completions), for tests and benchmarks that wire hosts by hand. Scenario traffic (every
+//! operation and service, receive models, patterns) is [`crate::engine_flow`]'s.
 
 use crate::engine_hca::HostApp;
 use softib_transport::{

@@ -365,6 +365,7 @@ impl Scenario {
                         src: src.clone(),
                         dst: to,
                         data_from: src.clone(),
+                        management,
                     },
                     host: src,
                     dests,

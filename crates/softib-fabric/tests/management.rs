@@ -75,6 +75,10 @@ fn vl15_is_served_first_and_a_bad_vlarb_table_starves_the_low_priority_vl() {
         "{}",
         mgmt.msg_rate_mpps
     );
+    assert!(mgmt.management);
+    assert_eq!(mgmt.limited_by, "sender", "{}", mgmt.evidence);
+    // The starved stream's sender waits for VL1 credits the switch never frees.
+    assert_eq!(low.limited_by, "link_credits", "{}", low.evidence);
     let port = bad
         .summary
         .ports

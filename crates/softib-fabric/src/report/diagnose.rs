@@ -34,8 +34,20 @@ pub fn diagnose(s: &mut Summary, data_from: &[String]) {
         .iter()
         .filter_map(|p| p.peer.strip_suffix(":1").map(|h| (h, p)))
         .collect();
+    let vl15_dropped: u64 = s.ports.iter().map(|p| p.vl15_dropped).sum();
     let mut out = Vec::with_capacity(s.flows.len());
     for (i, f) in s.flows.iter().enumerate() {
+        if f.management {
+            // VL15 has no credits to wait for and wins every arbitration (IBA 7.6.9): its
+            // sender's port waits say nothing about it.
+            out.push((
+                if vl15_dropped > 0 { "errors" } else { "sender" },
+                format!(
+                    "subnet management on VL15, not flow-controlled and served before every data VL: it runs at its sender's pace; {vl15_dropped} VL15Dropped in the fabric"
+                ),
+            ));
+            continue;
+        }
         let sender = data_from.get(i).map_or(f.src.as_str(), String::as_str);
         // The flow's own QP, when known, speaks for it rather than its host's sums.
         let own = f.qp.as_ref().map(|q| {

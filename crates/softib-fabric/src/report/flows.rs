@@ -27,6 +27,8 @@ pub struct FlowInfo {
     pub dst: String,
     /// The host whose port carries the flow's data (the responder for a READ).
     pub data_from: String,
+    /// Subnet management on VL15 rather than data.
+    pub management: bool,
 }
 
 /// Everything recorded about one flow.
@@ -248,6 +250,7 @@ mod tests {
                 src: "h0".into(),
                 dst: "h1".into(),
                 data_from: "h0".into(),
+                management: false,
             },
         );
         r.record_packet(3, 1_500_000, 4122, 500_000);

@@ -135,6 +135,7 @@ fn flow_summary(id: u32, f: &FlowStats, duration_ps: Picos) -> FlowSummary {
             .collect(),
         qp: None,
         messages_lost: f.lost,
+        management: f.info.management,
         gbps: round(gbps(bytes, duration_ps), 4),
         active_gbps: round(active, 4),
         msg_rate_mpps: round(

@@ -113,6 +113,9 @@ pub struct FlowSummary {
     /// `IBV_WC_RETRY_EXC_ERR`, `IBV_WC_WR_FLUSH_ERR`, ...).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub error_statuses: std::collections::BTreeMap<String, u64>,
+    /// A subnet-management stream on VL15 (absent for data flows).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub management: bool,
     /// UC/UD messages known lost (a later message of the flow arrived; absent when none).
     #[serde(skip_serializing_if = "is_zero")]
     pub messages_lost: u64,
