@@ -698,9 +698,25 @@ struct Host {
     counter_of_table: BTreeMap<usize, (MrKeys, u64)>,
     /// The UD QP per flow table, and its receive queue in `app.srqs`.
     ud_of_table: BTreeMap<usize, (Side, usize)>,
+    /// The shared buffer per (flow table, length).
+    buffer_of_table: BTreeMap<(usize, usize), (MrKeys, u64)>,
+    /// Send WRs the UD QP of each flow table may have posted: its requesters' windows.
+    ud_send_depth: BTreeMap<usize, u32>,
 }
 
 impl Host {
+    /// The buffer the QPs of flow table `table` on this host share (`len` bytes): what
+    /// moves is counted, not checked, so one region per table keeps memory per host
+    /// rather than per QP, as it must for an all-to-all of thousands of hosts.
+    fn table_buffer(&mut self, table: usize, len: usize) -> Result<(MrKeys, u64), VerbsError> {
+        if let Some(&b) = self.buffer_of_table.get(&(table, len)) {
+            return Ok(b);
+        }
+        let b = self.buffer(len)?;
+        self.buffer_of_table.insert((table, len), b);
+        Ok(b)
+    }
+
     /// Registers a zeroed buffer of `len` bytes with every access right the flows use.
     fn buffer(&mut self, len: usize) -> Result<(MrKeys, u64), VerbsError> {
         let addr = self.next_addr;
@@ -723,13 +739,14 @@ impl Host {
         &mut self,
         table: usize,
         len: usize,
-        recv_depth: u32,
+        (send_depth, recv_depth): (u32, u32),
         qp: &QpPlan,
     ) -> Result<(Side, usize), VerbsError> {
         if let Some(&q) = self.ud_of_table.get(&table) {
             return Ok(q);
         }
-        let side = self.side(Service::Ud, len, recv_depth, None)?;
+        let buf = self.table_buffer(table, len)?;
+        let side = self.side(Service::Ud, buf, (send_depth, recv_depth), None)?;
         connect(&mut self.dev, Service::Ud, side.qpn, 0, 0, qp)?;
         let i = self.app.srqs.len();
         self.app.srqs.push(SharedQueue {
@@ -747,17 +764,16 @@ impl Host {
         Ok((side, i))
     }
 
-    /// A buffer of `len` bytes and a QP of `service` (on `srq` if given) completing into
-    /// the host's CQ.
+    /// A QP of `service` (on `srq` if given) completing into the host's CQ, with queues of
+    /// the depths it needs (the engine reserves them) and the buffer `buf`.
     fn side(
         &mut self,
         service: Service,
-        len: usize,
-        recv_depth: u32,
+        (keys, addr): (MrKeys, u64),
+        (send_depth, recv_depth): (u32, u32),
         srq: Option<SrqHandle>,
     ) -> Result<Side, VerbsError> {
         let cq = self.app.cq;
-        let (keys, addr) = self.buffer(len)?;
         let qpn = self.dev.create_qp(
             self.pd,
             QpInitAttr {
@@ -766,7 +782,7 @@ impl Host {
                 recv_cq: cq,
                 srq,
                 cap: QpCap {
-                    max_send_wr: MAX_TX_DEPTH,
+                    max_send_wr: send_depth.max(1),
                     max_recv_wr: recv_depth.max(1),
                     max_send_sge: 1,
                     max_recv_sge: 1,
@@ -912,11 +928,18 @@ pub fn attach_flows(
                         },
                         srq_of_table: BTreeMap::new(),
                         ud_of_table: BTreeMap::new(),
+                        buffer_of_table: BTreeMap::new(),
+                        ud_send_depth: BTreeMap::new(),
                         counter_of_table: BTreeMap::new(),
                     },
                 );
             }
         }
+    }
+    for p in plans.iter().filter(|p| p.service == Service::Ud) {
+        let host = hosts.get_mut(&p.src).expect("created above");
+        let d = host.ud_send_depth.entry(p.table).or_insert(0);
+        *d = (*d + p.tx_depth).min(host.dev.config().max_qp_wr);
     }
     // Receivers by flow tag, to resolve ring gates: (host, index in its receivers).
     let mut receiver_of: BTreeMap<u32, usize> = BTreeMap::new();
@@ -949,7 +972,7 @@ pub fn attach_flows(
                             },
                         )
                         .map_err(verr)?;
-                    let (keys, addr) = responder.buffer(buf_len).map_err(verr)?;
+                    let (keys, addr) = responder.table_buffer(p.table, buf_len).map_err(verr)?;
                     responder.app.srqs.push(SharedQueue {
                         target: SharedTarget::Srq(handle),
                         sge: Sge {
@@ -972,8 +995,12 @@ pub fn attach_flows(
         // UD: one QP per host and table, which every peer reaches (the point of UD at
         // scale); its receive queue serves all of them.
         let (peer, ud_queue) = if p.service == Service::Ud {
+            let depths = (
+                responder.ud_send_depth.get(&p.table).copied().unwrap_or(1),
+                recv_depth,
+            );
             let (side, q) = responder
-                .ud_qp(p.table, buf_len, recv_depth, &p.qp)
+                .ud_qp(p.table, buf_len, depths, &p.qp)
                 .map_err(verr)?;
             (side, Some(q))
         } else {
@@ -981,8 +1008,9 @@ pub fn attach_flows(
                 SharedTarget::Srq(h) => Some(h),
                 SharedTarget::Qp(_) => None,
             });
+            let buf = responder.table_buffer(p.table, buf_len).map_err(verr)?;
             let side = responder
-                .side(p.service, buf_len, recv_depth, srq_handle)
+                .side(p.service, buf, (1, recv_depth), srq_handle)
                 .map_err(verr)?;
             (side, None)
         };
@@ -1045,13 +1073,20 @@ pub fn attach_flows(
         }
         let requester = hosts.get_mut(&p.src).expect("created above");
         let me = if p.service == Service::Ud {
+            let depths = (
+                requester.ud_send_depth.get(&p.table).copied().unwrap_or(1),
+                recv_depth,
+            );
             requester
-                .ud_qp(p.table, buf_len, recv_depth, &p.qp)
+                .ud_qp(p.table, buf_len, depths, &p.qp)
                 .map_err(verr)?
                 .0
         } else {
+            let buf = requester
+                .table_buffer(p.table, p.size as usize)
+                .map_err(verr)?;
             let me = requester
-                .side(p.service, p.size as usize, 1, None)
+                .side(p.service, buf, (p.tx_depth, 1), None)
                 .map_err(verr)?;
             connect(&mut requester.dev, p.service, me.qpn, peer.qpn, ld, &p.qp).map_err(verr)?;
             me
