@@ -66,6 +66,13 @@ impl Scenario {
     /// The receive models of the hosts that have one, checked (hosts must run `[[flow]]`
     /// traffic: the delay is the transport engine's); errors name key and line.
     pub fn host_models(&self) -> Result<BTreeMap<String, RxModel>, ScenarioError> {
+        let stalls = self
+            .fault
+            .iter()
+            .any(|f| f.kind.as_ref().map(|k| *k.get_ref()) == Some(FaultKind::ResponderStall));
+        if self.host.is_empty() && !stalls {
+            return Ok(BTreeMap::new());
+        }
         let flows = self.flow_plan(0)?;
         let engine_host = |h: &str| flows.iter().any(|f| f.src == h || f.dst == h);
         let mut out: BTreeMap<String, RxModel> = BTreeMap::new();
