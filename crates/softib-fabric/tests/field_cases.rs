@@ -24,6 +24,7 @@ const TESTED: &[&str] = &[
     "02-ack-timeout-storm",
     "04-mtu-vs-credits",
     "06-receiver-not-ready",
+    "07-atomic-hotspot",
 ];
 
 #[test]
@@ -44,6 +45,11 @@ fn case_04_mtu_vs_credits() {
 #[test]
 fn case_06_receiver_not_ready() {
     run_case("06-receiver-not-ready");
+}
+
+#[test]
+fn case_07_atomic_hotspot() {
+    run_case("07-atomic-hotspot");
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod doc;
 pub mod measure;
 
 mod ack_timeout_storm;
+mod atomic_hotspot;
 mod credit_starvation;
 mod mtu_credits;
 mod receiver_not_ready;
@@ -203,6 +204,7 @@ static CASES: &[Case] = &[
     ack_timeout_storm::CASE,
     mtu_credits::CASE,
     receiver_not_ready::CASE,
+    atomic_hotspot::CASE,
 ];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is
