@@ -42,7 +42,8 @@
 //! ```
 //!
 //! `pattern = "ring"` sends from each host (of `srcs`, in that order, or every host) to the
-//! next, and only with `op = "send"`: a host posts message k + 1 only once it has received
+//! next, with `op = "send"` or `"write"` (WRITE with immediate, so that each chunk consumes a
+//! receive at its successor): a host posts message k + 1 only once it has received
 //! message k from its predecessor, the step dependency of a ring all-reduce
 //! (`iterations` default 2 x (N - 1), one all-reduce of N chunks of `size` bytes).
 
@@ -342,13 +343,17 @@ impl Scenario {
                 ));
             }
             let pattern = *e.pattern.get_ref();
-            if pattern == Pattern::Ring && op != FlowOp::Send {
+            if pattern == Pattern::Ring && !matches!(op, FlowOp::Send | FlowOp::Write) {
                 return Err(self.error_at(
                     &key("pattern"),
                     e.pattern.span(),
-                    "a ring steps on received messages: it needs op = \"send\"".into(),
+                    "a ring steps on received messages: it needs op = \"send\" or \"write\" (with immediate)"
+                        .into(),
                 ));
             }
+            // Ring WRITEs carry immediate data, which consumes a receive at the successor
+            // and tells it the chunk has arrived (what NCCL-style rings do).
+            let receives = op == FlowOp::Send || pattern == Pattern::Ring;
             let mtu = match &e.mtu {
                 None => Mtu::M4096,
                 Some(m) => Mtu::from_bytes(*m.get_ref()).ok_or_else(|| {
@@ -456,7 +461,7 @@ impl Scenario {
                     }
                 }
             }
-            if op != FlowOp::Send {
+            if !receives {
                 if let Some(d) = &e.rq_depth {
                     only(true, "rq_depth", d.span(), "send")?;
                 }
@@ -491,7 +496,7 @@ impl Scenario {
                     "shared receive queues serve RC QPs here".into(),
                 ));
             }
-            let recv = (op == FlowOp::Send)
+            let recv = receives
                 .then(|| -> Result<RecvPlan, ScenarioError> {
                     let depth = match &e.rq_depth {
                         Some(d) if *d.get_ref() == 0 || *d.get_ref() > MAX_RQ_DEPTH => {
@@ -1112,8 +1117,10 @@ pub fn attach_flows(
         } else {
             None
         };
-        let unreliable_send = p.op == FlowOp::Send && p.service != Service::Rc;
+        // Unreliable messages that consume a receive are counted where they arrive.
+        let unreliable_send = p.recv.is_some() && p.service != Service::Rc;
         let (opcode, compare_add, swap) = match (p.op, p.atomic) {
+            (FlowOp::Write, _) if p.recv.is_some() => (WrOpcode::RdmaWriteWithImm, 0, 0),
             (FlowOp::Write, _) => (WrOpcode::RdmaWrite, 0, 0),
             (FlowOp::Read, _) => (WrOpcode::RdmaRead, 0, 0),
             (FlowOp::Send, _) if unreliable_send => (WrOpcode::SendWithImm, 0, 0),

@@ -430,6 +430,9 @@ pub(crate) fn work_request(
         compare_add,
         swap,
         ud,
+        // The *_WITH_IMM opcodes need a value; unreliable flows put their sequence number
+        // there at each post.
+        imm_data: matches!(opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm).then_some(0),
         ..SendWr::default()
     }
 }

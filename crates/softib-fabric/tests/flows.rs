@@ -253,6 +253,17 @@ size = 65536
     }
     assert_eq!(r.summary.flows[0].name, "f0 send h0->h1");
     assert_eq!(r.summary.flows[3].name, "f0 send h3->h0");
+
+    // The same ring with RDMA WRITE with immediate: the immediate consumes a receive at the
+    // successor, which is the step signal. 6 WRITEs each, each needing the previous chunk.
+    let r = run_text(
+        "duration_us = 200\n[topology]\nkind = \"single-switch\"\nhosts = 4\n[[flow]]\nop = \"write\"\npattern = \"ring\"\nsize = 65536\n",
+    );
+    for f in &r.summary.flows {
+        assert_eq!(f.messages, 6, "{}", f.name);
+        assert!(f.last_us > 6.0 * per_chunk_us, "{} {}", f.name, f.last_us);
+    }
+    assert_eq!(r.summary.flows[1].name, "f0 write h1->h2");
 }
 
 #[test]
@@ -300,7 +311,7 @@ fn flow_keys_are_checked_with_key_and_line() {
     let e = err("op = \"send\"\nmax_rd_atomic = 0\n");
     assert!(e.starts_with("line 9: flow[0].max_rd_atomic"), "{e}");
     let e = Scenario::parse(
-        "[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\nop = \"write\"\npattern = \"ring\"\n",
+        "[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\nop = \"read\"\npattern = \"ring\"\n",
     )
     .unwrap_err()
     .to_string();
