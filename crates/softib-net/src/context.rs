@@ -429,17 +429,24 @@ impl Context {
     /// Takes up to `out.len()` completions; makes progress first (receives and sends what
     /// is waiting), so a polling caller needs no hand-off to the device thread.
     pub fn poll_cq(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> usize {
+        self.poll_cq_progress(cq, out).0
+    }
+
+    /// [`Context::poll_cq`], also saying whether the device received or sent a datagram in
+    /// this call: a polling loop that sees neither for a while can yield its core (on a
+    /// loaded machine the peer it waits for may need it).
+    pub fn poll_cq_progress(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> (usize, bool) {
         let mut d = self.lock();
+        let moved = d.process().is_ok_and(|p| p.any());
         let armed = self.shared.armed_cqs.load(Ordering::Relaxed) != 0
             && self.shared.router().armed.contains(&cq);
         if !armed {
             self.shared
                 .app_polled_at
-                .store(d.now().max(1), Ordering::Relaxed);
+                .store(d.last_now().max(1), Ordering::Relaxed);
         }
-        let _ = d.process();
         self.shared.route_events(&mut d);
-        d.engine_mut().poll_cq(cq, out)
+        (d.engine_mut().poll_cq(cq, out), moved)
     }
 
     /// The application is about to block: the device thread must watch the socket again
@@ -709,10 +716,10 @@ impl Context {
     /// Takes the next asynchronous event (CQ notification, SRQ limit, QP fatal, ...).
     pub fn poll_event(&self) -> Option<AsyncEvent> {
         let mut d = self.lock();
+        let _ = d.process();
         self.shared
             .app_polled_at
-            .store(d.now().max(1), Ordering::Relaxed);
-        let _ = d.process();
+            .store(d.last_now().max(1), Ordering::Relaxed);
         self.shared.route_events(&mut d);
         drop(d);
         self.shared.router().events.pop_front()
@@ -830,11 +837,11 @@ fn device_loop(s: &Shared, mode: WaitMode) {
         // here too would only take its core (on a 2-core machine, the peer's). Sleep until
         // it stops polling or a timer is due, without watching the socket.
         let polled = s.app_polled_at.load(Ordering::Relaxed);
+        let now = d.last_now();
         let app_drives = mode != WaitMode::Polling
             && polled != 0
-            && d.now().saturating_sub(polled) < APP_DRIVES_FOR.as_nanos() as u64;
+            && now.saturating_sub(polled) < APP_DRIVES_FOR.as_nanos() as u64;
         if app_drives && !d.tx_pending() {
-            let now = d.now();
             let until = d
                 .next_deadline()
                 .unwrap_or(u64::MAX)

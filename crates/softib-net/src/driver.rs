@@ -173,6 +173,7 @@ pub struct Driver {
     tap: Option<PcapTap>,
     local: SocketAddr,
     epoch: Instant,
+    last_now: Nanos,
     mtu: Mtu,
     default_tos: u8,
     ecn_capable: bool,
@@ -274,6 +275,7 @@ impl Driver {
             tap,
             local,
             epoch: Instant::now(),
+            last_now: 0,
             mtu,
             default_tos: config.traffic_class,
             ecn_capable: config.cc.reacts(),
@@ -339,6 +341,11 @@ impl Driver {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
+    /// The engine time [`Driver::process`] last read (the start of its latest turn).
+    pub fn last_now(&self) -> Nanos {
+        self.last_now
+    }
+
     /// When the driver next has something to do without input: the engine's next timer or
     /// the injector's held datagram.
     pub fn next_deadline(&self) -> Option<Nanos> {
@@ -362,9 +369,11 @@ impl Driver {
     /// One turn: receive, timers, transmit. Never blocks.
     pub fn process(&mut self) -> io::Result<Progress> {
         let mut progress = Progress::default();
+        // One clock read per turn: a busy-polling device turns millions of times a second,
+        // and what the turn does (receive a batch, fire timers, send) takes microseconds.
         let now = self.now();
+        self.last_now = now;
         progress.received = self.receive(now)?;
-        let now = self.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }

@@ -241,9 +241,15 @@ impl RoceSocket {
             batch.slot_len,
             &mut batch.addrs,
             &mut batch.cmsgs,
-            &mut batch.infos,
+            &mut batch.infos[..batch.offer],
         )?;
         batch.filled = got;
+        let slots = batch.infos.len();
+        batch.offer = if got == batch.offer {
+            (got * 2).min(slots)
+        } else {
+            (got * 2).clamp(MIN_OFFER.min(slots), slots)
+        };
         let mut datagrams = 0;
         for i in 0..got {
             let info = &batch.infos[i];
@@ -392,7 +398,14 @@ pub struct RxBatch {
     infos: Vec<RecvInfo>,
     sources: Vec<SocketAddr>,
     filled: usize,
+    /// Slots offered to the next `recvmmsg`: doubled while calls fill them all, else twice
+    /// what the last call used (at least [`MIN_OFFER`]), so the many empty polls of a busy
+    /// device prepare a few slots, not all of them.
+    offer: usize,
 }
+
+/// Fewest slots offered to one `recvmmsg` (with GRO, one slot holds up to 64 datagrams).
+const MIN_OFFER: usize = 4;
 
 impl std::fmt::Debug for RxBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -433,6 +446,7 @@ impl RxBatch {
             infos: vec![RecvInfo::default(); slots],
             sources: vec![unspecified; slots],
             filled: 0,
+            offer: slots,
         }
     }
 

@@ -11,7 +11,7 @@ use softib_net::oob::perftest::BwReport;
 use softib_transport::{RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WrOpcode};
 
 use super::report::{self, BwResult};
-use super::{AtomicType, Conn, Params, Session, Verb, PERFTEST_QKEY};
+use super::{AtomicType, Conn, IdleYield, Params, Session, Verb, PERFTEST_QKEY};
 use crate::device::progress_allowed;
 
 /// perftest stops measuring the peak above this many iterations.
@@ -190,6 +190,7 @@ fn client_run(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<BwResult
     let mut stop_posting = false;
     let mut batch = Vec::with_capacity(p.tx_depth as usize);
     let mut turns = 0u32;
+    let mut idle = IdleYield::default();
     loop {
         // Clock reads are a visible cost in a busy loop: look at the time every 64 turns.
         turns = turns.wrapping_add(1);
@@ -228,7 +229,8 @@ fn client_run(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<BwResult
                 s.ctx.post_send(s.qpns[i], &batch)?;
             }
         }
-        let n = s.poll(&mut wcs)?;
+        let (n, moved) = s.poll_progress(&mut wcs)?;
+        idle.turn(n > 0 || moved);
         if n > 0 {
             let now = start.elapsed().as_secs_f64();
             for wc in &wcs[..n] {
@@ -338,10 +340,12 @@ fn server_recv(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<BwResul
     let mut peer_done_at: Option<Instant> = None;
     let mut quiet_since = Instant::now();
     let mut turns = 0u32;
+    let mut idle = IdleYield::default();
     loop {
         turns = turns.wrapping_add(1);
         let look = turns % 64 == 0;
-        let n = s.poll(&mut wcs)?;
+        let (n, moved) = s.poll_progress(&mut wcs)?;
+        idle.turn(n > 0 || moved);
         for wc in &wcs[..n] {
             if wc.opcode != WcOpcode::Recv {
                 continue;

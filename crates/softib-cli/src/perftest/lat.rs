@@ -17,7 +17,7 @@ use softib_transport::{
 };
 
 use super::report;
-use super::{AtomicType, Conn, Params, Session, Verb, PERFTEST_QKEY};
+use super::{AtomicType, Conn, IdleYield, Params, Session, Verb, PERFTEST_QKEY};
 
 /// Runs the test for every size and the closing exchange of the tool.
 pub fn run(s: &mut Session, p: &Params) -> anyhow::Result<()> {
@@ -131,8 +131,10 @@ fn spin_until(
     let mut wcs = [crate::device::blank_wc(); 8];
     let since = Instant::now();
     let mut checks = 0u32;
+    let mut idle = IdleYield::default();
     loop {
-        let n = s.poll(&mut wcs)?;
+        let (n, moved) = s.poll_progress(&mut wcs)?;
+        idle.turn(n > 0 || moved);
         if f(s, &wcs[..n])? {
             return Ok(true);
         }

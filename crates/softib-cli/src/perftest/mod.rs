@@ -401,8 +401,10 @@ impl Session {
             // look at the exchange connection about once a millisecond.
             let slice_end = Instant::now() + Duration::from_millis(1);
             let mut polls = 0u32;
+            let mut idle = IdleYield::default();
             loop {
-                self.poll(&mut wcs)?;
+                let (n, moved) = self.poll_progress(&mut wcs)?;
+                idle.turn(n > 0 || moved);
                 polls = polls.wrapping_add(1);
                 if polls % 64 == 0 && Instant::now() >= slice_end {
                     break;
@@ -445,7 +447,12 @@ impl Session {
 
     /// Takes completions, failing on an error status with the verbs text.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> anyhow::Result<usize> {
-        let n = self.ctx.poll_cq(self.cq, out);
+        Ok(self.poll_progress(out)?.0)
+    }
+
+    /// [`Session::poll`], also saying whether the device moved a datagram.
+    pub fn poll_progress(&self, out: &mut [WorkCompletion]) -> anyhow::Result<(usize, bool)> {
+        let (n, moved) = self.ctx.poll_cq_progress(self.cq, out);
         for wc in &out[..n] {
             if wc.status != softib_transport::WcStatus::Success {
                 bail!(
@@ -457,7 +464,34 @@ impl Session {
                 );
             }
         }
-        Ok(n)
+        Ok((n, moved))
+    }
+}
+
+/// Turns of a polling loop without progress (no completion, no datagram in or out) after
+/// which it yields its core: about 25-50 us of nothing at 0.4-0.8 us a turn, longer than a
+/// loopback round trip, so an undisturbed run never yields. On a machine with more runnable
+/// threads than cores, the peer this loop waits for may be queued behind it on its own core;
+/// spinning on would only burn the time slice the peer needs (measured with `bench/run.sh`'s
+/// FETCH_AND_ADD step under a load average of 10 on 2 cores: see docs/design/net.md).
+const IDLE_TURNS_BEFORE_YIELD: u32 = 64;
+
+/// Counts idle turns of a polling loop and yields the core after [`IDLE_TURNS_BEFORE_YIELD`].
+#[derive(Debug, Default)]
+pub(crate) struct IdleYield(u32);
+
+impl IdleYield {
+    /// One turn of the loop; `progressed` when it completed, received or sent anything.
+    pub(crate) fn turn(&mut self, progressed: bool) {
+        if progressed {
+            self.0 = 0;
+            return;
+        }
+        self.0 += 1;
+        if self.0 >= IDLE_TURNS_BEFORE_YIELD {
+            self.0 = 0;
+            std::thread::yield_now();
+        }
     }
 }
 
