@@ -277,6 +277,12 @@ impl Context {
         self.lock().set_peer_port(ip, port);
     }
 
+    /// Writes out what the pcap capture holds so far (it is also flushed when the device
+    /// closes; a program that exits without dropping its last handle needs this).
+    pub fn flush_capture(&self) {
+        self.lock().flush_capture();
+    }
+
     /// The device's UDP address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local

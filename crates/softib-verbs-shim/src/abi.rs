@@ -19,6 +19,7 @@ pub struct ibv_gid {
     pub raw: [u8; 16],
 }
 
+/// `struct ibv_gid_entry` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_gid_entry {
@@ -29,6 +30,7 @@ pub struct ibv_gid_entry {
     pub ndev_ifindex: u32,
 }
 
+/// `struct ibv_device_attr` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_device_attr {
@@ -74,6 +76,7 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
+/// `struct ibv_port_attr` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_port_attr {
@@ -109,6 +112,7 @@ pub struct ibv_async_event {
     pub event_type: u32,
 }
 
+/// `struct ibv_wc` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_wc {
@@ -128,12 +132,14 @@ pub struct ibv_wc {
     pub dlid_path_bits: u8,
 }
 
+/// `struct ibv_pd` of verbs.h.
 #[repr(C)]
 pub struct ibv_pd {
     pub context: *mut ibv_context,
     pub handle: u32,
 }
 
+/// `struct ibv_mr` of verbs.h.
 #[repr(C)]
 pub struct ibv_mr {
     pub context: *mut ibv_context,
@@ -145,6 +151,7 @@ pub struct ibv_mr {
     pub rkey: u32,
 }
 
+/// `struct ibv_global_route` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_global_route {
@@ -155,6 +162,7 @@ pub struct ibv_global_route {
     pub traffic_class: u8,
 }
 
+/// `struct ibv_ah_attr` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_ah_attr {
@@ -167,6 +175,7 @@ pub struct ibv_ah_attr {
     pub port_num: u8,
 }
 
+/// `struct ibv_srq_attr` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_srq_attr {
@@ -175,12 +184,14 @@ pub struct ibv_srq_attr {
     pub srq_limit: u32,
 }
 
+/// `struct ibv_srq_init_attr` of verbs.h.
 #[repr(C)]
 pub struct ibv_srq_init_attr {
     pub srq_context: *mut c_void,
     pub attr: ibv_srq_attr,
 }
 
+/// `struct ibv_qp_cap` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_qp_cap {
@@ -191,6 +202,7 @@ pub struct ibv_qp_cap {
     pub max_inline_data: u32,
 }
 
+/// `struct ibv_qp_init_attr` of verbs.h.
 #[repr(C)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
@@ -202,6 +214,7 @@ pub struct ibv_qp_init_attr {
     pub sq_sig_all: i32,
 }
 
+/// `struct ibv_qp_attr` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_qp_attr {
@@ -233,6 +246,7 @@ pub struct ibv_qp_attr {
     pub rate_limit: u32,
 }
 
+/// `struct ibv_sge` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ibv_sge {
@@ -256,6 +270,7 @@ pub struct ibv_send_wr_wr {
     pub word3: u32,
 }
 
+/// `struct ibv_send_wr` of verbs.h.
 #[repr(C)]
 pub struct ibv_send_wr {
     pub wr_id: u64,
@@ -308,6 +323,7 @@ impl ibv_send_wr_wr {
     }
 }
 
+/// `struct ibv_recv_wr` of verbs.h.
 #[repr(C)]
 pub struct ibv_recv_wr {
     pub wr_id: u64,
@@ -316,6 +332,7 @@ pub struct ibv_recv_wr {
     pub num_sge: i32,
 }
 
+/// `struct ibv_srq` of verbs.h.
 #[repr(C)]
 pub struct ibv_srq {
     pub context: *mut ibv_context,
@@ -327,6 +344,7 @@ pub struct ibv_srq {
     pub events_completed: u32,
 }
 
+/// `struct ibv_qp` of verbs.h.
 #[repr(C)]
 pub struct ibv_qp {
     pub context: *mut ibv_context,
@@ -344,6 +362,7 @@ pub struct ibv_qp {
     pub events_completed: u32,
 }
 
+/// `struct ibv_comp_channel` of verbs.h.
 #[repr(C)]
 pub struct ibv_comp_channel {
     pub context: *mut ibv_context,
@@ -351,6 +370,7 @@ pub struct ibv_comp_channel {
     pub refcnt: i32,
 }
 
+/// `struct ibv_cq` of verbs.h.
 #[repr(C)]
 pub struct ibv_cq {
     pub context: *mut ibv_context,
@@ -364,6 +384,7 @@ pub struct ibv_cq {
     pub async_events_completed: u32,
 }
 
+/// `struct ibv_ah` of verbs.h.
 #[repr(C)]
 pub struct ibv_ah {
     pub context: *mut ibv_context,
@@ -379,6 +400,7 @@ pub struct _ibv_device_ops {
     pub _dummy2: usize,
 }
 
+/// `struct ibv_device` of verbs.h.
 #[repr(C)]
 pub struct ibv_device {
     pub _ops: _ibv_device_ops,
@@ -437,6 +459,7 @@ pub struct ibv_context_ops {
     pub _compat_async_event: *mut c_void,
 }
 
+/// `struct ibv_context` of verbs.h.
 #[repr(C)]
 pub struct ibv_context {
     pub device: *mut ibv_device,

@@ -8,6 +8,7 @@
 //! | `SOFTIB_MTU` | largest IB path MTU (256..4096); default from the interface, as rxe | - |
 //! | `SOFTIB_POLLING` | `1`: the device thread never sleeps (lowest latency, one core) | `0` |
 //! | `SOFTIB_DEBUG` | `1`: print why a verb failed on stderr | `0` |
+//! | `SOFTIB_PCAP` | write every RoCEv2 datagram sent and received to this pcap file | - |
 //!
 //! GID table: one entry, index 0, the RoCEv2 GID of `SOFTIB_ADDR` (`::ffff:a.b.c.d` for
 //! IPv4, the address itself for IPv6), so `ibv_rc_pingpong -g 0` and perftest `-x 0` work.
@@ -34,6 +35,8 @@ pub struct Config {
     pub polling: bool,
     /// Report failed verbs on stderr.
     pub debug: bool,
+    /// Capture file.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// A variable that cannot be used.
@@ -106,6 +109,9 @@ impl Config {
             mtu,
             polling: flag("SOFTIB_POLLING")?,
             debug: flag("SOFTIB_DEBUG")?,
+            pcap: get("SOFTIB_PCAP")
+                .filter(|p| !p.is_empty())
+                .map(std::path::PathBuf::from),
         })
     }
 

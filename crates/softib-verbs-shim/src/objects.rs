@@ -133,10 +133,21 @@ pub struct OpenError {
     pub message: String,
 }
 
+/// The device of the process while it is open.
+static OPEN: Mutex<Weak<Shared>> = Mutex::new(Weak::new());
+
+/// Writes out the open device's capture: run at process exit (a program that fails exits
+/// without closing its device, and its capture is what shows why).
+pub fn flush_open_capture() {
+    let open = OPEN.lock().unwrap_or_else(|p| p.into_inner()).upgrade();
+    if let Some(s) = open {
+        s.net.flush_capture();
+    }
+}
+
 /// The shared device of the process, opened on first use and closed when the last context
 /// goes.
 pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
-    static OPEN: Mutex<Weak<Shared>> = Mutex::new(Weak::new());
     let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(s) = open.upgrade() {
         return Ok(s);
@@ -144,6 +155,11 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
     let bind = SocketAddr::new(config.addr, config.port);
     let mut nc = NetConfig::new(bind);
     nc.mtu = config.mtu;
+    nc.pcap = config.pcap.clone();
+    // rxe's limit: perftest sets the requester's max_rd_atomic to the peer's advertised
+    // outstanding reads, so a stock perftest on rxe (128) would make a smaller limit fail
+    // the peer's ibv_modify_qp.
+    nc.engine.max_qp_rd_atom = 128;
     let mode = if config.polling {
         WaitMode::Polling
     } else {
@@ -171,6 +187,9 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
         notifier: OnceLock::new(),
     });
     *open = Arc::downgrade(&shared);
+    if config.pcap.is_some() {
+        crate::ffi::flush_capture_at_exit();
+    }
     Ok(shared)
 }
 

@@ -156,6 +156,9 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
             return libc::EINVAL;
         };
+        // Objects the program never destroyed (perftest leaves its UD address handles)
+        // keep the device open after this; its capture must be complete anyway.
+        c.shared.net.flush_capture();
         // SAFETY: the context object was boxed by ibv_open_device; the application
         // promises not to use it after this call.
         drop(unsafe { Box::from_raw(std::ptr::from_ref(c).cast_mut()) });
