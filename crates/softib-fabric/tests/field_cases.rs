@@ -25,6 +25,7 @@ const TESTED: &[&str] = &[
     "04-mtu-vs-credits",
     "06-receiver-not-ready",
     "07-atomic-hotspot",
+    "08-vl-starvation",
 ];
 
 #[test]
@@ -50,6 +51,11 @@ fn case_06_receiver_not_ready() {
 #[test]
 fn case_07_atomic_hotspot() {
     run_case("07-atomic-hotspot");
+}
+
+#[test]
+fn case_08_vl_starvation() {
+    run_case("08-vl-starvation");
 }
 
 #[test]

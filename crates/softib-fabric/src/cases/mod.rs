@@ -19,6 +19,7 @@ mod atomic_hotspot;
 mod credit_starvation;
 mod mtu_credits;
 mod receiver_not_ready;
+mod vl_starvation;
 
 use crate::overrides::{parse_with, OverrideError};
 use crate::report::run::{run as run_scenario, RunError};
@@ -205,6 +206,7 @@ static CASES: &[Case] = &[
     mtu_credits::CASE,
     receiver_not_ready::CASE,
     atomic_hotspot::CASE,
+    vl_starvation::CASE,
 ];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is
