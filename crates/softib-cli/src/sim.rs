@@ -22,7 +22,7 @@ use softib_fabric::report::Report;
 use softib_fabric::scenario::Scenario;
 
 /// The scenarios shipped in `scenarios/`, by name.
-pub const BUNDLED: [(&str, &str); 5] = [
+pub const BUNDLED: [(&str, &str); 6] = [
     ("b2b-edr", include_str!("../../../scenarios/b2b-edr.toml")),
     (
         "switch-1to1",
@@ -39,6 +39,10 @@ pub const BUNDLED: [(&str, &str); 5] = [
     (
         "fat-tree-3456-permutation",
         include_str!("../../../scenarios/fat-tree-3456-permutation.toml"),
+    ),
+    (
+        "cc-victim",
+        include_str!("../../../scenarios/cc-victim.toml"),
     ),
 ];
 

@@ -8,6 +8,7 @@
 
 use crate::engine_hca::EngineHca;
 use crate::fabric::Fabric;
+use crate::flow_app::FlowHost;
 use crate::time::{to_engine_nanos, Picos};
 use crate::topology::NodeKind;
 
@@ -156,4 +157,31 @@ impl CcTrace {
         let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / v.len() as f64;
         (mean, var.sqrt())
     }
+}
+
+/// The requester QPs of the `[[flow]]` traffic on `hosts` (engine HCAs running a
+/// [`FlowHost`]), as trace sources with their flow tags, in host then flow order.
+pub fn flow_sources(fabric: &mut Fabric, hosts: &[String]) -> Vec<(u32, CcSource)> {
+    let mut out = Vec::new();
+    for h in hosts {
+        let Some(app) = fabric
+            .endpoint_mut::<EngineHca>(h, 1)
+            .and_then(|hca| hca.app::<FlowHost>())
+        else {
+            continue;
+        };
+        for (flow, qpn, requester) in app.qps() {
+            if requester {
+                out.push((
+                    flow,
+                    CcSource {
+                        host: h.clone(),
+                        port: 1,
+                        qpn,
+                    },
+                ));
+            }
+        }
+    }
+    out
 }

@@ -54,7 +54,7 @@ use crate::flow_app::{
     SharedTarget,
 };
 use crate::hca::Endpoint;
-use crate::perftest::device;
+use crate::perftest::device_config;
 use crate::report::flows::{FlowInfo, SharedRecorder};
 use crate::report::summary::{FlowQp, HostTransport};
 use crate::rng::{SeedTree, StreamKind};
@@ -877,6 +877,16 @@ fn connect(
     }
 }
 
+/// The device of host `host` (LID `lid`): native IB, with the CAs' congestion control
+/// (IBA Annex A10 CCA, BECN answers) when the fabric has it on, at the host port's rate.
+fn flow_device(fabric: &Fabric, host: &str, lid: u16, seed: u64) -> Device {
+    let mut cfg = device_config(lid);
+    if let (Some(cc), Some(rate)) = (fabric.ca_congestion_control(), fabric.port_rate(host, 1)) {
+        cfg.cc = cc.device_cc(&rate);
+    }
+    Device::new(cfg, seed)
+}
+
 /// Creates a device per host of `plans`, the QPs of every pair, connects them and attaches
 /// the hosts to `fabric` (each endpoint passed through `wrap`, e.g. to capture it). Returns the hosts, for [`transport_counters`].
 pub fn attach_flows(
@@ -901,7 +911,7 @@ pub fn attach_flows(
         for h in [&p.src, &p.dst] {
             if !hosts.contains_key(h) {
                 let l = lid(fabric, h);
-                let mut dev = device(l, seeds.derive(StreamKind::Engine, l as u64));
+                let mut dev = flow_device(fabric, h, l, seeds.derive(StreamKind::Engine, l as u64));
                 let pd = dev.alloc_pd();
                 let max = dev.config().max_cqe as u64;
                 let cq = dev

@@ -193,6 +193,9 @@ pub struct Fabric {
     samples: Vec<CounterSample>,
     delivered: u64,
     marker: Option<Box<dyn CongestionMarker>>,
+    /// The congestion-control setting the subnet manager pushes to the CAs, for the engine
+    /// HCAs attached later (`None`: CC off at the CAs).
+    ca_cc: Option<crate::cc_switch::OpensmCc>,
 }
 
 impl Fabric {
@@ -367,6 +370,7 @@ impl Fabric {
             samples: Vec::new(),
             delivered: 0,
             marker: None,
+            ca_cc: None,
         })
     }
 
@@ -566,6 +570,23 @@ impl Fabric {
     /// [`crate::congestion`]).
     pub fn set_congestion_marker(&mut self, marker: Box<dyn CongestionMarker>) {
         self.marker = Some(marker);
+    }
+
+    /// Records the congestion-control setting of the CAs (OpenSM's `cc_ca_*` and `cc_cct`,
+    /// IBA Annex A10 CACongestionSetting and CongestionControlTable), so that code attaching
+    /// engine HCAs configures their devices with it ([`crate::cc_switch::OpensmCc::device_cc`]).
+    pub fn set_ca_congestion_control(&mut self, cc: crate::cc_switch::OpensmCc) {
+        self.ca_cc = Some(cc);
+    }
+
+    /// The CAs' congestion-control setting, if congestion control is on.
+    pub fn ca_congestion_control(&self) -> Option<&crate::cc_switch::OpensmCc> {
+        self.ca_cc.as_ref()
+    }
+
+    /// The link rate of port `port` of node `name`.
+    pub fn port_rate(&self, name: &str, port: u8) -> Option<crate::link::LinkRate> {
+        self.port_index(name, port).map(|i| self.ports[i].rate)
     }
 
     /// Blocks routed to output VL `vl` of switch port (`name`, `port`) and not yet sent.

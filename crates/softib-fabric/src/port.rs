@@ -42,7 +42,7 @@ pub(crate) struct Port {
     /// Incremented at every link down: packets and flow-control packets sent in an earlier
     /// epoch are lost on arrival.
     pub epoch: u32,
-    #[allow(dead_code)] // kept for reports and debugging; timing uses `ser`
+    /// The link rate (timing uses `ser`).
     pub rate: LinkRate,
     /// `rate`'s serialization arithmetic, precomputed.
     pub ser: SerTiming,

@@ -621,7 +621,8 @@ impl Scenario {
     }
 
     /// Builds the fabric (endpoints are attached by the caller), with the Annex A10 switch
-    /// marking of `[congestion_control]` installed when it is on.
+    /// marking of `[congestion_control]` installed when it is on and its CA setting recorded
+    /// for the engine HCAs (`Fabric::ca_congestion_control`).
     pub fn build(&self) -> Result<Fabric, ScenarioError> {
         let config = self.config()?;
         let (rx, seeds) = (
@@ -630,11 +631,11 @@ impl Scenario {
         );
         let mut fabric = Fabric::new(self.topology()?, config)?;
         self.apply_faults(&mut fabric)?;
-        if let Some(m) = self
-            .congestion_control()?
-            .and_then(|cc| cc.marker(rx, &seeds))
-        {
-            fabric.set_congestion_marker(Box::new(m));
+        if let Some(cc) = self.congestion_control()?.filter(|cc| cc.enabled) {
+            if let Some(m) = cc.marker(rx, &seeds) {
+                fabric.set_congestion_marker(Box::new(m));
+            }
+            fabric.set_ca_congestion_control(cc);
         }
         Ok(fabric)
     }

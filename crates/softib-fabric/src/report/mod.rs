@@ -9,6 +9,7 @@
 //! fixed formats, so the same scenario and seed give the same files byte for byte.
 
 pub mod capture;
+pub mod cc;
 pub mod compare;
 pub mod csv;
 pub mod diagnose;
@@ -365,6 +366,7 @@ impl Report {
             flows: rows,
             stood_out: Vec::new(),
             transport: Vec::new(),
+            congestion_control: None,
             ports,
         };
         diagnose::diagnose(&mut summary, &data_from);
@@ -387,6 +389,11 @@ impl Report {
         self.summary.stood_out = standout::findings(&self.summary);
     }
 
+    /// Adds the congestion-control time series (CCTI per source, FECN/BECN per port).
+    pub fn set_congestion_control(&mut self, cc: cc::CcSummary) {
+        self.summary.congestion_control = Some(cc);
+    }
+
     /// Adds the counters of each engine flow's QP pair, by flow tag.
     pub fn set_flow_qps(&mut self, qps: std::collections::BTreeMap<u32, FlowQp>) {
         for f in &mut self.summary.flows {
@@ -398,8 +405,8 @@ impl Report {
         self.summary.stood_out = standout::findings(&self.summary);
     }
 
-    /// Writes `summary.json`, `counters.csv`, `flows.csv` (when there are flows) and the SVG
-    /// plots into `dir` (created if needed). Returns the paths written, in a fixed order.
+    /// Writes `summary.json`, `counters.csv`, `flows.csv` (when there are flows), `cc.csv`
+    /// (when congestion control ran) and the SVG plots into `dir` (created if needed). Returns the paths written, in a fixed order.
     pub fn write(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir)?;
         let mut written = Vec::new();
@@ -416,6 +423,11 @@ impl Report {
         if !self.summary.flows.is_empty() {
             put("flows.csv", csv::flows(self).into_bytes())?;
             put("bandwidth.svg", plots::bandwidth(self).into_bytes())?;
+        }
+        if let Some(c) = &self.summary.congestion_control {
+            put("cc.csv", cc::csv(c).into_bytes())?;
+            put("ccti.svg", cc::ccti_plot(self, c).into_bytes())?;
+            put("fecn_becn.svg", cc::marks_plot(self, c).into_bytes())?;
         }
         if let Some(pcap) = &self.pcap {
             put("capture.pcap", pcap.clone())?;

@@ -3,8 +3,10 @@
 //! the scenario's duration and builds the [`Report`].
 
 use super::capture::{Capture, Captured};
+use super::cc::CcSummary;
 use super::flows::{FlowRecorder, Metered};
 use super::{Report, RunMeta};
+use crate::cc_trace::{flow_sources, CcSource, CcTrace};
 use crate::engine_flow::{attach_flows, flow_qp_counters, transport_counters, FlowSetupError};
 use crate::hca::Endpoint;
 use crate::scenario::{Scenario, ScenarioError, TopologyKind};
@@ -139,9 +141,24 @@ pub fn run_with(
             fabric.attach(h, wrap(h, Box::new(Generator::new())))?;
         }
     }
+    // With congestion control on, the CCTI of every requester and the FECN/BECN counts
+    // are sampled as the run advances (at the counter sampling interval, else 200 times).
+    let mut cc = fabric.ca_congestion_control().is_some().then(|| {
+        let (flows, sources): (Vec<u32>, Vec<CcSource>) =
+            flow_sources(&mut fabric, &engine_hosts).into_iter().unzip();
+        (flows, CcTrace::new(sources))
+    });
+    let cc_interval = fabric
+        .config()
+        .sample_interval_ps
+        .unwrap_or(total.div_ceil(200))
+        .max(1);
     for k in 1..=PROGRESS_STEPS {
         let t = (total as u128 * k as u128 / PROGRESS_STEPS as u128) as Picos;
-        fabric.run_until(t);
+        match &mut cc {
+            Some((_, trace)) => trace.run(&mut fabric, t, cc_interval),
+            None => fabric.run_until(t),
+        }
         progress(t, total);
     }
     let meta = RunMeta {
@@ -153,6 +170,15 @@ pub fn run_with(
     if !engine_hosts.is_empty() {
         report.set_transport(transport_counters(&mut fabric, &engine_hosts));
         report.set_flow_qps(flow_qp_counters(&mut fabric, &engine_hosts));
+    }
+    if let Some((flows, trace)) = &cc {
+        let names = report
+            .summary
+            .flows
+            .iter()
+            .map(|f| (f.id, f.name.clone()))
+            .collect();
+        report.set_congestion_control(CcSummary::from_trace(trace, flows, &names));
     }
     if let Some(c) = capture {
         report.pcap = Some(c.borrow_mut().take_bytes());

@@ -559,6 +559,9 @@ pub struct Summary {
     /// Transport-engine counters per host (hosts running `[[flow]]` traffic).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub transport: Vec<HostTransport>,
+    /// The congestion-control loop over time (runs with `[congestion_control]` on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion_control: Option<super::cc::CcSummary>,
     /// Every cabled port, in node then port order.
     pub ports: Vec<PortSummary>,
 }
