@@ -733,3 +733,36 @@ fn ud_messages_without_a_posted_receive_are_lost_and_counted() {
     );
     assert_eq!(f.error_completions, 0);
 }
+
+#[test]
+fn congestion_control_reaches_send_and_ud_flows() {
+    // A 3 -> 1 incast of each kind through one switch with Annex A10 marking: the sources'
+    // engines get BECNs (in ACKs for RC, in CNPs for UD) and throttle, whatever the op.
+    // (Atomics are configured alike, the device being; their small packets do not
+    // congest a link here.)
+    let cc = r#"
+[congestion_control]
+congestion_control = true
+cc_sw_cong_setting_control_map = "0x1f"
+cc_sw_cong_setting_threshold = 15
+cc_sw_cong_setting_packet_size = 0
+cc_sw_cong_setting_marking_rate = 0
+cc_ca_cong_setting_port_control = "0x0000"
+cc_ca_cong_setting_control_map = "0x0001"
+cc_ca_cong_setting_ccti_timer = ["0 100"]
+cc_ca_cong_setting_ccti_increase = ["0 1"]
+cc_cct = "0:0,0:4,0:8,0:16,0:32,0:64,0:128,0:256"
+"#;
+    for (op, extra) in [("send", ""), ("write", ""), ("send", "service = \"ud\"\n")] {
+        let r = run_text(&format!(
+            "duration_us = 100\n[topology]\nkind = \"single-switch\"\nhosts = 4\n[[flow]]\nop = \"{op}\"\n{extra}pattern = \"incast\"\ndst = \"h0\"\ntx_depth = 16\nsize = {}\n{cc}",
+            4096
+        ));
+        for t in r.summary.transport.iter().filter(|t| t.host != "h0") {
+            assert!(
+                t.becn_received > 0 && t.cc_throttled_us > 0.0,
+                "{op} {extra}: {t:?}"
+            );
+        }
+    }
+}
