@@ -19,11 +19,14 @@
 //! every PROBE_INTERVAL, run by this test binary itself inside the namespaces (probes
 //! sleep between sends so they sample the queue at evenly spaced times and take no CPU
 //! from the flow). The probes never use congestion control, so they measure the same
-//! thing in both runs: the queue at the bottleneck. Run twice: `--cc none`, then
-//! `--cc dcqcn`. Asserted: with CC off a standing queue forms (the setup is congested);
-//! with DCQCN the receiver sees CE marks and sends CNPs, the sender receives them and is
-//! throttled, the median probe round trip is at most half of the CC-off one, and the
-//! flow's goodput stays within 20% of the bottleneck's payload capacity.
+//! thing in every run: the queue at the bottleneck. Run three times: `--cc none`, `--cc
+//! dcqcn`, then `--cc iba` with an OpenSM-style `--cc-config` (IBA Annex A10 CCA: each CNP
+//! raises the CCTI, the CCT's inter-packet delay paces the QP, CCTI_Timer lowers it again).
+//! Asserted: with CC off a standing queue forms (the setup is congested); with DCQCN and
+//! with the IBA CCA the receiver sees CE marks and sends CNPs, the sender receives them and
+//! is throttled (IBA: its CCTI, sampled from its published counters, rose above 0), the
+//! median probe round trip is at most half of the CC-off one, and the flow's goodput stays
+//! within 20% of the bottleneck's payload capacity.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -56,6 +59,23 @@ const PAYLOAD_CAPACITY_MBIT: f64 = BOTTLENECK_MBIT as f64 * 1024.0 / FRAME_BYTES
 /// machine: 1.5 ms keeps 94-96% of the capacity with a fifth of the CC-off queue; 2.5 ms
 /// leaves a twentieth of the queue but 80-89% of the capacity, too close to the limit.)
 const DCQCN: &str = "rpg_time_reset=1500,dce_tcp_rtt=1500,rpg_ai_rate=2,rpg_hai_rate=10";
+/// The IBA CCA for this network, as an opensm.conf (`--cc-config`). Packet times are taken
+/// at IBA_LINK_MBIT (`--link-rate`), so CCT entry i = 0:i (i packet times of delay) paces a
+/// QP to IBA_LINK_MBIT / (1 + i): index 19 is the bottleneck's 50 Mbit/s and each step near
+/// it moves the rate by about 5%. Every CNP adds one (CCTI_Increase 1); CCTI_Timer 9766
+/// (10.0 ms) takes one off. The marker sits behind the bottleneck, so it marks at most the
+/// 5% of the bottleneck's packets above MARK_PERCENT, about 290 a second, whatever the
+/// queue: the CCTI climbs while a queue drains into it only if it decays more slowly than
+/// that (measured: with 2 ms the CCTI never passed 1 and the queue stayed as without CC).
+const IBA_CONF: &str = "congestion_control TRUE\n\
+cc_ca_cong_setting_port_control 0x0000\n\
+cc_ca_cong_setting_control_map 0x0001\n\
+cc_ca_cong_setting_ccti_timer 0 9766\n\
+cc_ca_cong_setting_ccti_increase 0 1\n\
+cc_ca_cong_setting_trigger_threshold 0 0\n\
+cc_ca_cong_setting_ccti_min 0 0\n";
+/// The link rate the IBA CCA's packet times are taken at, Mbit/s.
+const IBA_LINK_MBIT: u64 = 1000;
 /// Seconds the bandwidth flow runs.
 const FLOW_SECONDS: u64 = 12;
 /// How long the probes run, once the flow has started.
@@ -81,19 +101,20 @@ fn main() {
         std::process::exit(1);
     }
     let measured = Netns::create().and_then(|net| {
-        let off = run_phase(&net, false)?;
-        let on = run_phase(&net, true)?;
-        Ok((off, on))
+        let off = run_phase(&net, Cc::Off)?;
+        let on = run_phase(&net, Cc::Dcqcn)?;
+        let iba = run_phase(&net, Cc::Iba)?;
+        Ok((off, on, iba))
     });
-    let (off, on) = match measured {
+    let (off, on, iba) = match measured {
         Ok(m) => m,
         Err(why) => {
             eprintln!("cc_netns: FAILED: {why}");
             std::process::exit(1);
         }
     };
-    println!("cc_netns: bottleneck {BOTTLENECK_MBIT} Mbit/s (payload capacity {PAYLOAD_CAPACITY_MBIT:.1} Mbit/s), CE marking above {MARK_PERCENT}% of its packet rate, DCQCN {DCQCN}");
-    for r in [&off, &on] {
+    println!("cc_netns: bottleneck {BOTTLENECK_MBIT} Mbit/s (payload capacity {PAYLOAD_CAPACITY_MBIT:.1} Mbit/s), CE marking above {MARK_PERCENT}% of its packet rate, DCQCN {DCQCN}, IBA CCA at {IBA_LINK_MBIT} Mbit/s packet times with CCT 0:i x 128");
+    for r in [&off, &on, &iba] {
         println!("cc_netns: {r}");
     }
     let mut failures = Vec::new();
@@ -116,32 +137,41 @@ fn main() {
             off.ce_marked, off.cnps_received
         ),
     );
+    for (name, on) in [("DCQCN", &on), ("IBA CCA", &iba)] {
+        check(
+            on.ce_received > 0 && on.cnps_sent > 0,
+            format!(
+                "{name}: the receiver saw {} CE marks and sent {} CNPs",
+                on.ce_received, on.cnps_sent
+            ),
+        );
+        check(
+            on.cnps_received > 0 && on.throttled_ns > 0,
+            format!(
+                "{name}: the sender received {} CNPs and was throttled {} ns",
+                on.cnps_received, on.throttled_ns
+            ),
+        );
+        check(
+            on.median_rtt_us <= off.median_rtt_us / 2.0,
+            format!(
+                "{name}: median probe round trip {:.0} us is not at most half of {:.0} us (CC off)",
+                on.median_rtt_us, off.median_rtt_us
+            ),
+        );
+        check(
+            on.goodput_mbit >= 0.8 * PAYLOAD_CAPACITY_MBIT,
+            format!(
+                "{name}: goodput {:.1} Mbit/s is below 80% of the bottleneck's {PAYLOAD_CAPACITY_MBIT:.1}",
+                on.goodput_mbit
+            ),
+        );
+    }
     check(
-        on.ce_received > 0 && on.cnps_sent > 0,
+        iba.max_ccti.is_some_and(|c| c > 0),
         format!(
-            "DCQCN: the receiver saw {} CE marks and sent {} CNPs",
-            on.ce_received, on.cnps_sent
-        ),
-    );
-    check(
-        on.cnps_received > 0 && on.throttled_ns > 0,
-        format!(
-            "DCQCN: the sender received {} CNPs and was throttled {} ns",
-            on.cnps_received, on.throttled_ns
-        ),
-    );
-    check(
-        on.median_rtt_us <= off.median_rtt_us / 2.0,
-        format!(
-            "DCQCN: median probe round trip {:.0} us is not at most half of {:.0} us (CC off)",
-            on.median_rtt_us, off.median_rtt_us
-        ),
-    );
-    check(
-        on.goodput_mbit >= 0.8 * PAYLOAD_CAPACITY_MBIT,
-        format!(
-            "DCQCN: goodput {:.1} Mbit/s is below 80% of the bottleneck's {PAYLOAD_CAPACITY_MBIT:.1}",
-            on.goodput_mbit
+            "IBA CCA: the sender's CCTI never rose above 0 in its published counters ({:?})",
+            iba.max_ccti
         ),
     );
     if !failures.is_empty() {
@@ -349,7 +379,7 @@ impl Drop for Netns {
 
 /// What one run measured.
 struct Phase {
-    cc: bool,
+    cc: Cc,
     goodput_mbit: f64,
     median_rtt_us: f64,
     p90_rtt_us: f64,
@@ -362,14 +392,34 @@ struct Phase {
     retransmitted: u64,
     ack_timeouts: u64,
     final_rate_mbps: Option<u64>,
+    /// IBA CCA: the highest CCTI of the sender's QPs in its published counters.
+    max_ccti: Option<u64>,
+}
+
+/// Which congestion control a phase runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cc {
+    Off,
+    Dcqcn,
+    Iba,
+}
+
+impl Cc {
+    fn tag(self) -> &'static str {
+        match self {
+            Cc::Off => "none",
+            Cc::Dcqcn => "dcqcn",
+            Cc::Iba => "iba",
+        }
+    }
 }
 
 impl std::fmt::Display for Phase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "CC {}: goodput {:.1} Mbit/s; probe RTT median {:.0} us, p90 {:.0} us ({} probes); CE marked {} / received {}; CNPs sent {} / received {}; sender throttled {:.2} s, retransmitted {} packets after {} ACK timeouts; last DCQCN rate {}",
-            if self.cc { "dcqcn" } else { "none" },
+            "CC {}: goodput {:.1} Mbit/s; probe RTT median {:.0} us, p90 {:.0} us ({} probes); CE marked {} / received {}; CNPs sent {} / received {}; sender throttled {:.2} s, retransmitted {} packets after {} ACK timeouts; last DCQCN rate {}; highest CCTI {}",
+            self.cc.tag(),
             self.goodput_mbit,
             self.median_rtt_us,
             self.p90_rtt_us,
@@ -383,6 +433,7 @@ impl std::fmt::Display for Phase {
             self.ack_timeouts,
             self.final_rate_mbps
                 .map_or("-".to_string(), |r| format!("{r} Mb/s")),
+            self.max_ccti.map_or("-".to_string(), |c| c.to_string()),
         )
     }
 }
@@ -406,14 +457,27 @@ fn spawn(mut c: Command, what: &str) -> Result<Child, String> {
         .map_err(|e| format!("cannot start {what}: {e}"))
 }
 
-fn run_phase(net: &Netns, cc: bool) -> Result<Phase, String> {
+fn run_phase(net: &Netns, cc: Cc) -> Result<Phase, String> {
     net.reset_marks()?;
     let softib = PathBuf::from(env!("CARGO_BIN_EXE_softib"));
     let me = std::env::current_exe().map_err(|e| format!("the test binary's path: {e}"))?;
-    let tag = if cc { "dcqcn" } else { "none" };
+    let tag = cc.tag();
     let mut cc_args: Vec<String> = vec!["--cc".into(), tag.into()];
-    if cc {
-        cc_args.extend(["--dcqcn".into(), DCQCN.into()]);
+    match cc {
+        Cc::Off => {}
+        Cc::Dcqcn => cc_args.extend(["--dcqcn".into(), DCQCN.into()]),
+        Cc::Iba => {
+            let conf = net.dir.join("cc-iba.conf");
+            let cct: Vec<String> = (0..128).map(|i| format!("0:{i}")).collect();
+            std::fs::write(&conf, format!("{IBA_CONF}cc_cct {}\n", cct.join(",")))
+                .map_err(|e| format!("cannot write {}: {e}", conf.display()))?;
+            cc_args.extend([
+                "--cc-config".into(),
+                conf.display().to_string(),
+                "--link-rate".into(),
+                IBA_LINK_MBIT.to_string(),
+            ]);
+        }
     }
     let server_counters = net.dir.join(format!("server-{tag}.json"));
     let client_counters = net.dir.join(format!("client-{tag}.json"));
@@ -474,7 +538,27 @@ fn run_phase(net: &Netns, cc: bool) -> Result<Phase, String> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Let the queue (or DCQCN) settle for a second before sampling.
+    // The sender's highest CCTI, from the counters it publishes every second, until the
+    // flow ends.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (stop, path) = (stop.clone(), client_counters.clone());
+        std::thread::spawn(move || {
+            let mut max: Option<u64> = None;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(j) = read_json(&path) {
+                    if let Some(q) = j["counters"]["qps"].as_object() {
+                        for c in q.values().filter_map(|m| m["cc_ccti"].as_u64()) {
+                            max = Some(max.map_or(c, |m| m.max(c)));
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            max
+        })
+    };
+    // Let the queue (or the congestion control) settle for a second before sampling.
     std::thread::sleep(Duration::from_secs(1));
     let probe_port = "18616";
     let mut ps = net.exec(&net.b, &me, &[]);
@@ -509,6 +593,8 @@ fn run_phase(net: &Netns, cc: bool) -> Result<Phase, String> {
     rtts.sort_by(|a, b| a.total_cmp(b));
 
     let client_out = wait_output(&mut procs.0[1], Duration::from_secs(FLOW_SECONDS + 30));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let max_ccti = sampler.join().unwrap_or(None);
     let server_out = wait_output(&mut procs.0[0], Duration::from_secs(30));
     if !client_out.0 {
         return Err(format!(
@@ -546,6 +632,7 @@ fn run_phase(net: &Netns, cc: bool) -> Result<Phase, String> {
         retransmitted: dev(&c, "retransmitted_packets"),
         ack_timeouts: dev(&c, "local_ack_timeouts"),
         final_rate_mbps,
+        max_ccti,
     })
 }
 
