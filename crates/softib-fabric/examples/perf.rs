@@ -21,7 +21,7 @@ use softib_fabric::engine_hca::{EngineHca, HostApp};
 use softib_fabric::fabric::{Fabric, FabricConfig};
 use softib_fabric::hca::{Endpoint, HcaTx};
 use softib_fabric::packet::Packet;
-use softib_fabric::perftest::{device, rc_connect, rc_side, Passive, WriteBw};
+use softib_fabric::perftest::{device, rc_connect, rc_side_with, Passive, WriteBw, ZeroMemory};
 use softib_fabric::routing::RoutingEngine;
 use softib_fabric::time::{Picos, PS_PER_MS, PS_PER_S};
 use softib_fabric::topology::Topology;
@@ -73,7 +73,9 @@ impl Endpoint for Sink {
 const LEN: usize = 4096 + 26; // LRH + BTH + payload + ICRC + VCRC
 
 /// Connects an RC QP pair for every (source, destination) host pair and attaches engines:
-/// sources run write_bw with `size`-byte WRITEs, 16 in flight.
+/// sources run write_bw with `size`-byte WRITEs, 16 in flight. As with perftest, nobody
+/// reads the buffers: they are `ZeroMemory` (the packets carry the zeros a zeroed buffer
+/// would give; nothing is stored).
 fn rc_flows(f: &mut Fabric, flows: &[(usize, usize)], size: u32) {
     let hosts: Vec<usize> = f.topology().hcas().collect();
     let mut devices: Vec<Option<Device>> = hosts
@@ -87,8 +89,9 @@ fn rc_flows(f: &mut Fabric, flows: &[(usize, usize)], size: u32) {
             f.lid(&format!("h{s}")).unwrap(),
             f.lid(&format!("h{d}")).unwrap(),
         );
-        let a = rc_side(devices[s].as_mut().unwrap(), size as usize, 0x1000_0000).unwrap();
-        let b = rc_side(devices[d].as_mut().unwrap(), size as usize, 0x2000_0000).unwrap();
+        let zero = || Box::new(ZeroMemory::new(size as usize));
+        let a = rc_side_with(devices[s].as_mut().unwrap(), zero(), 0x1000_0000).unwrap();
+        let b = rc_side_with(devices[d].as_mut().unwrap(), zero(), 0x2000_0000).unwrap();
         rc_connect(devices[s].as_mut().unwrap(), &a, &b, ld, 0, Mtu::M4096, 14).unwrap();
         rc_connect(devices[d].as_mut().unwrap(), &b, &a, ls, 0, Mtu::M4096, 14).unwrap();
         apps[s].push(WriteBw::new(a, b, size, 16, None));
