@@ -732,6 +732,7 @@ fn ud_messages_without_a_posted_receive_are_lost_and_counted() {
         "{f:?}"
     );
     assert_eq!(f.error_completions, 0);
+    assert_eq!(f.limited_by, "lost_messages", "{}", f.evidence);
 }
 
 #[test]

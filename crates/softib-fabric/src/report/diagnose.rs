@@ -48,6 +48,23 @@ pub fn diagnose(s: &mut Summary, data_from: &[String]) {
             ));
             continue;
         }
+        // Unreliable messages lost count when they are a noticeable share: nothing retries
+        // them, and the engine does not say why (a receiver without posted receives drops
+        // silently, IBA 9.8.3 / 9.8.2; link errors drop them on the way).
+        if f.error_completions == 0
+            && f.messages_lost as f64 > SIGNIFICANT * (f.messages + f.messages_lost) as f64
+        {
+            out.push((
+                "lost_messages",
+                format!(
+                    "{} of {} messages never arrived ({} delivered): an unreliable service drops what finds no posted receive or a link error, and nothing retries",
+                    f.messages_lost,
+                    f.messages + f.messages_lost,
+                    f.messages
+                ),
+            ));
+            continue;
+        }
         let sender = data_from.get(i).map_or(f.src.as_str(), String::as_str);
         // The flow's own QP, when known, speaks for it rather than its host's sums.
         let own = f.qp.as_ref().map(|q| {

@@ -137,7 +137,8 @@ pub struct FlowSummary {
     pub latency: Latency,
     /// What held the flow below its link's rate: `line_rate` (nothing: the link is full),
     /// `link_credits`, `congestion_control`, `retransmissions`, `receiver_not_ready`,
-    /// `errors` or `sender` (the sender had nothing queued: its window, or its start).
+    /// `errors`, `lost_messages` (UC/UD messages that never arrived) or `sender` (the
+    /// sender had nothing queued: its window, or its start).
     pub limited_by: &'static str,
     /// The counters behind `limited_by`, in one sentence.
     pub evidence: String,

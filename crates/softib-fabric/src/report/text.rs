@@ -64,6 +64,13 @@ pub fn render(s: &Summary) -> String {
                 s.flows.len() - MAX_FLOWS
             );
         }
+        for f in s.flows.iter().filter(|f| f.messages_lost > 0) {
+            let _ = writeln!(
+                o,
+                "  {} lost {} messages (unreliable service, never retried)",
+                f.name, f.messages_lost
+            );
+        }
         for f in s.flows.iter().filter(|f| !f.error_statuses.is_empty()) {
             let list: Vec<String> = f
                 .error_statuses
@@ -200,8 +207,9 @@ pub fn render(s: &Summary) -> String {
 }
 
 /// The order in which `--explain` lists causes.
-const CAUSES: [&str; 7] = [
+const CAUSES: [&str; 8] = [
     "errors",
+    "lost_messages",
     "receiver_not_ready",
     "retransmissions",
     "congestion_control",
