@@ -30,8 +30,8 @@ pub fn render(s: &Summary) -> String {
         let _ = writeln!(o, "flows ({}, latency per {}):", t.flows, t.latency.level);
         let _ = writeln!(
             o,
-            "  {:<28} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9}  limited by",
-            "flow", "Gb/s", "active Gb/s", "delivered", "p50 us", "p99 us", "max us"
+            "  {:<28} {:>9} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9}  limited by",
+            "flow", "Gb/s", "active Gb/s", "delivered", "Mmsg/s", "p50 us", "p99 us", "max us"
         );
         let mut order: Vec<usize> = (0..s.flows.len()).collect();
         if s.flows.len() > MAX_FLOWS {
@@ -46,11 +46,12 @@ pub fn render(s: &Summary) -> String {
             };
             let _ = writeln!(
                 o,
-                "  {:<28} {:>9.3} {:>11.3} {:>10} {:>9.3} {:>9.3} {:>9.3}  {}",
+                "  {:<28} {:>9.3} {:>11.3} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.3}  {}",
                 f.name,
                 f.gbps,
                 f.active_gbps,
                 n,
+                f.msg_rate_mpps,
                 f.latency.p50_us,
                 f.latency.p99_us,
                 f.latency.max_us,
