@@ -426,6 +426,10 @@ pub struct RxDatagram<'a> {
     pub tos: Option<u8>,
     /// The UDP payload (for RoCEv2: BTH through ICRC).
     pub payload: &'a [u8],
+    /// Position of this datagram in the GRO super-datagram it arrived in (0 without GRO).
+    /// When a sender's UDP GSO group arrives whole, as on loopback, this is the segment's
+    /// index in the group, hence its IPv4 Identification (see `socket::IdentOracle`).
+    pub gro_index: u16,
 }
 
 impl RxDatagram<'_> {
@@ -460,11 +464,14 @@ impl RxBatch {
                 _ => info.len.max(1),
             };
             let source = self.sources[i];
-            slot.chunks(seg).map(move |payload| RxDatagram {
-                source,
-                tos: info.tos,
-                payload,
-            })
+            slot.chunks(seg)
+                .enumerate()
+                .map(move |(k, payload)| RxDatagram {
+                    source,
+                    tos: info.tos,
+                    payload,
+                    gro_index: u16::try_from(k).unwrap_or(u16::MAX),
+                })
         })
     }
 }

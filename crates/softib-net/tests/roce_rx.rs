@@ -51,6 +51,7 @@ fn rxe_frames_pass_with_their_identification_recovered() {
                 source: *src,
                 tos: Some(*tos),
                 payload,
+                gro_index: 0,
             };
             let mut check = RxCheck::new(*dst, Ipv4IdPolicy::Recover);
             let got = check.check(&d).expect("valid rxe frame accepted");
@@ -84,6 +85,7 @@ fn single_bit_corruptions_of_rxe_frames_are_caught() {
                 source: *src,
                 tos: Some(*tos),
                 payload: &bad,
+                gro_index: 0,
             };
             let mut check = RxCheck::new(*dst, Ipv4IdPolicy::Recover);
             assert!(check.check(&d).is_err(), "bit {bit} flip went undetected");
