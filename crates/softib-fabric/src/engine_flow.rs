@@ -1216,11 +1216,13 @@ pub fn transport_counters(fabric: &mut Fabric, hosts: &[String]) -> Vec<HostTran
         .iter()
         .filter_map(|h| {
             let hca = fabric.endpoint_mut::<EngineHca>(h, 1)?;
-            Some(HostTransport::new(
+            let mut t = HostTransport::new(
                 h,
                 &hca.device().counters(),
                 hca.encap_counters().rx_malformed,
-            ))
+            );
+            t.qps = hca.device().qpns().count() as u64;
+            Some(t)
         })
         .collect()
 }

@@ -646,6 +646,14 @@ rq_depth = 64
     };
     assert_eq!(qps_at("ud"), 1);
     assert_eq!(qps_at("rc"), 4);
+    // The summary reports the same per host.
+    let r = run_text(
+        "duration_us = 5\n[topology]\nkind = \"single-switch\"\nhosts = 5\n[[flow]]\nop = \"send\"\nservice = \"ud\"\npattern = \"all-to-all\"\n[[flow]]\nop = \"send\"\npattern = \"all-to-all\"\n",
+    );
+    for t in &r.summary.transport {
+        // One UD QP, plus 4 RC requesters and 4 RC responders.
+        assert_eq!(t.qps, 1 + 4 + 4, "{t:?}");
+    }
 }
 
 #[test]

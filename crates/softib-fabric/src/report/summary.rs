@@ -473,6 +473,9 @@ pub struct HostTransport {
     /// Packets the device dropped before any QP (malformed, unknown QP, bad P_Key, ...),
     /// plus packets the HCA's encapsulation layer could not parse.
     pub device_drops: u64,
+    /// QPs on the device (RC needs one per peer and flow, UD one per flow table): the
+    /// connection state the host keeps.
+    pub qps: u64,
 }
 
 impl HostTransport {
@@ -508,6 +511,7 @@ impl HostTransport {
                 + c.vcrc_drops
                 + c.format_drops
                 + rx_malformed,
+            qps: 0,
         }
     }
 
@@ -533,6 +537,7 @@ impl HostTransport {
                 (self.cc_throttled_us * 1000.0).round() as u64,
             ),
             ("device_drops", self.device_drops),
+            ("qps", self.qps),
         ]
     }
 }
