@@ -7,6 +7,7 @@
 //! | `SOFTIB_DEVICE` | device name applications see (`-d`, `--ib-dev`) | `softib0` |
 //! | `SOFTIB_MTU` | largest IB path MTU (256..4096); default from the interface, as rxe | - |
 //! | `SOFTIB_POLLING` | `1`: the device thread never sleeps (lowest latency, one core) | `0` |
+//! | `SOFTIB_SPIN_US` | how long the device thread spins after the last datagram before it sleeps | `50` |
 //! | `SOFTIB_DEBUG` | `1`: print why a verb failed on stderr | `0` |
 //! | `SOFTIB_PCAP` | write every RoCEv2 datagram sent and received to this pcap file | - |
 //!
@@ -19,6 +20,10 @@ use softib_transport::Mtu;
 
 /// Default UDP port: RoCEv2's (IBA Annex A17.2.1, IANA 4791).
 pub const DEFAULT_PORT: u16 = 4791;
+
+/// Default spin of the device thread after the last datagram: softib-net's default, which
+/// covers a ping-pong round trip on loopback.
+pub const DEFAULT_SPIN_US: u64 = 50;
 
 /// What the environment asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +38,8 @@ pub struct Config {
     pub mtu: Option<Mtu>,
     /// Device thread never sleeps.
     pub polling: bool,
+    /// Microseconds the device thread spins after the last datagram before sleeping.
+    pub spin_us: u64,
     /// Report failed verbs on stderr.
     pub debug: bool,
     /// Capture file.
@@ -102,12 +109,26 @@ impl Config {
                 Some(v) => Err(bad(var, v.into(), "expected 0 or 1")),
             }
         };
+        let spin_us = match get("SOFTIB_SPIN_US") {
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(us) if us <= 1_000_000 => us,
+                _ => {
+                    return Err(bad(
+                        "SOFTIB_SPIN_US",
+                        v,
+                        "expected microseconds, 0..1000000",
+                    ))
+                }
+            },
+            None => DEFAULT_SPIN_US,
+        };
         Ok(Config {
             addr,
             port,
             name,
             mtu,
             polling: flag("SOFTIB_POLLING")?,
+            spin_us,
             debug: flag("SOFTIB_DEBUG")?,
             pcap: get("SOFTIB_PCAP")
                 .filter(|p| !p.is_empty())
@@ -170,6 +191,7 @@ mod tests {
             ("SOFTIB_MTU", "1500"),
             ("SOFTIB_POLLING", "yes"),
             ("SOFTIB_DEVICE", ""),
+            ("SOFTIB_SPIN_US", "-1"),
         ] {
             let e = cfg(&[(var, value)]).unwrap_err();
             assert_eq!(e.var, var);

@@ -163,7 +163,9 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
     let mode = if config.polling {
         WaitMode::Polling
     } else {
-        WaitMode::default()
+        WaitMode::Blocking {
+            spin: std::time::Duration::from_micros(config.spin_us),
+        }
     };
     let net = Context::open(nc, mode).map_err(|e| OpenError {
         errno: libc::ENODEV,

@@ -275,6 +275,29 @@ const EMPTY_WC: WorkCompletion = WorkCompletion {
     vendor_err: 0,
 };
 
+/// Empty polls in a row after which a polling thread yields its core once.
+const IDLE_POLLS_BEFORE_YIELD: u32 = 64;
+
+/// Counts this thread's empty polls (no completion, no datagram in or out) and yields the
+/// core after [`IDLE_POLLS_BEFORE_YIELD`] of them: a program spinning on `ibv_poll_cq`
+/// would otherwise hold a core the peer (or this device's own thread) may need on a loaded
+/// machine, as softib's tools do (docs/design/net.md).
+fn idle_turn(idle: bool) {
+    thread_local! {
+        static IDLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    IDLE.with(|c| {
+        if !idle {
+            c.set(0);
+        } else if c.get() + 1 >= IDLE_POLLS_BEFORE_YIELD {
+            c.set(0);
+            std::thread::yield_now();
+        } else {
+            c.set(c.get() + 1);
+        }
+    });
+}
+
 pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     guard(-1, || {
         // SAFETY: a CQ from ibv_create_cq.
@@ -289,7 +312,8 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
         let mut done = 0;
         while done < want {
             let chunk = (want - done).min(POLL_BATCH);
-            let got = q.shared.net.poll_cq(q.handle, &mut buf[..chunk]);
+            let (got, moved) = q.shared.net.poll_cq_progress(q.handle, &mut buf[..chunk]);
+            idle_turn(got == 0 && !moved);
             for (i, w) in buf[..got].iter().enumerate() {
                 // SAFETY: `wc` has room for `n` entries (ibv_poll_cq(3)); done + i < n.
                 unsafe { wc.add(done + i).write(wc_to_c(w)) };
