@@ -191,6 +191,54 @@ pub fn render(s: &Summary) -> String {
         }
     }
 
+    if let Some(cc) = &s.congestion_control {
+        let _ = writeln!(o);
+        let mut marking: Vec<(&str, u64)> = cc
+            .ports
+            .iter()
+            .map(|p| (p.port.as_str(), p.fecn_marked.last().copied().unwrap_or(0)))
+            .filter(|p| p.1 > 0)
+            .collect();
+        marking.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let marks: Vec<String> = marking
+            .iter()
+            .take(4)
+            .map(|(p, n)| format!("{p} {n}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "congestion control (IBA Annex A10; series in cc.csv, ccti.svg, fecn_becn.svg): \
+             FECN marked at {}",
+            if marks.is_empty() {
+                "no port".to_string()
+            } else {
+                marks.join(", ")
+            }
+        );
+        let mut sources: Vec<_> = cc.sources.iter().collect();
+        sources.sort_by(|a, b| {
+            b.mean_ccti
+                .total_cmp(&a.mean_ccti)
+                .then(a.flow.cmp(&b.flow))
+                .then(a.qpn.cmp(&b.qpn))
+        });
+        let _ = writeln!(
+            o,
+            "  {:<32} {:>10} {:>10} {:>10}",
+            "source (requester QP)", "mean CCTI", "max CCTI", "last CCTI"
+        );
+        for c in sources.iter().take(MAX_PORTS) {
+            let _ = writeln!(
+                o,
+                "  {:<32} {:>10.1} {:>10} {:>10}",
+                c.name,
+                c.mean_ccti,
+                c.max_ccti,
+                c.ccti.last().copied().unwrap_or(0)
+            );
+        }
+    }
+
     let _ = writeln!(o);
     let _ = writeln!(o, "what stood out:");
     if s.stood_out.is_empty() {
