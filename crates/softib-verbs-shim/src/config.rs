@@ -180,9 +180,9 @@ mod tests {
         );
         assert_eq!(c.mtu, Some(Mtu::M1024));
         assert_eq!((c.spin_us, c.pcap.clone()), (DEFAULT_SPIN_US, None));
-        let c = cfg(&[("SOFTIB_SPIN_US", "0"), ("SOFTIB_PCAP", "/tmp/x.pcap")]).unwrap();
-        assert_eq!(c.spin_us, 0);
-        assert_eq!(c.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
+        let d = cfg(&[("SOFTIB_SPIN_US", "0"), ("SOFTIB_PCAP", "/tmp/x.pcap")]).unwrap();
+        assert_eq!(d.spin_us, 0);
+        assert_eq!(d.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
         assert_ne!(c.node_guid(), cfg(&[]).unwrap().node_guid());
     }
 
