@@ -939,7 +939,9 @@ pub fn attach_flows(
                             recorder: recorder.clone(),
                             ledger: ledger.clone(),
                             wcs: vec![softib_transport::harness::empty_wc(); 64],
-                            unreliable_writes: false,
+                            unreliable: false,
+                            dirty: Vec::new(),
+                            unstarted: 0,
                         },
                         srq_of_table: BTreeMap::new(),
                         ud_of_table: BTreeMap::new(),
@@ -1084,6 +1086,7 @@ pub fn attach_flows(
                 records: p.service != Service::Rc,
                 due: Default::default(),
                 received: 0,
+                gates: None,
             });
         }
         let requester = hosts.get_mut(&p.src).expect("created above");
@@ -1151,7 +1154,8 @@ pub fn attach_flows(
             length: p.size,
             lkey: me.keys.lkey,
         };
-        requester.app.unreliable_writes |= p.service == Service::Uc && p.op == FlowOp::Write;
+        requester.app.unreliable |= p.service != Service::Rc;
+        requester.app.unstarted += 1;
         requester.app.requesters.push(Requester {
             flow: p.flow,
             qpn: me.qpn,
@@ -1189,8 +1193,9 @@ pub fn attach_flows(
         if let Some(g) = p.gate {
             let host = hosts.get_mut(&p.src).expect("created above");
             let r = receiver_of[&g];
-            if let Some(op) = host.app.requesters.iter_mut().find(|o| o.flow == p.flow) {
-                op.gate = Some(r);
+            if let Some(i) = host.app.requesters.iter().position(|o| o.flow == p.flow) {
+                host.app.requesters[i].gate = Some(r);
+                host.app.receivers[r].gates = Some(i);
             }
         }
     }

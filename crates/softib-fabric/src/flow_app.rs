@@ -101,6 +101,8 @@ pub(crate) struct Receiver {
     /// Re-posts waiting for their time (own queue), in order.
     pub(crate) due: VecDeque<Nanos>,
     pub(crate) received: u64,
+    /// The requester on this host whose posts this receiver's arrivals gate (ring).
+    pub(crate) gates: Option<usize>,
 }
 
 /// Where a shared queue's receive WRs go.
@@ -154,8 +156,12 @@ pub(crate) struct FlowHost {
     pub(crate) recorder: SharedRecorder,
     pub(crate) ledger: Ledger,
     pub(crate) wcs: Vec<WorkCompletion>,
-    /// Some requester runs UC WRITEs (complete on transmit).
-    pub(crate) unreliable_writes: bool,
+    /// Some requester is UC or UD (its WRs complete on transmit).
+    pub(crate) unreliable: bool,
+    /// Requesters that may be able to post (a completion freed a slot, a gate opened).
+    pub(crate) dirty: Vec<usize>,
+    /// Requesters not started yet: while any, every requester is looked at.
+    pub(crate) unstarted: usize,
 }
 
 impl FlowHost {
@@ -233,6 +239,7 @@ impl FlowHost {
                 };
                 match role {
                     Some(Ok(i)) if i < self.requesters.len() => {
+                        self.dirty.push(i);
                         let op = &mut self.requesters[i];
                         let posted = op.posted.pop_front().unwrap_or(now);
                         if wc.status == WcStatus::Success {
@@ -263,6 +270,9 @@ impl FlowHost {
                             continue;
                         }
                         r.received += 1;
+                        if let Some(g) = r.gates {
+                            self.dirty.push(g);
+                        }
                         let due = now + r.delay;
                         reposted_now |= r.delay == 0;
                         match r.queue {
@@ -293,8 +303,21 @@ impl FlowHost {
     }
 
     fn post_sends(&mut self, now: Nanos, dev: &mut Device) {
-        for (index, op) in self.requesters.iter_mut().enumerate() {
-            if op.failed || now < op.start || op.stop.is_some_and(|t| now >= t) {
+        // Once every requester has started, only those a completion or a gate touched can
+        // post: a host with a thousand QPs does not look at all of them per packet.
+        let mut dirty = std::mem::take(&mut self.dirty);
+        if self.unstarted > 0 {
+            dirty.clear();
+            dirty.extend(0..self.requesters.len());
+            self.unstarted = 0;
+        }
+        for &index in &dirty {
+            let op = &mut self.requesters[index];
+            if op.failed || op.stop.is_some_and(|t| now >= t) {
+                continue;
+            }
+            if now < op.start {
+                self.unstarted += 1;
                 continue;
             }
             op.started = true;
@@ -332,6 +355,9 @@ impl FlowHost {
                 }
             }
         }
+        // Keep the allocation for the next round.
+        dirty.clear();
+        self.dirty = dirty;
     }
 }
 
@@ -387,6 +413,7 @@ impl HostApp for FlowHost {
         let starts = self
             .requesters
             .iter()
+            .take(if self.unstarted > 0 { usize::MAX } else { 0 })
             .filter(|o| !o.started && o.remaining != Some(0) && !o.failed)
             .map(|o| o.start);
         let reposts = self
@@ -398,10 +425,7 @@ impl HostApp for FlowHost {
     }
 
     fn progress_on_transmit(&self) -> bool {
-        self.requesters
-            .iter()
-            .any(|r| r.counted_at_receiver || r.wr.ud.is_some())
-            || self.unreliable_writes
+        self.unreliable
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
