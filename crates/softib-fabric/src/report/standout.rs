@@ -123,9 +123,36 @@ pub fn findings(s: &Summary) -> Vec<Finding> {
             severity: "error",
             kind: "error_completions",
             subject: f.name.clone(),
+            message: if f.error_statuses.is_empty() {
+                format!(
+                    "flow {} had {} completions with an error status (its QP went to the error state)",
+                    f.name, f.error_completions
+                )
+            } else {
+                let list: Vec<String> = f
+                    .error_statuses
+                    .iter()
+                    .map(|(k, v)| format!("{k} x{v}"))
+                    .collect();
+                format!(
+                    "flow {} had {} completions with an error status ({}; its QP went to the error state)",
+                    f.name,
+                    f.error_completions,
+                    list.join(", ")
+                )
+            },
+        });
+    }
+    for f in s.flows.iter().filter(|f| f.messages_lost > 0) {
+        out.push(Finding {
+            severity: "warning",
+            kind: "lost_messages",
+            subject: f.name.clone(),
             message: format!(
-                "flow {} had {} completions with an error status (its QP went to the error state)",
-                f.name, f.error_completions
+                "flow {} lost {} of {} messages (unreliable service: no posted receive or a link error, never retried)",
+                f.name,
+                f.messages_lost,
+                f.messages + f.messages_lost
             ),
         });
     }

@@ -403,7 +403,8 @@ pub struct Finding {
     /// `error` (something is broken), `warning` (performance), `info`.
     pub severity: &'static str,
     /// Machine-readable kind (`error_counter`, `drops`, `xmit_wait`, `unfair_flows`,
-    /// `tail_latency`, `hot_link`, `idle_flow`).
+    /// `tail_latency`, `hot_link`, `idle_flow`, `error_completions`, `lost_messages`,
+    /// `retransmissions`, `duplicates`, `rnr`, `in_flight`).
     pub kind: &'static str,
     /// The port or flow concerned, if one.
     pub subject: String,
