@@ -27,6 +27,12 @@
 //! cc_ca_cong_setting_ccti_timer = ["0 20"]   # per SL: "<SL> <value>"
 //! cc_cct = "0:0,0:1,0:2,0:3"
 //! ```
+//!
+//! Traffic and behaviour tables, each documented in its module: `[[stream]]` raw packet
+//! streams, data or VL15 management ([`crate::stream`]); `[[flow]]` perftest-like traffic on
+//! the transport engine ([`crate::engine_flow`]); `[[host]]` an engine host's receive
+//! processing ([`crate::host_model`]); `[[fault]]` link flaps and responder stalls
+//! ([`crate::faults`]).
 
 use crate::fabric::{BuildError, Fabric, FabricConfig, Forwarding};
 use crate::link::{propagation_ps, LinkRate, LinkSpeed, LinkWidth, DEFAULT_PS_PER_METRE};

@@ -127,7 +127,7 @@ pub struct FlowSummary {
     /// Bandwidth between the first and last delivery, Gb/s.
     pub active_gbps: f64,
     /// Messages (packets, for a flow measured by packets) per microsecond over the run,
-    /// i.e. millions per second: perftest's MsgRate[Mpps].
+    /// i.e. millions per second: perftest's `MsgRate[Mpps]`.
     pub msg_rate_mpps: f64,
     /// First delivery, microseconds.
     pub first_us: f64,
