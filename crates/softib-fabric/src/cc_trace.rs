@@ -159,9 +159,10 @@ impl CcTrace {
     }
 }
 
-/// The requester QPs of the `[[flow]]` traffic on `hosts` (engine HCAs running a
-/// [`FlowHost`]), as trace sources with their flow tags, in host then flow order.
-pub fn flow_sources(fabric: &mut Fabric, hosts: &[String]) -> Vec<(u32, CcSource)> {
+/// The QPs of the `[[flow]]` traffic on `hosts` (engine HCAs running a [`FlowHost`]), as
+/// trace sources with their flow tags and whether each is the flow's requester, in host
+/// then flow order. Responders count too: they send the data of READ flows.
+pub fn flow_sources(fabric: &mut Fabric, hosts: &[String]) -> Vec<(u32, bool, CcSource)> {
     let mut out = Vec::new();
     for h in hosts {
         let Some(app) = fabric
@@ -171,16 +172,15 @@ pub fn flow_sources(fabric: &mut Fabric, hosts: &[String]) -> Vec<(u32, CcSource
             continue;
         };
         for (flow, qpn, requester) in app.qps() {
-            if requester {
-                out.push((
-                    flow,
-                    CcSource {
-                        host: h.clone(),
-                        port: 1,
-                        qpn,
-                    },
-                ));
-            }
+            out.push((
+                flow,
+                requester,
+                CcSource {
+                    host: h.clone(),
+                    port: 1,
+                    qpn,
+                },
+            ));
         }
     }
     out

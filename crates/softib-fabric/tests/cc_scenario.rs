@@ -98,3 +98,69 @@ fn the_scenario_table_throttles_the_flows_and_the_report_shows_the_loop() {
     assert!(svg.contains("<svg") && svg.contains("CCTI"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `[congestion_control]` table of `scenarios/cc-victim.toml`.
+fn cc_table() -> &'static str {
+    let start = CC_VICTIM.find("[congestion_control]").unwrap();
+    let end = CC_VICTIM[start..].find("[[flow]]").unwrap() + start;
+    &CC_VICTIM[start..end]
+}
+
+#[test]
+fn read_flows_are_paced_at_their_responders() {
+    // h0 reads 64 KiB from each of h1..h8 at once: the READ responses are an 8:1 incast into
+    // h0. A READ response is never acknowledged, so h0 answers FECN with CNPs (IBA Annex
+    // A10) and the responders' CCAs pace the responses.
+    let mut text = String::from(
+        "seed = 3\nduration_us = 1000\n[fabric]\nlink_speed = \"EDR\"\n\
+         [topology]\nkind = \"single-switch\"\nhosts = 9\nswitch_ports = 16\n",
+    );
+    for i in 1..=8 {
+        text.push_str(&format!(
+            "[[flow]]\nop = \"read\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h{i}\"\n\
+             size = 65536\ntx_depth = 8\n"
+        ));
+    }
+    let on = run_text(&format!("{text}{}", cc_table()));
+    let off = run_text(&text);
+    let responders = |r: &Report| -> Vec<(u64, u64, f64)> {
+        r.summary
+            .transport
+            .iter()
+            .filter(|h| h.host != "h0")
+            .map(|h| (h.fecn_received, h.cnps_received, h.cc_throttled_us))
+            .collect()
+    };
+    let (r_on, r_off) = (responders(&on), responders(&off));
+    eprintln!("responders (FECN, CNPs received, throttled us) with CC: {r_on:?}");
+    assert_eq!(r_on.len(), 8);
+    for &(_, cnps, throttled) in &r_on {
+        assert!(cnps > 0 && throttled > 0.0, "{r_on:?}");
+    }
+    for &(_, cnps, throttled) in &r_off {
+        assert!(cnps == 0 && throttled == 0.0, "{r_off:?}");
+    }
+    let h0 = on
+        .summary
+        .transport
+        .iter()
+        .find(|h| h.host == "h0")
+        .unwrap();
+    assert!(h0.fecn_received > 0, "{h0:?}");
+    // The report traces the paced responders next to the requesters.
+    let cc = on.summary.congestion_control.as_ref().unwrap();
+    let paced: Vec<_> = cc
+        .sources
+        .iter()
+        .filter(|s| s.role == "responder")
+        .collect();
+    assert_eq!(paced.len(), 8, "{:?}", cc.sources);
+    assert!(paced
+        .iter()
+        .all(|s| s.max_ccti > 0 && s.name.ends_with("(responder)")));
+    assert_eq!(
+        cc.sources.iter().filter(|s| s.role == "requester").count(),
+        8
+    );
+    assert!(cc.ports.iter().any(|p| p.port == "h0:1"));
+}

@@ -1,5 +1,6 @@
 //! The congestion-control loop of a run (issue 6, IBA Annex A10), for runs whose scenario
-//! turns `[congestion_control]` on: the CCTI of every `[[flow]]` requester QP and the
+//! turns `[congestion_control]` on: the CCTI of every `[[flow]]` requester QP (and of the
+//! responders that were paced: the data sources of READ flows) and the
 //! FECN/BECN counts of every port that marked or received one, sampled over time. Kept in
 //! `summary.json` (`congestion_control`), written as `cc.csv` and drawn in `ccti.svg` and
 //! `fecn_becn.svg`.
@@ -20,16 +21,18 @@ use std::fmt::Write;
 /// Sources drawn at most in `ccti.svg` (the highest CCTIs); every one is in `cc.csv`.
 pub const MAX_SOURCE_LINES: usize = 12;
 
-/// The CCTI series of one requester QP.
+/// The CCTI series of one QP of a flow.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CcSourceSeries {
     /// Flow tag (as in `flows`).
     pub flow: u32,
-    /// Flow name.
+    /// Flow name, with " (responder)" for the responder's QP.
     pub name: String,
-    /// Host of the requester.
+    /// `requester` or `responder` (the data source of READ flows).
+    pub role: &'static str,
+    /// Host of the QP.
     pub host: String,
-    /// Requester QP number.
+    /// QP number.
     pub qpn: u32,
     /// Highest CCTI sampled.
     pub max_ccti: u16,
@@ -60,30 +63,43 @@ pub struct CcSummary {
     /// Sample times, exact (for `cc.csv`).
     #[serde(skip)]
     pub times_ps: Vec<Picos>,
-    /// Requester QPs, by flow tag.
+    /// Every flow's requester QP, and its responder QP when that was paced (its CCTI rose
+    /// above 0: the data source of READ flows), by flow tag.
     pub sources: Vec<CcSourceSeries>,
     /// Ports that marked or received a FECN or BECN, node then port order.
     pub ports: Vec<CcPortSeries>,
 }
 
 impl CcSummary {
-    /// The summary of `trace`, whose source `i` is the requester of flow `flows[i]`;
-    /// `names` maps flow tags to flow names.
-    pub fn from_trace(trace: &CcTrace, flows: &[u32], names: &BTreeMap<u32, String>) -> Self {
+    /// The summary of `trace`, whose source `i` is a QP of flow `roles[i].0`, its requester
+    /// if `roles[i].1`; `names` maps flow tags to flow names. Responders whose CCTI stayed 0
+    /// are left out.
+    pub fn from_trace(
+        trace: &CcTrace,
+        roles: &[(u32, bool)],
+        names: &BTreeMap<u32, String>,
+    ) -> Self {
         let mut sources: Vec<CcSourceSeries> = trace
             .sources
             .iter()
-            .zip(flows)
+            .zip(roles)
             .zip(&trace.ccti)
-            .map(|((src, &flow), ccti)| {
+            .filter(|((_, &(_, requester)), ccti)| requester || ccti.iter().any(|&c| c > 0))
+            .map(|((src, &(flow, requester)), ccti)| {
                 let mean = if ccti.is_empty() {
                     0.0
                 } else {
                     ccti.iter().map(|&c| c as f64).sum::<f64>() / ccti.len() as f64
                 };
+                let name = names.get(&flow).cloned().unwrap_or_default();
                 CcSourceSeries {
                     flow,
-                    name: names.get(&flow).cloned().unwrap_or_default(),
+                    name: if requester {
+                        name
+                    } else {
+                        format!("{name} (responder)")
+                    },
+                    role: if requester { "requester" } else { "responder" },
                     host: src.host.clone(),
                     qpn: src.qpn,
                     max_ccti: ccti.iter().copied().max().unwrap_or(0),
@@ -92,7 +108,9 @@ impl CcSummary {
                 }
             })
             .collect();
-        sources.sort_by(|a, b| a.flow.cmp(&b.flow).then(a.qpn.cmp(&b.qpn)));
+        sources.sort_by(|a, b| {
+            (a.flow, a.role, &a.host, a.qpn).cmp(&(b.flow, b.role, &b.host, b.qpn))
+        });
         CcSummary {
             times_us: trace
                 .times
@@ -118,8 +136,8 @@ impl CcSummary {
 /// Header of `cc.csv`.
 pub const CC_HEADER: &str = "time_us,series,name,value";
 
-/// `cc.csv`: one row per sample and series value, in time order: `ccti` per requester (named
-/// by its flow), then `fecn_marked`, `fecn_received` and `becn_received` per port
+/// `cc.csv`: one row per sample and series value, in time order: `ccti` per source (named by
+/// its flow, responders with " (responder)"), then `fecn_marked`, `fecn_received` and `becn_received` per port
 /// (cumulative counts; zero series of a port are left out).
 pub fn csv(cc: &CcSummary) -> String {
     let mut out = String::new();
@@ -178,7 +196,7 @@ pub fn ccti_plot(r: &Report, cc: &CcSummary) -> String {
             order.len()
         )
     } else {
-        "CCTI of each flow's requester QP (IBA Annex A10)".to_string()
+        "CCTI of each flow's requester QP, and of paced responders (IBA Annex A10)".to_string()
     };
     chart(
         &format!("CCTI per source: {}", r.summary.scenario.name),

@@ -144,9 +144,12 @@ pub fn run_with(
     // With congestion control on, the CCTI of every requester and the FECN/BECN counts
     // are sampled as the run advances (at the counter sampling interval, else 200 times).
     let mut cc = fabric.ca_congestion_control().is_some().then(|| {
-        let (flows, sources): (Vec<u32>, Vec<CcSource>) =
-            flow_sources(&mut fabric, &engine_hosts).into_iter().unzip();
-        (flows, CcTrace::new(sources))
+        let (roles, sources): (Vec<(u32, bool)>, Vec<CcSource>) =
+            flow_sources(&mut fabric, &engine_hosts)
+                .into_iter()
+                .map(|(flow, requester, src)| ((flow, requester), src))
+                .unzip();
+        (roles, CcTrace::new(sources))
     });
     let cc_interval = fabric
         .config()
@@ -171,14 +174,14 @@ pub fn run_with(
         report.set_transport(transport_counters(&mut fabric, &engine_hosts));
         report.set_flow_qps(flow_qp_counters(&mut fabric, &engine_hosts));
     }
-    if let Some((flows, trace)) = &cc {
+    if let Some((roles, trace)) = &cc {
         let names = report
             .summary
             .flows
             .iter()
             .map(|f| (f.id, f.name.clone()))
             .collect();
-        report.set_congestion_control(CcSummary::from_trace(trace, flows, &names));
+        report.set_congestion_control(CcSummary::from_trace(trace, roles, &names));
     }
     if let Some(c) = capture {
         report.pcap = Some(c.borrow_mut().take_bytes());
