@@ -1227,6 +1227,14 @@ pub fn transport_counters(fabric: &mut Fabric, hosts: &[String]) -> Vec<HostTran
                 hca.encap_counters().rx_malformed,
             );
             t.qps = hca.device().qpns().count() as u64;
+            let e = hca.encap_counters();
+            if e.rx_processed > 0 {
+                t.rx_wait_mean_us = crate::report::summary::round(
+                    e.rx_wait_ps as f64 / e.rx_processed as f64 / PS_PER_US as f64,
+                    3,
+                );
+            }
+            t.rx_backlog_peak = e.rx_backlog_peak;
             Some(t)
         })
         .collect()

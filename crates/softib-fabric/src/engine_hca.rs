@@ -58,6 +58,12 @@ pub struct EncapCounters {
     pub rx_malformed: u64,
     /// Packets the engine produced that the port could not send (SL on no operational VL).
     pub tx_discarded: u64,
+    /// Received packets handed to the engine, delayed or not (with a receive model).
+    pub rx_processed: u64,
+    /// Their total wait between arrival and processing, picoseconds.
+    pub rx_wait_ps: u64,
+    /// Most packets waiting for processing at once.
+    pub rx_backlog_peak: u64,
 }
 
 /// A receive processing delay: packets reach the engine between `min` and `max` after they
@@ -358,11 +364,15 @@ impl Endpoint for EngineHca {
             // RC COMPARE_SWAP (0x13) and FETCH_ADD (0x14) requests (IBA 9.2 opcodes).
             let atomic = matches!(transport.first(), Some(0x13 | 0x14));
             let due = d.due(tx.now(), atomic);
+            self.counters.rx_processed += 1;
+            self.counters.rx_wait_ps += due - tx.now();
             if due > tx.now() || !d.queue.is_empty() {
                 let mut buf = d.spare.pop().unwrap_or_default();
                 buf.clear();
                 buf.extend_from_slice(transport);
                 d.queue.push_back((due, meta, buf));
+                self.counters.rx_backlog_peak =
+                    self.counters.rx_backlog_peak.max(d.queue.len() as u64);
                 return;
             }
         }

@@ -361,6 +361,15 @@ fn a_responder_slower_than_the_ack_timeout_draws_retransmissions_and_duplicates(
         0,
         "{qp:?}"
     );
+    assert_eq!(g.limited_by, "responder", "{}", g.evidence);
+    let h1 = long
+        .summary
+        .transport
+        .iter()
+        .find(|t| t.host == "h1")
+        .unwrap();
+    // Every packet waits 100-150 us: 125 on average.
+    assert!((h1.rx_wait_mean_us - 125.0).abs() < 10.0, "{h1:?}");
     // 4 messages per 100-150 us either way, but the short timeout adds duplicates the
     // responder has to process in turn.
     assert!(g.messages >= f.messages, "{} vs {}", g.messages, f.messages);
@@ -502,6 +511,11 @@ tx_depth = 16
             f.info.name,
             f.messages
         );
+    }
+    // The report points at the responder's atomic unit.
+    let r = run_text(&text("[[host]]\nname = \"h0\"\natomic_service_ns = 500\n"));
+    for f in &r.summary.flows {
+        assert_eq!(f.limited_by, "responder", "{}", f.evidence);
     }
     // Without the atomic unit's cost the same fabric runs over ten times as many.
     let r = run_text(&text(""));

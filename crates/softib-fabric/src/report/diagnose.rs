@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 
 /// A share of the run above which a cause counts.
 const SIGNIFICANT: f64 = 0.05;
+/// Mean receive processing wait at a responder that counts as slow, microseconds.
+const SLOW_RESPONDER_US: f64 = 1.0;
 /// Utilisation at which a port is considered full.
 const FULL: f64 = 0.9;
 
@@ -87,9 +89,11 @@ pub fn diagnose(s: &mut Summary, data_from: &[String]) {
             .map(|(k, v)| format!("{k} x{v}"))
             .collect::<Vec<_>>()
             .join(", ");
+        // The host that processes the flow's requests (a READ's responder sends the data).
+        let responder = transport.get(f.dst.as_str()).copied();
         out.push(diagnose_one(
             (f.error_completions, statuses),
-            requester,
+            (requester, responder),
             port.copied(),
             feeding.get(receiver.as_str()).copied(),
             duration_us,
@@ -103,7 +107,7 @@ pub fn diagnose(s: &mut Summary, data_from: &[String]) {
 
 fn diagnose_one(
     (error_completions, statuses): (u64, String),
-    t: Option<&HostTransport>,
+    (t, responder): (Option<&HostTransport>, Option<&HostTransport>),
     port: Option<&PortSummary>,
     into_receiver: Option<&PortSummary>,
     duration_us: f64,
@@ -158,6 +162,23 @@ fn diagnose_one(
     let Some(p) = port else {
         return ("sender", "no port counters for the sender".into());
     };
+    // A responder slow to process what it receives holds the requester's window (its
+    // ACKs, responses and completions come late) while the link idles.
+    if let Some(r) = responder.filter(|r| r.rx_wait_mean_us >= SLOW_RESPONDER_US) {
+        if p.xmit_utilisation <= FULL && p.xmit_wait_fraction <= SIGNIFICANT {
+            return (
+                "responder",
+                format!(
+                    "{}'s engine processed what it received {:.3} us after arrival on average (up to {} packets waiting): the responder is slow, {} sent at {} of its link",
+                    r.host,
+                    r.rx_wait_mean_us,
+                    r.rx_backlog_peak,
+                    p.port,
+                    pct(p.xmit_utilisation)
+                ),
+            );
+        }
+    }
     if p.xmit_wait_fraction > SIGNIFICANT {
         let hot = into_receiver
             .filter(|q| q.xmit_utilisation > FULL)
@@ -259,7 +280,7 @@ mod tests {
         };
         let (k, why) = diagnose_one(
             (0, String::new()),
-            Some(&quiet),
+            (Some(&quiet), None),
             Some(&port(0.6, 0.3)),
             None,
             100.0,
@@ -279,7 +300,7 @@ mod tests {
         };
         let (k, why) = diagnose_one(
             (0, String::new()),
-            Some(&cc),
+            (Some(&cc), None),
             Some(&port(0.01, 0.3)),
             None,
             100.0,
@@ -290,7 +311,7 @@ mod tests {
         assert_eq!(
             diagnose_one(
                 (0, String::new()),
-                Some(&quiet),
+                (Some(&quiet), None),
                 Some(&port(0.0, 0.99)),
                 None,
                 100.0
@@ -301,7 +322,7 @@ mod tests {
         assert_eq!(
             diagnose_one(
                 (0, String::new()),
-                Some(&quiet),
+                (Some(&quiet), None),
                 Some(&port(0.0, 0.2)),
                 None,
                 100.0
@@ -323,7 +344,7 @@ mod tests {
         assert_eq!(
             diagnose_one(
                 (0, String::new()),
-                Some(&retry),
+                (Some(&retry), None),
                 Some(&port(0.6, 0.3)),
                 None,
                 100.0
@@ -334,7 +355,7 @@ mod tests {
         assert_eq!(
             diagnose_one(
                 (2, String::new()),
-                Some(&retry),
+                (Some(&retry), None),
                 Some(&port(0.6, 0.3)),
                 None,
                 100.0
@@ -347,8 +368,37 @@ mod tests {
             ..retry
         };
         assert_eq!(
-            diagnose_one((0, String::new()), Some(&rnr), None, None, 100.0).0,
+            diagnose_one((0, String::new()), (Some(&rnr), None), None, None, 100.0).0,
             "receiver_not_ready"
         );
+    }
+
+    #[test]
+    fn a_slow_responder_is_named_when_the_link_idles() {
+        let quiet = HostTransport::default();
+        let slow = HostTransport {
+            host: "h1".into(),
+            rx_wait_mean_us: 125.0,
+            rx_backlog_peak: 4,
+            ..HostTransport::default()
+        };
+        let (k, why) = diagnose_one(
+            (0, String::new()),
+            (Some(&quiet), Some(&slow)),
+            Some(&port(0.0, 0.1)),
+            None,
+            100.0,
+        );
+        assert_eq!(k, "responder");
+        assert!(why.contains("h1") && why.contains("125.000 us"), "{why}");
+        // A full link is the link's doing, a responder delay notwithstanding.
+        let (k, _) = diagnose_one(
+            (0, String::new()),
+            (Some(&quiet), Some(&slow)),
+            Some(&port(0.0, 0.99)),
+            None,
+            100.0,
+        );
+        assert_eq!(k, "line_rate");
     }
 }

@@ -137,7 +137,8 @@ pub struct FlowSummary {
     pub latency: Latency,
     /// What held the flow below its link's rate: `line_rate` (nothing: the link is full),
     /// `link_credits`, `congestion_control`, `retransmissions`, `receiver_not_ready`,
-    /// `errors`, `lost_messages` (UC/UD messages that never arrived) or `sender` (the
+    /// `errors`, `lost_messages` (UC/UD messages that never arrived), `responder` (its
+    /// engine processes what it receives late: a `[[host]]` receive model) or `sender` (the
     /// sender had nothing queued: its window, or its start).
     pub limited_by: &'static str,
     /// The counters behind `limited_by`, in one sentence.
@@ -477,6 +478,11 @@ pub struct HostTransport {
     /// QPs on the device (RC needs one per peer and flow, UD one per flow table): the
     /// connection state the host keeps.
     pub qps: u64,
+    /// Mean time from a packet's arrival to its processing by the engine, microseconds
+    /// (a `[[host]]` receive model: delay, serial service, atomic unit, stalls; 0 without).
+    pub rx_wait_mean_us: f64,
+    /// Most received packets waiting for processing at once.
+    pub rx_backlog_peak: u64,
 }
 
 impl HostTransport {
@@ -513,6 +519,8 @@ impl HostTransport {
                 + c.format_drops
                 + rx_malformed,
             qps: 0,
+            rx_wait_mean_us: 0.0,
+            rx_backlog_peak: 0,
         }
     }
 

@@ -256,13 +256,14 @@ pub fn render(s: &Summary) -> String {
 }
 
 /// The order in which `--explain` lists causes.
-const CAUSES: [&str; 8] = [
+const CAUSES: [&str; 9] = [
     "errors",
     "lost_messages",
     "receiver_not_ready",
     "retransmissions",
     "congestion_control",
     "link_credits",
+    "responder",
     "sender",
     "line_rate",
 ];
