@@ -314,3 +314,31 @@ fn a_region_dropped_under_a_posted_request_fails_that_request_only() {
         .unwrap();
     assert_eq!(wait_n(&a.cq, 1)[0].wr_id, 2);
 }
+
+#[test]
+fn objects_dropped_while_a_guard_is_held_stay_in_the_device_instead_of_blocking() {
+    let (a, b) = (side("127.0.0.1:0"), side("127.0.0.2:0"));
+    let mr = a.pd.allocate(64).unwrap();
+    let (qa, qb, _, _) = connect(&a, &b, QpType::Rc, &[], &[]);
+    let qpn = qa.qpn();
+    let guard = mr.write();
+    drop(qa);
+    drop(guard);
+    // Left in the device: still there, still usable through the handle API.
+    assert!(a.hca.context().qp_state(qpn).is_some());
+    drop(qb);
+}
+
+#[test]
+fn the_objects_can_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Hca>();
+    send_sync::<ProtectionDomain>();
+    send_sync::<CompletionQueue>();
+    send_sync::<QueuePair>();
+    send_sync::<softib_net::verbs::MemoryRegion<Vec<u8>>>();
+    send_sync::<softib_net::verbs::RawMemoryRegion>();
+    send_sync::<softib_net::verbs::SharedReceiveQueue>();
+    send_sync::<softib_net::verbs::AddressHandle>();
+    send_sync::<softib_net::channel::CompletionChannel>();
+}

@@ -63,6 +63,9 @@ struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        if super::mr::guard_held() {
+            return; // see `mr::guard_held`
+        }
         // QPs hold their CQs, so none uses this one any more (unless created through the
         // handle API, which then keeps it alive in the device).
         let _ = self.hca.context().destroy_cq(self.handle);

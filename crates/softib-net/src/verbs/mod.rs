@@ -124,6 +124,9 @@ struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
+        if mr::guard_held() {
+            return; // see `mr::guard_held`
+        }
         // Everything registered in it holds this PD, so nothing is left; an object created
         // in it through the handle API keeps it alive in the device instead.
         let _ = self

@@ -37,6 +37,13 @@ pub(crate) fn assert_no_guard_held() {
     }
 }
 
+/// Whether this thread holds a region guard. Dropping an object then leaves it in the
+/// device (a leak, not a deadlock: the device thread may be waiting for the guarded region
+/// while it holds the lock destruction needs); only a raw region cannot be left behind.
+pub(crate) fn guard_held() -> bool {
+    GUARDS.with(Cell::get) != 0
+}
+
 fn guard_taken() {
     GUARDS.with(|g| g.set(g.get() + 1));
 }
@@ -296,7 +303,8 @@ impl<B: Buffer> MemoryRegion<B> {
 
 impl<B: Buffer> Drop for MemoryRegion<B> {
     fn drop(&mut self) {
-        if self.registered {
+        // Left registered, the device keeps its share of the buffer alive: safe.
+        if self.registered && !guard_held() {
             let _ = self
                 .pd
                 .context()
@@ -404,7 +412,16 @@ impl RawMemoryRegion {
 impl Drop for RawMemoryRegion {
     fn drop(&mut self) {
         // Deregistration cannot fail for a registered key, and the engine drops its
-        // pointer with it: the memory's owner may free it after this.
+        // pointer with it: the memory's owner may free it after this. It cannot be skipped
+        // (the owner would free memory the device still writes), nor wait for a device that
+        // may itself be waiting for a region this thread holds.
+        if guard_held() {
+            eprintln!(
+                "softib: a RawMemoryRegion was dropped while this thread held a \
+                 MemoryRegion guard; it cannot be deregistered safely, aborting"
+            );
+            std::process::abort();
+        }
         let _ = self
             .pd
             .context()

@@ -272,6 +272,9 @@ struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
+        if super::mr::guard_held() {
+            return; // see `mr::guard_held`
+        }
         let _ = self.pd.context().destroy_qp(self.qpn);
     }
 }

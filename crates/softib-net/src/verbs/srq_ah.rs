@@ -67,6 +67,9 @@ struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
+        if super::mr::guard_held() {
+            return; // see `mr::guard_held`
+        }
         let _ = self
             .pd
             .context()
@@ -199,6 +202,9 @@ struct AhInner {
 
 impl Drop for AhInner {
     fn drop(&mut self) {
+        if super::mr::guard_held() {
+            return; // see `mr::guard_held`
+        }
         let _ = self
             .pd
             .context()
