@@ -955,8 +955,21 @@ pub fn attach_flows(
     }
     for p in plans.iter().filter(|p| p.service == Service::Ud) {
         let host = hosts.get_mut(&p.src).expect("created above");
+        let max = host.dev.config().max_qp_wr;
         let d = host.ud_send_depth.entry(p.table).or_insert(0);
-        *d = (*d + p.tx_depth).min(host.dev.config().max_qp_wr);
+        *d += p.tx_depth;
+        if *d > max {
+            // One UD QP carries all of the host's flows of the table: their windows add up
+            // in its send queue.
+            return Err(FlowSetupError {
+                flow: p.flow,
+                name: p.info.name.clone(),
+                reason: format!(
+                    "{}'s UD QP for flow table {} would need more than {max} send WRs in flight (tx_depth x destinations): lower tx_depth",
+                    p.src, p.table
+                ),
+            });
+        }
     }
     // Receivers by flow tag, to resolve ring gates: (host, index in its receivers).
     let mut receiver_of: BTreeMap<u32, usize> = BTreeMap::new();

@@ -789,3 +789,28 @@ cc_cct = "0:0,0:4,0:8,0:16,0:32,0:64,0:128,0:256"
         }
     }
 }
+
+#[test]
+fn a_ud_table_whose_windows_overflow_its_qp_is_refused() {
+    // One UD QP per host carries the windows of all its destinations: 5 x 1000 fit in the
+    // device's 16384 WRs, 20 x 1000 do not.
+    let s = Scenario::parse(
+        "[topology]\nkind = \"single-switch\"\nhosts = 6\n[[flow]]\nop = \"send\"\nservice = \"ud\"\npattern = \"all-to-all\"\ntx_depth = 1000\n",
+    )
+    .unwrap();
+    let mut fabric = s.build().unwrap();
+    let plans = s.flow_plan(0).unwrap();
+    let rec = FlowRecorder::shared(PS_PER_US);
+    assert!(attach_flows(&mut fabric, &plans, &rec, 1, &mut |_, e| e).is_ok());
+    let s = Scenario::parse(
+        "[topology]\nkind = \"single-switch\"\nhosts = 21\n[[flow]]\nop = \"send\"\nservice = \"ud\"\npattern = \"all-to-all\"\ntx_depth = 1000\n",
+    )
+    .unwrap();
+    let mut fabric = s.build().unwrap();
+    let plans = s.flow_plan(0).unwrap();
+    let e = attach_flows(&mut fabric, &plans, &rec, 1, &mut |_, e| e)
+        .err()
+        .expect("20 x 1000 WRs do not fit")
+        .to_string();
+    assert!(e.contains("lower tx_depth"), "{e}");
+}
