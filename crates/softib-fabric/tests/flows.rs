@@ -809,8 +809,7 @@ fn a_ud_table_whose_windows_overflow_its_qp_is_refused() {
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
     let e = attach_flows(&mut fabric, &plans, &rec, 1, &mut |_, e| e)
-        .err()
-        .expect("20 x 1000 WRs do not fit")
+        .expect_err("20 x 1000 WRs do not fit")
         .to_string();
     assert!(e.contains("lower tx_depth"), "{e}");
 }
