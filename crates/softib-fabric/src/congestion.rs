@@ -33,8 +33,9 @@ pub struct OutputState {
     /// one.
     pub queued_blocks: u32,
     /// How long the granted packet waited at the head of its input FIFO for this output VL
-    /// (from its request to this grant): the part of its queueing delay this output caused.
-    /// Time spent further back in the FIFO, behind packets bound elsewhere, is not counted.
+    /// (from its request, or from when its input's crossbar port freed if that was later,
+    /// to this grant): the part of its queueing delay this output caused. Time spent further
+    /// back in the FIFO, behind packets bound elsewhere, is not counted.
     pub head_wait_ps: Picos,
     /// `head_wait_ps` in 64-byte blocks of this output's link time: the data an
     /// output-queued port would have held ahead of the packet (rounded down).

@@ -995,7 +995,8 @@ impl Fabric {
         if let Some((ip, ivl)) = from {
             // Annex A10: the marking decision at the switch output, before the packet leaves.
             if vl != VL15 {
-                let head_wait = now - self.ports[ip as usize].head_since[ivl as usize];
+                let head_wait =
+                    now.saturating_sub(self.ports[ip as usize].head_since[ivl as usize]);
                 self.mark_congestion(qi, vl, id, now, (waited, requests, head_wait));
             }
             let blocks = self.pool.get(id).meta.blocks as u32;
@@ -1313,7 +1314,10 @@ impl Fabric {
             let (op, ovl, blocks) = (pkt.out_port, pkt.out_vl, pkt.meta.blocks);
             if self.ports[op as usize].link_up {
                 self.ports[op as usize].enqueue(ovl, Source::Input { port: ip, vl: ivl });
-                self.ports[ip as usize].head_since[ivl as usize] = self.now;
+                // Its wait for the output starts when its input's crossbar port is free:
+                // before that it waits for its own input, not for the output.
+                let input = &mut self.ports[ip as usize];
+                input.head_since[ivl as usize] = self.now.max(input.xbar_free_at);
                 self.kicks.push_back(op);
                 return;
             }

@@ -13,7 +13,7 @@
 //! The switches' crossbar runs at three times a 4x link (`crossbar_speedup_permille` 3000),
 //! as the 12x inter-switch port needs: with speed-up 1 an input feeds an output at the
 //! output's rate, so sw1's input from sw0 could move only 100 Gb/s in total, and h0..h3's
-//! fair 50 Gb/s to d would leave the victim 50 Gb/s whatever congestion control does.
+//! fair 50 Gb/s to d would make the victim's max-min fair share 50 Gb/s, not its link.
 
 mod support;
 
