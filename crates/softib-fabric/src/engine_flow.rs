@@ -902,10 +902,19 @@ pub fn attach_flows(
     let lid = |f: &Fabric, h: &str| f.lid(h).expect("the plan names hosts of this topology");
     // Completions a host's CQ may have to hold at once: every send and receive WR of its
     // QPs (it is polled after every engine interaction, so far fewer in practice).
+    // A receive queue shared by a table's flows (an SRQ, or the one UD QP of the table on
+    // the responder) counts once, not once per flow.
     let mut cq_depth: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut shared_rq: std::collections::BTreeSet<(&str, usize)> = Default::default();
     for p in plans {
         *cq_depth.entry(&p.src).or_default() += p.tx_depth as u64;
-        *cq_depth.entry(&p.dst).or_default() += p.recv.map_or(0, |r| r.depth as u64);
+        let dst = cq_depth.entry(&p.dst).or_default();
+        if let Some(r) = p.recv {
+            let shared = r.srq || p.service == Service::Ud;
+            if !shared || shared_rq.insert((p.dst.as_str(), p.table)) {
+                *dst += r.depth as u64;
+            }
+        }
     }
     for p in plans {
         for h in [&p.src, &p.dst] {
@@ -1238,8 +1247,8 @@ pub fn transport_counters(fabric: &mut Fabric, hosts: &[String]) -> Vec<HostTran
                 h,
                 &hca.device().counters(),
                 hca.encap_counters().rx_malformed,
-            );
-            t.qps = hca.device().qpns().count() as u64;
+            )
+            .with_footprint(&hca.device().footprint());
             let e = hca.encap_counters();
             if e.rx_processed > 0 {
                 t.rx_wait_mean_us = crate::report::summary::round(

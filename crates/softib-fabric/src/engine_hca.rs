@@ -347,7 +347,11 @@ impl Endpoint for EngineHca {
             let now = to_engine_nanos(tx.now());
             self.app.on_start(now, &mut self.dev);
         }
-        if self.pull(tx) > 0 && self.app.progress_on_transmit() {
+        self.pull(tx);
+        // Poll even when nothing was pulled now: the packets pulled by the previous
+        // `progress` completed their WRs as they left, and this call (their send queue
+        // slot freed) is the only moment left to see those completions and post more.
+        if self.app.progress_on_transmit() {
             self.progress(tx);
         }
     }

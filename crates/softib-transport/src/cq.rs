@@ -79,6 +79,11 @@ impl CompletionQueue {
     }
 
     /// Completions waiting to be polled.
+    /// Heap bytes: the reserved completion entries.
+    pub fn heap_bytes(&self) -> usize {
+        crate::footprint::slots::<WorkCompletion>(self.entries.capacity())
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -312,6 +312,50 @@ impl Device {
         crate::cc::sl_ccti(&self.sh, now, sl)
     }
 
+    /// The memory the state of QP `qpn` holds, measured from its structures
+    /// ([`crate::footprint`]).
+    pub fn qp_footprint(&self, qpn: u32) -> Option<crate::footprint::QpFootprint> {
+        self.qp(qpn).map(Qp::footprint)
+    }
+
+    /// The memory the device's state holds: QPs, CQs, SRQs, address handles, the region
+    /// table and the scheduler, measured from the structures ([`crate::footprint`]).
+    pub fn footprint(&self) -> crate::footprint::DeviceFootprint {
+        use crate::footprint::slots;
+        let sh = &self.sh;
+        crate::footprint::DeviceFootprint {
+            qps: self.qps.iter().flatten().count(),
+            address_handles: sh.ahs.iter().flatten().count(),
+            // A QP's fixed part lives in its table slot.
+            qp_bytes: slots::<Option<Qp>>(self.qps.capacity())
+                + self
+                    .qps
+                    .iter()
+                    .flatten()
+                    .map(|q| q.footprint().total() - std::mem::size_of::<Qp>())
+                    .sum::<usize>(),
+            cq_bytes: slots::<Option<CompletionQueue>>(sh.cqs.capacity())
+                + sh.cqs
+                    .iter()
+                    .flatten()
+                    .map(|q| q.heap_bytes())
+                    .sum::<usize>(),
+            srq_bytes: slots::<Option<SharedRecvQueue>>(sh.srqs.capacity())
+                + sh.srqs
+                    .iter()
+                    .flatten()
+                    .map(|q| q.queue.heap_bytes())
+                    .sum::<usize>(),
+            ah_bytes: slots::<Option<(PdHandle, AhAttr)>>(sh.ahs.capacity()),
+            mr_table_bytes: sh.mrs.heap_bytes(),
+            scheduler_bytes: slots::<u32>(self.ready.capacity())
+                + slots::<Reverse<(Nanos, u32, u8)>>(self.timers.capacity()),
+            device_bytes: std::mem::size_of::<Device>()
+                + slots::<AsyncEvent>(sh.events.capacity())
+                + slots::<u32>(self.dead_pds.capacity()),
+        }
+    }
+
     /// The state of a QP.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.qp(qpn).map(|q| q.state())

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 mod flags;
+pub mod footprint;
 
 pub mod cc;
 pub mod counters;

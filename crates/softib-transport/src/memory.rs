@@ -120,6 +120,11 @@ pub(crate) fn key_index(key: u32) -> usize {
 }
 
 impl MrTable {
+    /// Heap bytes of the table's slots (the registered memory itself is the application's).
+    pub fn heap_bytes(&self) -> usize {
+        crate::footprint::slots::<Option<MemoryRegion>>(self.slots.capacity())
+    }
+
     /// True when a live region belongs to `pd`.
     pub fn any_in_pd(&self, pd: PdHandle) -> bool {
         self.slots.iter().flatten().any(|mr| mr.pd == pd)

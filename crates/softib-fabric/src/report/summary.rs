@@ -483,9 +483,26 @@ pub struct HostTransport {
     pub rx_wait_mean_us: f64,
     /// Most received packets waiting for processing at once.
     pub rx_backlog_peak: u64,
+    /// Live address handles (UD destinations) on the device.
+    pub address_handles: u64,
+    /// Memory the transport engine's state holds, bytes, measured from its structures
+    /// (`Device::footprint`: QPs with their reserved queues, CQs, SRQs, AHs; registered
+    /// memory excluded).
+    pub engine_state_bytes: u64,
+    /// Of which the QPs (table slots and reserved queues).
+    pub qp_state_bytes: u64,
 }
 
 impl HostTransport {
+    /// Adds the device's measured state footprint.
+    pub fn with_footprint(mut self, f: &softib_transport::footprint::DeviceFootprint) -> Self {
+        self.qps = f.qps as u64;
+        self.address_handles = f.address_handles as u64;
+        self.engine_state_bytes = f.total() as u64;
+        self.qp_state_bytes = f.qp_bytes as u64;
+        self
+    }
+
     /// From a device's counters and the HCA's malformed-encapsulation count.
     pub fn new(host: &str, c: &softib_transport::DeviceCounters, rx_malformed: u64) -> Self {
         let q = &c.qp;
@@ -521,6 +538,9 @@ impl HostTransport {
             qps: 0,
             rx_wait_mean_us: 0.0,
             rx_backlog_peak: 0,
+            address_handles: 0,
+            engine_state_bytes: 0,
+            qp_state_bytes: 0,
         }
     }
 
@@ -547,6 +567,7 @@ impl HostTransport {
             ),
             ("device_drops", self.device_drops),
             ("qps", self.qps),
+            ("engine_state_bytes", self.engine_state_bytes),
         ]
     }
 }

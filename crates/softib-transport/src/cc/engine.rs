@@ -55,6 +55,13 @@ pub(crate) struct QpCc {
     gate_since: Nanos,
 }
 
+impl QpCc {
+    /// Heap bytes: the queue of CNPs waiting to leave.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        crate::footprint::slots::<PendingCnp>(self.cnp.capacity())
+    }
+}
+
 impl Qp {
     /// The service level whose CCA state applies to traffic of this QP (UD: the packet's).
     fn cc_sl(&self, packet_sl: u8) -> u8 {

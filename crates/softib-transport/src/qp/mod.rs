@@ -208,6 +208,19 @@ impl Qp {
         }
     }
 
+    /// The memory this QP's state holds ([`crate::footprint`]).
+    pub fn footprint(&self) -> crate::footprint::QpFootprint {
+        use crate::footprint::slots;
+        crate::footprint::QpFootprint {
+            fixed: std::mem::size_of::<Qp>(),
+            send_queue: self.sq.heap_bytes(),
+            recv_queue: self.rq.heap_bytes(),
+            responder: slots::<Response>(self.resp.queue.capacity())
+                + slots::<Resource>(self.resp.resources.capacity()),
+            congestion: self.cc.heap_bytes(),
+        }
+    }
+
     pub fn state(&self) -> QpState {
         self.attr.qp_state
     }

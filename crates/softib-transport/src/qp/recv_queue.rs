@@ -58,6 +58,17 @@ impl RecvQueue {
         self.wqes.pop_front()
     }
 
+    /// Heap bytes: the reserved WQE slots and the scatter/gather lists of the WQEs present.
+    pub fn heap_bytes(&self) -> usize {
+        use crate::footprint::slots;
+        slots::<RecvWqe>(self.wqes.capacity())
+            + self
+                .wqes
+                .iter()
+                .map(|w| slots::<Sge>(w.sges.capacity()))
+                .sum::<usize>()
+    }
+
     pub fn len(&self) -> usize {
         self.wqes.len()
     }

@@ -71,6 +71,26 @@ impl SendQueue {
         }
     }
 
+    /// Heap bytes: the reserved WQE slots, the scatter/gather lists and inline data of the
+    /// WQEs present, and the spare lists kept for reuse.
+    pub fn heap_bytes(&self) -> usize {
+        use crate::footprint::slots;
+        slots::<SendWqe>(self.wqes.capacity())
+            + self
+                .wqes
+                .iter()
+                .map(|w| {
+                    slots::<Sge>(w.sges.capacity()) + w.inline.as_ref().map_or(0, |v| v.capacity())
+                })
+                .sum::<usize>()
+            + slots::<Vec<Sge>>(self.spare.capacity())
+            + self
+                .spare
+                .iter()
+                .map(|v| slots::<Sge>(v.capacity()))
+                .sum::<usize>()
+    }
+
     pub fn depth(&self) -> u32 {
         self.depth
     }
