@@ -1,5 +1,7 @@
 //! The congestion-marking hook: a marker sees the output VL's queue and the FECN it sets
-//! reaches the destination engine, which returns BECN to the source.
+//! reaches the destination engine, which returns BECN to the source; the head-of-line wait
+//! it is offered blames the congested output, never an idle one whose packets are stuck
+//! behind heads bound elsewhere.
 
 mod support;
 
@@ -114,4 +116,75 @@ fn without_a_marker_nothing_is_marked() {
     assert_eq!(c.qp.fecn_received, 0);
     // The queue exists all the same: the switch reports it.
     assert!(f.queued_blocks("sw0", 3, 0).unwrap() > 0);
+}
+
+/// Records, per output port, the largest head-of-line wait and output-queued view seen at
+/// a grant; marks nothing.
+struct Recorder {
+    seen: Rc<std::cell::RefCell<std::collections::BTreeMap<u8, (u32, u32)>>>,
+}
+
+impl CongestionMarker for Recorder {
+    fn mark(&mut self, state: &OutputState, _packet: &PacketMeta) -> bool {
+        let mut seen = self.seen.borrow_mut();
+        let e = seen.entry(state.port).or_default();
+        e.0 = e.0.max(state.head_wait_blocks);
+        e.1 = e.1.max(state.queued_blocks);
+        false
+    }
+}
+
+#[test]
+fn the_head_of_line_wait_blames_the_congested_output_not_the_one_behind_it() {
+    // h1..h3 send to h4 and h0 alternates between h4 and h5 (the head-of-line case of
+    // tests/switching.rs): h0's packets for the idle h5 wait in the switch's input FIFO
+    // behind its packets for the congested h4.
+    let t = Topology::single_switch(6, 8).unwrap();
+    let mut f = Fabric::new(t, FabricConfig::default()).unwrap();
+    let seen = Rc::new(std::cell::RefCell::new(std::collections::BTreeMap::new()));
+    f.set_congestion_marker(Box::new(Recorder { seen: seen.clone() }));
+    let log = support::shared();
+    let (h4, h5) = (f.lid("h4").unwrap(), f.lid("h5").unwrap());
+    f.attach(
+        "h0",
+        Box::new(support::SprayingSource::new(
+            vec![h4, h5],
+            4096,
+            1_000_000,
+            0,
+            log.clone(),
+        )),
+    )
+    .unwrap();
+    for i in 1..4 {
+        f.attach(
+            &format!("h{i}"),
+            Box::new(support::SprayingSource::new(
+                vec![h4],
+                4096,
+                1_000_000,
+                i,
+                log.clone(),
+            )),
+        )
+        .unwrap();
+    }
+    f.attach("h4", Box::new(support::Sink { log: log.clone() }))
+        .unwrap();
+    f.attach("h5", Box::new(support::Sink { log })).unwrap();
+    f.run_until(200 * PS_PER_US);
+    let seen = seen.borrow();
+    // Switch ports 5 and 6 lead to h4 and h5; a 4 KiB packet is 65 blocks.
+    let (wait_h4, _) = seen[&5];
+    let (wait_h5, queued_h5) = seen[&6];
+    eprintln!("h4 port: head wait up to {wait_h4} blocks; h5 port: {wait_h5}, queued {queued_h5}");
+    // At h4's port a head waits for the three other inputs' packets.
+    assert!(wait_h4 >= 2 * 65, "head wait at h4's port {wait_h4} blocks");
+    // h5's port is idle whenever one of its packets reaches the head: it is never blamed,
+    // although packets routed to it pile up behind the heads bound for h4.
+    assert!(wait_h5 < 65, "head wait at h5's port {wait_h5} blocks");
+    assert!(
+        queued_h5 >= 2 * 65,
+        "h5's port had only {queued_h5} blocks routed to it"
+    );
 }
