@@ -26,6 +26,7 @@ const TESTED: &[&str] = &[
     "06-receiver-not-ready",
     "07-atomic-hotspot",
     "08-vl-starvation",
+    "09-rc-vs-ud-scale",
 ];
 
 #[test]
@@ -56,6 +57,11 @@ fn case_07_atomic_hotspot() {
 #[test]
 fn case_08_vl_starvation() {
     run_case("08-vl-starvation");
+}
+
+#[test]
+fn case_09_rc_vs_ud_scale() {
+    run_case("09-rc-vs-ud-scale");
 }
 
 #[test]

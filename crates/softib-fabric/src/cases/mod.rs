@@ -18,6 +18,7 @@ mod ack_timeout_storm;
 mod atomic_hotspot;
 mod credit_starvation;
 mod mtu_credits;
+mod rc_vs_ud;
 mod receiver_not_ready;
 mod vl_starvation;
 
@@ -65,7 +66,7 @@ pub struct Case {
     pub title: &'static str,
     /// Its scenarios, in the order tables show them.
     pub runs: &'static [CaseRun],
-    /// Scenario keys set for [`Scale::Quick`] (applied to every run).
+    /// Scenario keys set for [`Scale::Quick`]: `key` for every run, `role:key` for one.
     pub quick: &'static [(&'static str, &'static str)],
     /// Measures the runs and judges them.
     pub evaluate: fn(&Outcome) -> Result<Evaluation, CaseError>,
@@ -207,6 +208,7 @@ static CASES: &[Case] = &[
     receiver_not_ready::CASE,
     atomic_hotspot::CASE,
     vl_starvation::CASE,
+    rc_vs_ud::CASE,
 ];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is
@@ -233,24 +235,31 @@ impl Case {
         format!("scenarios/cases/{}/{role}.toml", self.slug)
     }
 
-    /// The overrides of `scale`, as (key, value) strings.
-    pub fn overrides(&self, scale: Scale) -> Vec<(String, String)> {
+    /// The overrides of `scale` for run `role`, as (key, value) strings. A quick key
+    /// written `role:key` applies to that run only.
+    pub fn overrides(&self, scale: Scale, role: &str) -> Vec<(String, String)> {
         match scale {
             Scale::Full => Vec::new(),
             Scale::Quick => self
                 .quick
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .filter_map(|(k, v)| match k.split_once(':') {
+                    Some((r, key)) if r == role => Some((key.to_string(), v.to_string())),
+                    Some(_) => None,
+                    None => Some((k.to_string(), v.to_string())),
+                })
                 .collect(),
         }
     }
 
     /// The scenario of `run` at `scale`.
     pub fn scenario(&self, run: &CaseRun, scale: Scale) -> Result<Scenario, CaseError> {
-        parse_with(run.text, &self.overrides(scale)).map_err(|source| CaseError::Scenario {
-            case: self.slug,
-            role: run.role,
-            source: Box::new(source),
+        parse_with(run.text, &self.overrides(scale, run.role)).map_err(|source| {
+            CaseError::Scenario {
+                case: self.slug,
+                role: run.role,
+                source: Box::new(source),
+            }
         })
     }
 
