@@ -961,9 +961,13 @@ impl Fabric {
         };
         let vl = grant.vl;
         let p = &mut self.ports[qi];
-        let src = p.out_q[vl as usize]
-            .remove(chosen[vl as usize])
-            .expect("granted VL has a request");
+        let queue = &mut p.out_q[vl as usize];
+        let src = if chosen[vl as usize] == 0 {
+            queue.pop_front()
+        } else {
+            queue.remove(chosen[vl as usize])
+        }
+        .expect("granted VL has a request");
         if p.out_q[vl as usize].is_empty() {
             p.nonempty &= !(1 << vl);
         }

@@ -85,7 +85,14 @@ impl HcaTx<'_> {
 
     /// Packets queued on all VLs of the port, not yet transmitting.
     pub fn backlog(&self) -> usize {
-        self.port.out_q.iter().map(|q| q.len()).sum()
+        // An HCA queues only on its operational data VLs and VL15 (`queue`, `send_with`), so
+        // the other queues are empty and not worth reading: on a large fabric each is a cache
+        // miss, and the engine adapter asks before every packet it pulls.
+        let data: usize = self.port.out_q[..self.port.op_vls as usize]
+            .iter()
+            .map(|q| q.len())
+            .sum();
+        data + self.port.out_q[VL15 as usize].len()
     }
 
     /// Whether some operational data VL's send queue is below the depth.
