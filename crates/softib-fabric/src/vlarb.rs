@@ -111,6 +111,11 @@ pub struct VlArbiter {
     high_units: u32,
     /// Data VLs named in a table with non-zero weight (others can never be sent).
     served: u16,
+    /// When a single low-priority entry (index, VL) is the only one with a weight (the
+    /// one-VL configuration without QoS), the choice depends on nothing but whether that VL
+    /// is ready: `select` and `commit` then skip the tables, which live in their own heap
+    /// allocations, a cache miss per decision on a large fabric.
+    solo: Option<(usize, u8)>,
 }
 
 impl VlArbiter {
@@ -126,12 +131,27 @@ impl VlArbiter {
             .chain(config.low.iter())
             .filter(|e| e.weight > 0)
             .fold(0u16, |m, e| m | 1 << e.vl);
+        let weighted = |t: &[ArbEntry]| {
+            t.iter()
+                .enumerate()
+                .filter(|(_, e)| e.weight > 0)
+                .map(|(i, e)| (i, e.vl))
+                .collect::<Vec<_>>()
+        };
+        let solo = match (
+            weighted(&config.high).len(),
+            weighted(&config.low).as_slice(),
+        ) {
+            (0, &[only]) => Some(only),
+            _ => None,
+        };
         VlArbiter {
             config,
             high: TableState::default(),
             low: TableState::default(),
             high_units: 0,
             served,
+            solo,
         }
     }
 
@@ -152,6 +172,13 @@ impl VlArbiter {
             return Some(Grant {
                 vl: VL15,
                 table: Table::Management,
+            });
+        }
+        if let Some((index, vl)) = self.solo {
+            // Entries without weight are never chosen, so the table state cannot matter.
+            return (ready & (1 << vl) != 0).then_some(Grant {
+                vl,
+                table: Table::Low(index),
             });
         }
         let high = self.high.peek(&self.config.high, ready);
@@ -192,7 +219,9 @@ impl VlArbiter {
                 self.high_units += units;
             }
             Table::Low(i) => {
-                self.low.commit(&self.config.low, i, units);
+                if self.solo.is_none() {
+                    self.low.commit(&self.config.low, i, units);
+                }
                 self.high_units = 0;
             }
         }
@@ -225,6 +254,42 @@ mod tests {
             sent[g.vl as usize] += units as u64;
         }
         sent
+    }
+
+    #[test]
+    fn a_single_weighted_entry_decides_like_the_tables() {
+        // One weighted low entry among zero-weight ones: the shortcut must grant exactly what
+        // walking the tables grants, whatever is ready.
+        let config = VlArbConfig {
+            high: vec![e(1, 0), e(2, 0)],
+            low: vec![e(0, 0), e(3, 10), e(5, 0)],
+            high_limit: 0,
+        };
+        let mut fast = VlArbiter::new(config.clone());
+        assert_eq!(fast.solo, Some((1, 3)));
+        let mut slow = VlArbiter::new(config);
+        slow.solo = None;
+        let mut x = 0x9e37_79b9_u32;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let ready = (x & 0xffff) as u16 & 0b1000_0000_0010_1111;
+            let (g, h) = (fast.select(ready), slow.select(ready));
+            assert_eq!(g, h, "ready {ready:#b}");
+            if let Some(g) = g {
+                let units = 1 + (x >> 20) as u16 % 70;
+                fast.commit(g, units);
+                slow.commit(g, units);
+            }
+        }
+        assert_eq!(VlArbiter::new(VlArbConfig::single_vl()).solo, Some((0, 0)));
+        let two = VlArbConfig {
+            high: vec![],
+            low: vec![e(0, 1), e(1, 1)],
+            high_limit: 0,
+        };
+        assert_eq!(VlArbiter::new(two).solo, None);
     }
 
     #[test]
