@@ -83,6 +83,16 @@ pub struct SimArgs {
     /// (LINKTYPE_INFINIBAND, CRCs as on the wire; `softib decode` reads it).
     #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
     pub pcap: Vec<String>,
+    /// Capture what crosses these ports in both directions (NODE:PORT, comma-separated or
+    /// repeated, switch ports too; adds to the scenario's `pcap_ports`) into capture.pcap.
+    /// Link-level flow-control packets are not captured (LINKTYPE_INFINIBAND has no way to
+    /// tell them from data packets); the counters give their number.
+    #[arg(
+        long = "pcap-port",
+        value_name = "NODE:PORT,...",
+        value_delimiter = ','
+    )]
+    pub pcap_port: Vec<String>,
     /// Write no files, only print.
     #[arg(long, conflicts_with = "out")]
     pub no_files: bool,
@@ -225,6 +235,7 @@ fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
 fn options(args: &SimArgs) -> RunOptions {
     RunOptions {
         capture_hosts: args.pcap.clone(),
+        capture_ports: args.pcap_port.clone(),
     }
 }
 

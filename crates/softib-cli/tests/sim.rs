@@ -462,3 +462,172 @@ fn pcap_of_a_port_decodes_with_valid_crcs() {
     );
     assert!(e.contains("cannot capture `h9`"), "{e}");
 }
+
+/// One RC WRITE flow h0 -> h1 through one switch that ends well inside the run, so every
+/// packet has crossed every port by the end; the switch port towards h1 is tapped.
+const TAPPED: &str = r#"
+seed = 5
+duration_us = 60
+pcap_ports = ["sw0:2"]
+[fabric]
+link_speed = "EDR"
+[topology]
+kind = "single-switch"
+hosts = 2
+switch_ports = 4
+[[flow]]
+op = "write"
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+size = 65536
+iterations = 4
+tx_depth = 2
+"#;
+
+/// Counters of `port` in a summary.json.
+fn port_json<'a>(s: &'a serde_json::Value, port: &str) -> &'a serde_json::Value {
+    s["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == port)
+        .unwrap_or_else(|| panic!("no port {port}"))
+}
+
+#[test]
+fn pcap_of_chosen_ports_has_both_directions_and_tshark_reads_it() {
+    let dir = tmp("pcap-ports");
+    let sc = scenario(&dir, "tapped.toml", TAPPED);
+    let out_dir = dir.join("out");
+    // The scenario taps the switch port towards h1; the command line adds h0's port.
+    ok(&softib()
+        .arg("sim")
+        .arg(&sc)
+        .args(["--pcap-port", "h0:1", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap());
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("summary.json")).unwrap()).unwrap();
+    let count = |port: &str, key: &str| port_json(&s, port)[key].as_u64().unwrap();
+    // h0 sends only WRITEs (to LID 2), h1 only ACKs (to LID 1).
+    let to_h1 = count("sw0:2", "PortXmitPkts") + count("h0:1", "PortXmitPkts");
+    let to_h0 = count("sw0:2", "PortRcvPkts") + count("h0:1", "PortRcvPkts");
+    assert_eq!(count("sw0:2", "PortXmitPkts"), 64, "4 x 64 KiB at MTU 4096");
+    assert_eq!(count("sw0:2", "PortRcvPkts"), count("h0:1", "PortRcvPkts"));
+    assert!(to_h0 >= 2, "the ACKs come back");
+
+    let text = ok(&softib()
+        .arg("decode")
+        .arg(out_dir.join("capture.pcap"))
+        .output()
+        .unwrap());
+    let frames: Vec<&str> = text.lines().filter(|l| l.contains(" LID ")).collect();
+    assert_eq!(frames.len() as u64, to_h1 + to_h0, "{text}");
+    let writes = frames
+        .iter()
+        .filter(|l| l.contains("LID 1 -> LID 2") && l.contains("RDMA_WRITE_"))
+        .count() as u64;
+    let acks = frames
+        .iter()
+        .filter(|l| l.contains("LID 2 -> LID 1") && l.contains("ACKNOWLEDGE"))
+        .count() as u64;
+    assert_eq!((writes, acks), (to_h1, to_h0), "{text}");
+    assert!(
+        frames.iter().all(|l| l.ends_with("icrc=ok vcrc=ok")),
+        "{text}"
+    );
+    // Nanosecond timestamps of simulated time, in order; the first is no earlier than the
+    // end of h0's first packet on its link (4138 bytes with the RETH: 331 ns at 100 Gb/s),
+    // the last within the run.
+    let pcap = std::fs::read(out_dir.join("capture.pcap")).unwrap();
+    let mut times = Vec::new();
+    let mut at = 24;
+    while at + 16 <= pcap.len() {
+        let word = |i: usize| u32::from_ne_bytes(pcap[at + i..at + i + 4].try_into().unwrap());
+        times.push(word(0) as u64 * 1_000_000_000 + word(4) as u64);
+        at += 16 + word(8) as usize;
+    }
+    assert_eq!(times.len(), frames.len());
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert!(times[0] >= 331, "{times:?}");
+    assert!(*times.last().unwrap() <= 60_000, "{times:?}");
+
+    // tshark 4.0 does not map LINKTYPE_INFINIBAND (247): the same frames as LINKTYPE_USER0
+    // with Wireshark's `infiniband` dissector as its user DLT (softib_wire::pcap).
+    let mut pcap = pcap;
+    assert_eq!(u32::from_ne_bytes(pcap[20..24].try_into().unwrap()), 247);
+    pcap[20..24].copy_from_slice(&147u32.to_ne_bytes());
+    let user0 = dir.join("user0.pcap");
+    std::fs::write(&user0, &pcap).unwrap();
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&user0)
+        .args([
+            "-o",
+            r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#,
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.lrh.dlid",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "_ws.malformed",
+            "-e",
+            "_ws.expert.severity",
+        ])
+        .output()
+        .expect("tshark is needed for this test (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fields = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = fields.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), frames.len(), "{fields}");
+    // WRITE FIRST/MIDDLE/LAST are RC opcodes 6, 7, 8; ACKNOWLEDGE is 17.
+    let tw = rows
+        .iter()
+        .filter(|r| r[0] == "2" && ["6", "7", "8"].contains(&r[1]))
+        .count() as u64;
+    let ta = rows.iter().filter(|r| r[0] == "1" && r[1] == "17").count() as u64;
+    assert_eq!((tw, ta), (to_h1, to_h0), "{fields}");
+    assert!(
+        rows.iter().all(|r| r[2..].iter().all(|f| f.is_empty())),
+        "tshark found something malformed or worth a warning:\n{fields}"
+    );
+
+    // A port that does not exist, or has no cable, is refused with the key and line.
+    let bad = scenario(
+        &dir,
+        "bad.toml",
+        &TAPPED.replace(r#"pcap_ports = ["sw0:2"]"#, r#"pcap_ports = ["sw0:4"]"#),
+    );
+    let e = failed(
+        &softib()
+            .arg("sim")
+            .arg(&bad)
+            .arg("--no-files")
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        e.contains("pcap_ports[0]") && e.contains("line 4") && e.contains("no cable"),
+        "{e}"
+    );
+    let e = failed(
+        &softib()
+            .arg("sim")
+            .arg(&sc)
+            .args(["--pcap-port", "sw9:1", "--no-files"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        e.contains("cannot capture port `sw9:1`: no node called `sw9`"),
+        "{e}"
+    );
+}

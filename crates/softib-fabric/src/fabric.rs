@@ -202,6 +202,8 @@ pub struct Fabric {
     /// The congestion-control setting the subnet manager pushes to the CAs, for the engine
     /// HCAs attached later (`None`: CC off at the CAs).
     ca_cc: Option<crate::cc_switch::OpensmCc>,
+    /// Port taps (`None`: nothing is watched, the common case costs one test per packet).
+    tap: Option<Box<crate::tap::Taps>>,
 }
 
 impl Fabric {
@@ -387,6 +389,7 @@ impl Fabric {
             delivered: 0,
             marker: None,
             ca_cc: None,
+            tap: None,
         })
     }
 
@@ -430,6 +433,38 @@ impl Fabric {
             return None;
         }
         Some(self.node_first_port[n] as usize + port as usize - 1)
+    }
+
+    /// Hands every packet that crosses one of `ports` (node name, port number), in either
+    /// direction, to `sink` (see [`crate::tap`]). Replaces earlier taps. Fails, naming the
+    /// port, if a port does not exist or has no cable.
+    pub fn set_tap(
+        &mut self,
+        ports: &[(String, u8)],
+        sink: Box<dyn crate::tap::WireTap>,
+    ) -> Result<(), BuildError> {
+        let mut idx = Vec::with_capacity(ports.len());
+        for (name, port) in ports {
+            let i = self
+                .port_index(name, *port)
+                .ok_or_else(|| BuildError::Setting {
+                    key: "pcap port",
+                    reason: format!("`{name}` has no port {port}"),
+                })?;
+            if self.ports[i].peer == NO_PEER {
+                return Err(BuildError::Setting {
+                    key: "pcap port",
+                    reason: format!("port {port} of `{name}` has no cable"),
+                });
+            }
+            idx.push(i);
+        }
+        self.tap = Some(Box::new(crate::tap::Taps::new(
+            self.ports.len(),
+            &idx,
+            sink,
+        )));
+        Ok(())
     }
 
     /// Counters of port `port` of node `name` as of now.
@@ -1029,6 +1064,9 @@ impl Fabric {
             }
         }
         let meta = pkt.meta;
+        if let Some(tap) = self.tap.as_mut() {
+            tap.see(qi, peer as usize, now + ser, tail, self.pool.get(id));
+        }
         self.transmit_to(
             peer,
             id,

@@ -36,6 +36,7 @@ pub mod rng;
 pub mod routing;
 pub mod scenario;
 pub mod stream;
+pub mod tap;
 pub mod time;
 pub mod topology;
 pub mod vlarb;

@@ -194,6 +194,28 @@ pub struct TopologySection {
     pub links: Vec<LinkEntry>,
 }
 
+/// Resolves `"NODE:PORT"` to (node name, port number) in `topo`, checking that the port
+/// exists and has a cable; the error says what is wrong with the text.
+pub fn parse_port_ref(topo: &Topology, text: &str) -> Result<(String, u8), String> {
+    let Some((name, port)) = text.rsplit_once(':') else {
+        return Err(format!("`{text}` is not NODE:PORT (e.g. \"sw0:3\")"));
+    };
+    let Some(node) = topo.node_by_name(name) else {
+        return Err(format!("no node called `{name}`"));
+    };
+    let Ok(port) = port.parse::<u8>() else {
+        return Err(format!("`{port}` is not a port number"));
+    };
+    let cabled = topo
+        .links
+        .iter()
+        .any(|l| (l.a.node == node && l.a.port == port) || (l.b.node == node && l.b.port == port));
+    if !cabled {
+        return Err(format!("port {port} of `{name}` has no cable"));
+    }
+    Ok((name.to_string(), port))
+}
+
 /// A whole scenario file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -226,6 +248,10 @@ pub struct Scenario {
     /// Per-host behaviour of engine HCAs ([`crate::host_model`]).
     #[serde(default)]
     pub host: Vec<crate::host_model::HostEntry>,
+    /// Ports whose traffic `softib sim` captures in both directions into `capture.pcap`,
+    /// as `"NODE:PORT"` (switch ports too; see [`crate::tap`]).
+    #[serde(default)]
+    pub pcap_ports: Vec<Spanned<String>>,
     #[serde(skip)]
     source: String,
 }
@@ -242,7 +268,24 @@ impl Scenario {
         s.fault_check()?;
         s.host_models()?;
         s.congestion_control()?;
+        s.capture_ports()?;
         Ok(s)
+    }
+
+    /// The ports of `pcap_ports` as (node name, port number), each checked to exist and be
+    /// cabled.
+    pub fn capture_ports(&self) -> Result<Vec<(String, u8)>, ScenarioError> {
+        let topo = self.topology()?;
+        let mut out = Vec::with_capacity(self.pcap_ports.len());
+        for (i, entry) in self.pcap_ports.iter().enumerate() {
+            let key = format!("pcap_ports[{i}]");
+            let text = entry.get_ref();
+            match parse_port_ref(&topo, text) {
+                Ok(p) => out.push(p),
+                Err(reason) => return self.invalid(&key, entry.span(), reason),
+            }
+        }
+        Ok(out)
     }
 
     /// Reads and parses a scenario file.

@@ -1,13 +1,18 @@
-//! A pcap of what chosen HCA ports receive (`LINKTYPE_INFINIBAND`: LRH through VCRC, with
-//! the ICRC and VCRC materialised as the last link carried them), timestamped with
-//! simulated time. `softib decode` reads it; see `softib_wire::pcap` for Wireshark.
+//! A pcap of what chosen HCAs receive and of what crosses chosen ports in both directions
+//! (switch ports included; see [`crate::tap`]), as `LINKTYPE_INFINIBAND`: LRH through VCRC,
+//! with the ICRC and VCRC materialised as the link carried them, timestamped with the
+//! simulated time the packet's last byte crossed the port (nanosecond pcap). `softib
+//! decode` reads it; see `softib_wire::pcap` for Wireshark.
 //!
-//! The capture is kept in memory and written with the report; past [`MAX_CAPTURE_BYTES`]
-//! further frames are counted, not stored, so a long run cannot exhaust memory.
+//! The capture is kept in memory and written with the report, frames in time order (a port
+//! tap sees a packet it receives only after later packets it sent have been recorded);
+//! past [`MAX_CAPTURE_BYTES`] further frames are counted, not stored, so a long run cannot
+//! exhaust memory.
 
 use crate::crc::wire_image;
 use crate::hca::{Endpoint, HcaTx};
 use crate::packet::Packet;
+use crate::tap::WireTap;
 use crate::time::Picos;
 use softib_wire::pcap::{CaptureWriter, LinkType};
 use std::cell::RefCell;
@@ -19,7 +24,9 @@ pub const MAX_CAPTURE_BYTES: usize = 256 << 20;
 
 /// The frames captured so far.
 pub struct Capture {
-    writer: Option<CaptureWriter<Vec<u8>>>,
+    /// (time, order of recording, range in `data`) of every stored frame.
+    index: Vec<(Picos, u64, usize, usize)>,
+    data: Vec<u8>,
     scratch: Vec<u8>,
     stored_bytes: usize,
     /// Frames written.
@@ -34,10 +41,9 @@ pub type SharedCapture = Rc<RefCell<Capture>>;
 impl Capture {
     /// An empty capture.
     pub fn shared() -> SharedCapture {
-        let writer = CaptureWriter::new(Vec::new(), LinkType::InfiniBand)
-            .expect("writing a pcap header into memory cannot fail");
         Rc::new(RefCell::new(Capture {
-            writer: Some(writer),
+            index: Vec::new(),
+            data: Vec::new(),
             scratch: Vec::new(),
             stored_bytes: 0,
             frames: 0,
@@ -51,27 +57,49 @@ impl Capture {
             return;
         }
         wire_image(p, &mut self.scratch);
-        let ts = Duration::new(
-            at / 1_000_000_000_000,
-            ((at % 1_000_000_000_000) / 1000) as u32,
-        );
-        // Frames are at most 8,190 bytes, well under the snap length: this cannot fail.
-        let Some(w) = self.writer.as_mut() else {
-            self.dropped += 1;
-            return;
-        };
-        if w.write(ts, &self.scratch).is_ok() {
-            self.stored_bytes += self.scratch.len();
-            self.frames += 1;
-        }
+        let start = self.data.len();
+        self.data.extend_from_slice(&self.scratch);
+        self.index.push((at, self.frames, start, self.data.len()));
+        self.stored_bytes += self.scratch.len();
+        self.frames += 1;
     }
 
-    /// The pcap file's bytes; the capture stores nothing after this.
-    pub fn take_bytes(&mut self) -> Vec<u8> {
-        self.writer
-            .take()
-            .and_then(|w| w.into_inner().ok())
-            .unwrap_or_default()
+    /// The pcap file's bytes, frames in time order (ties in recording order), without the
+    /// frames whose last byte had not crossed their port by `end` (a tap records a packet
+    /// when it starts on the wire; at the end of a run some are still crossing). The
+    /// capture stores nothing after this.
+    pub fn take_bytes(&mut self, end: Picos) -> Vec<u8> {
+        let mut index = std::mem::take(&mut self.index);
+        index.retain(|&(at, ..)| at <= end);
+        let data = std::mem::take(&mut self.data);
+        index.sort_unstable_by_key(|&(at, seq, _, _)| (at, seq));
+        let mut w = CaptureWriter::new(
+            Vec::with_capacity(24 + data.len() + 16 * index.len()),
+            LinkType::InfiniBand,
+        )
+        .expect("writing a pcap header into memory cannot fail");
+        for (at, _, a, b) in index {
+            let ts = Duration::new(
+                at / 1_000_000_000_000,
+                ((at % 1_000_000_000_000) / 1000) as u32,
+            );
+            // Frames are at most 8,190 bytes, under the snap length, and simulated time
+            // stays far below the year 2106: this cannot fail.
+            if w.write(ts, &data[a..b]).is_err() {
+                self.dropped += 1;
+            }
+        }
+        w.into_inner().unwrap_or_default()
+    }
+}
+
+/// The sink of a fabric's port taps ([`crate::fabric::Fabric::set_tap`]) that records into a
+/// capture.
+pub struct TapCapture(pub SharedCapture);
+
+impl WireTap for TapCapture {
+    fn on_wire(&mut self, at: Picos, packet: &Packet) {
+        self.0.borrow_mut().record(at, packet);
     }
 }
 

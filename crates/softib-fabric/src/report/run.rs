@@ -2,7 +2,7 @@
 //! describes (every HCA that sends or receives is metered for the flow statistics), runs to
 //! the scenario's duration and builds the [`Report`].
 
-use super::capture::{Capture, Captured};
+use super::capture::{Capture, Captured, TapCapture};
 use super::cc::CcSummary;
 use super::flows::{FlowRecorder, Metered};
 use super::{Report, RunMeta};
@@ -59,6 +59,9 @@ pub enum RunError {
 pub struct RunOptions {
     /// HCAs whose received packets go into `capture.pcap`.
     pub capture_hosts: Vec<String>,
+    /// Ports (`"NODE:PORT"`) whose traffic in both directions goes into `capture.pcap`,
+    /// besides the scenario's `pcap_ports`.
+    pub capture_ports: Vec<String>,
 }
 
 /// Runs `s` (named `name` in the report) with default options.
@@ -87,7 +90,18 @@ pub fn run_with(
             )));
         }
     }
-    let capture = (!opts.capture_hosts.is_empty()).then(Capture::shared);
+    let mut ports = s.capture_ports()?;
+    for p in &opts.capture_ports {
+        let port = crate::scenario::parse_port_ref(fabric.topology(), p)
+            .map_err(|e| RunError::Capture(format!("cannot capture port `{p}`: {e}")))?;
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    let capture = (!opts.capture_hosts.is_empty() || !ports.is_empty()).then(Capture::shared);
+    if let (Some(c), false) = (&capture, ports.is_empty()) {
+        fabric.set_tap(&ports, Box::new(TapCapture(c.clone())))?;
+    }
     let mut wrap = |host: &str, ep: Box<dyn Endpoint>| -> Box<dyn Endpoint> {
         match &capture {
             Some(c) if opts.capture_hosts.iter().any(|h| h == host) => {
@@ -184,7 +198,7 @@ pub fn run_with(
         report.set_congestion_control(CcSummary::from_trace(trace, roles, &names));
     }
     if let Some(c) = capture {
-        report.pcap = Some(c.borrow_mut().take_bytes());
+        report.pcap = Some(c.borrow_mut().take_bytes(total));
     }
     Ok(report)
 }
