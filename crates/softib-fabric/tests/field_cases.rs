@@ -23,6 +23,7 @@ const TESTED: &[&str] = &[
     "01-credit-starvation",
     "02-ack-timeout-storm",
     "04-mtu-vs-credits",
+    "05-credits-or-cc",
     "06-receiver-not-ready",
     "07-atomic-hotspot",
     "08-vl-starvation",
@@ -42,6 +43,11 @@ fn case_02_ack_timeout_storm() {
 #[test]
 fn case_04_mtu_vs_credits() {
     run_case("04-mtu-vs-credits");
+}
+
+#[test]
+fn case_05_credits_or_cc() {
+    run_case("05-credits-or-cc");
 }
 
 #[test]

@@ -17,6 +17,7 @@ pub mod measure;
 mod ack_timeout_storm;
 mod atomic_hotspot;
 mod credit_starvation;
+mod credits_or_cc;
 mod mtu_credits;
 mod rc_vs_ud;
 mod receiver_not_ready;
@@ -205,6 +206,7 @@ static CASES: &[Case] = &[
     credit_starvation::CASE,
     ack_timeout_storm::CASE,
     mtu_credits::CASE,
+    credits_or_cc::CASE,
     receiver_not_ready::CASE,
     atomic_hotspot::CASE,
     vl_starvation::CASE,
