@@ -22,6 +22,7 @@ fn run_case(id: &str) {
 const TESTED: &[&str] = &[
     "01-credit-starvation",
     "02-ack-timeout-storm",
+    "03-cc-slope",
     "04-mtu-vs-credits",
     "05-credits-or-cc",
     "06-receiver-not-ready",
@@ -38,6 +39,11 @@ fn case_01_credit_starvation() {
 #[test]
 fn case_02_ack_timeout_storm() {
     run_case("02-ack-timeout-storm");
+}
+
+#[test]
+fn case_03_cc_slope() {
+    run_case("03-cc-slope");
 }
 
 #[test]

@@ -16,6 +16,7 @@ pub mod measure;
 
 mod ack_timeout_storm;
 mod atomic_hotspot;
+mod cc_slope;
 mod credit_starvation;
 mod credits_or_cc;
 mod mtu_credits;
@@ -205,6 +206,7 @@ pub fn all() -> &'static [Case] {
 static CASES: &[Case] = &[
     credit_starvation::CASE,
     ack_timeout_storm::CASE,
+    cc_slope::CASE,
     mtu_credits::CASE,
     credits_or_cc::CASE,
     receiver_not_ready::CASE,
