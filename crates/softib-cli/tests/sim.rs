@@ -631,3 +631,124 @@ fn pcap_of_chosen_ports_has_both_directions_and_tshark_reads_it() {
         "{e}"
     );
 }
+
+/// The tables added after the first scenario format ([[host]], [[fault]], management
+/// streams, the newer [[flow]] keys, [congestion_control]): a mistake in each is refused with
+/// the key and the line, once, without a panic.
+#[test]
+fn mistakes_in_the_newer_tables_name_the_key_and_line() {
+    // Seven lines; each case's table starts on line 8.
+    let base = "seed = 1\nduration_us = 10\n[topology]\nkind = \"single-switch\"\nhosts = 3\n\
+                switch_ports = 8\n\n";
+    let flow = "[[flow]]\nop = \"send\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n";
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[[host]]\nname = \"h0\"\nresponder_delay = 5\n",
+            &[
+                "line 10",
+                "unknown field `responder_delay`",
+                "responder_delay_ns",
+            ],
+        ),
+        (
+            "[[host]]\nname = \"h0\"\nresponder_delay_ns = -5\n",
+            &["line 10", "responder_delay_ns", "-5"],
+        ),
+        (
+            "[[host]]\nname = \"h7\"\nresponder_delay_ns = 5\n",
+            &["line 9: host[0].name", "`h7` runs no [[flow]]"],
+        ),
+        (
+            "[[fault]]\nlink = \"sw0:7\"\ndown_us = 2\n",
+            &["line 9: fault[0].link: port 7 of `sw0` has no cable"],
+        ),
+        (
+            "[[fault]]\nlink = \"sw0:1\"\ndown_us = 5\nup_us = 3\n",
+            &["line 11: fault[0].up_us", "not after down_us"],
+        ),
+        (
+            "[[fault]]\nkind = \"stall\"\nnode = \"h0\"\n",
+            &["line 9", "unknown variant `stall`"],
+        ),
+        (
+            "[[stream]]\nkind = \"management\"\npattern = \"one-to-one\"\nsrc = \"h0\"\n\
+             dst = \"h1\"\nsl = 2\n",
+            &["line 13: stream[0].sl", "VL15"],
+        ),
+        (
+            "[[stream]]\nkind = \"mgmt\"\npattern = \"one-to-one\"\n",
+            &["line 9", "unknown variant `mgmt`", "management"],
+        ),
+        (
+            &format!("{flow}srq = \"yes\"\n"),
+            &["line 13", "srq", "expected a boolean"],
+        ),
+        (
+            &format!("{flow}stagger = 3\n"),
+            &["line 13", "unknown field `stagger`", "stagger_us"],
+        ),
+        (
+            &format!("{flow}rq_depth = 0\n"),
+            &["line 13: flow[0].rq_depth", "1..=16384"],
+        ),
+        (
+            "[[flow]]\nop = \"write\"\nservice = \"ud\"\npattern = \"one-to-one\"\nsrc = \"h0\"\n\
+             dst = \"h1\"\n",
+            &["line 10: flow[0].service", "UD only SEND"],
+        ),
+        (
+            "[[flow]]\nop = \"atomic\"\natomic = \"fetch_and_add\"\n",
+            &["line 10", "unknown variant `fetch_and_add`", "fetch_add"],
+        ),
+        (
+            "[congestion_control]\ncongestion_control = true\ncc_sw_cong_setting_threshold = 99\n",
+            &[
+                "line 10: congestion_control.cc_sw_cong_setting_threshold",
+                "at most 15",
+            ],
+        ),
+        (
+            "[congestion_control]\ncongestion_control = true\ncc_no_such_key = 1\n",
+            &[
+                "line 10: congestion_control.cc_no_such_key",
+                "not an OpenSM congestion control key",
+            ],
+        ),
+        (
+            "[congestion_control]\ncc_ca_cong_setting_foo = 1\n",
+            &["line 9: congestion_control.cc_ca_cong_setting_foo"],
+        ),
+        (
+            "pcap_ports = [\"sw0:1\", \"sw0\"]\n",
+            // A top-level key, so it goes first (line 1), before the tables.
+            &["line 1: pcap_ports[1]", "is not NODE:PORT"],
+        ),
+    ];
+    let dir = tmp("bad-newer");
+    for (i, (table, wanted)) in cases.iter().enumerate() {
+        let text = if table.starts_with("pcap_ports") {
+            format!("{table}{base}")
+        } else {
+            format!("{base}{table}")
+        };
+        let sc = scenario(&dir, &format!("case{i}.toml"), &text);
+        let e = failed(
+            &softib()
+                .arg("sim")
+                .arg(&sc)
+                .arg("--no-files")
+                .output()
+                .unwrap(),
+        );
+        for w in *wanted {
+            assert!(e.contains(w), "case {i}: `{w}` not in:\n{e}");
+        }
+        // Said once: a chain of error causes must not repeat the parser's message.
+        let first_line = e.lines().next().unwrap();
+        assert_eq!(
+            e.matches(first_line).count(),
+            1,
+            "case {i} repeats itself:\n{e}"
+        );
+    }
+}

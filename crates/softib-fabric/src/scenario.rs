@@ -47,7 +47,8 @@ use toml::Spanned;
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     /// Syntax, unknown key or wrongly typed value (the message names key, line and column).
-    #[error("{0}")]
+    /// Transparent, so that a chain of causes does not print the message twice.
+    #[error(transparent)]
     Parse(#[from] toml::de::Error),
     /// A value that parsed but makes no sense.
     #[error("line {line}: {key}: {reason}")]
@@ -60,7 +61,7 @@ pub enum ScenarioError {
         reason: String,
     },
     /// The fabric could not be built from otherwise valid settings.
-    #[error("{0}")]
+    #[error(transparent)]
     Build(#[from] BuildError),
     /// The file could not be read.
     #[error("cannot read scenario {path}: {source}")]
@@ -627,12 +628,18 @@ impl Scenario {
         let mut spans = Vec::new();
         for (key, value) in table {
             let full = format!("congestion_control.{key}");
-            if key != "congestion_control" && !key.starts_with("cc_") {
+            // opensm.conf's other keys are ignored by the OpenSM parser (a whole opensm.conf
+            // is valid input there); in this table anything else is a typo.
+            let known = key == "congestion_control"
+                || key == "cc_cct"
+                || key.starts_with("cc_sw_cong_setting_")
+                || key.starts_with("cc_ca_cong_setting_");
+            if !known {
                 return self.invalid(
                     &full,
                     value.span(),
-                    "not an OpenSM congestion control key (congestion_control, cc_sw_*, \
-                     cc_ca_*, cc_cct)"
+                    "not an OpenSM congestion control key (congestion_control, \
+                     cc_sw_cong_setting_*, cc_ca_cong_setting_*, cc_cct)"
                         .into(),
                 );
             }
