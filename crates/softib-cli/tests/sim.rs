@@ -196,7 +196,7 @@ fn two_runs_write_identical_files_and_the_seed_is_recorded() {
             .arg(&sc)
             .arg("--seed")
             .arg("42")
-            .arg("--out")
+            .args(["--pcap-port", "sw0:1", "--out"])
             .arg(&out_dir)
             .output()
             .unwrap());
@@ -213,7 +213,10 @@ fn two_runs_write_identical_files_and_the_seed_is_recorded() {
         files.sort();
         runs.push(files);
     }
-    assert_eq!(runs[0].len(), 6);
+    // summary.json, counters.csv, flows.csv, three plots and the capture.
+    assert_eq!(runs[0].len(), 7);
+    let pcap = &runs[0].iter().find(|f| f.0 == "capture.pcap").unwrap().1;
+    assert!(pcap.len() > 24 + 100 * 4000, "{} bytes", pcap.len());
     for (a, b) in runs[0].iter().zip(&runs[1]) {
         assert_eq!(a.0, b.0);
         assert!(a.1 == b.1, "{} differs between two runs", a.0);
