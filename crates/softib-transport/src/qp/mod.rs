@@ -30,11 +30,19 @@ pub(crate) enum TimerKind {
     Rnr = 1,
     /// Congestion control: paced packets wait until it expires (`cc/engine.rs`).
     Pacing = 2,
+    /// RC: a gap signal was set aside as older than the last go-back; when this expires
+    /// the requester checks whether the go-back repaired that gap (`rc/recovery.rs`).
+    GapCheck = 3,
 }
 
 impl TimerKind {
-    pub const COUNT: usize = 3;
-    pub const ALL: [TimerKind; 3] = [TimerKind::Retransmit, TimerKind::Rnr, TimerKind::Pacing];
+    pub const COUNT: usize = 4;
+    pub const ALL: [TimerKind; 4] = [
+        TimerKind::Retransmit,
+        TimerKind::Rnr,
+        TimerKind::Pacing,
+        TimerKind::GapCheck,
+    ];
 }
 
 /// RC/UC/UD requester progress (the send side).
@@ -76,6 +84,8 @@ pub(crate) struct Requester {
     pub credits_known: bool,
     /// The responder advertised credit code 31 (no end-to-end flow control, e.g. an SRQ).
     pub unlimited_credit: bool,
+    /// Go-back-N pacing and gap-signal bookkeeping (`rc/recovery.rs`).
+    pub rec: crate::rc::recovery::Recovery,
 }
 
 /// A message being received by the responder.
@@ -290,7 +300,8 @@ impl Qp {
             TimerKind::Pacing => self.cc_pacing_expired(now, sh),
             TimerKind::Retransmit if self.qp_type == QpType::Rc => self.rc_ack_timeout(now, sh),
             TimerKind::Rnr if self.qp_type == QpType::Rc => self.rc_rnr_timer_expired(),
-            TimerKind::Retransmit | TimerKind::Rnr => {}
+            TimerKind::GapCheck if self.qp_type == QpType::Rc => self.rc_gap_check(now, sh),
+            TimerKind::Retransmit | TimerKind::Rnr | TimerKind::GapCheck => {}
         }
     }
 

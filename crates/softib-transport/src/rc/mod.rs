@@ -1,6 +1,7 @@
 //! Reliable Connected service (IBA 9.7): the requester (`requester.rs`) and the responder
 //! (`responder.rs`) of one QP.
 
+pub(crate) mod recovery;
 pub(crate) mod requester;
 pub(crate) mod responder;
 

@@ -14,6 +14,7 @@ use crate::emit;
 use crate::psn;
 use crate::qp::send_queue::SendWqe;
 use crate::qp::{Qp, TimerKind};
+use crate::rc::recovery::Burst;
 use crate::time::{local_ack_timeout, Nanos};
 use crate::verbs::{QpState, VendorErr, WcStatus, WrOpcode};
 
@@ -33,7 +34,7 @@ pub(crate) fn packets_for(length: u64, mtu: u32) -> u32 {
 
 impl Qp {
     fn window(&self, sh: &Shared) -> u32 {
-        sh.config.max_unacked_psns.max(1)
+        self.rc_effective_window(sh.config.max_unacked_psns.max(1))
     }
 
     fn window_open(&self, psn_: u32, sh: &Shared) -> bool {
@@ -240,8 +241,13 @@ impl Qp {
         };
         if psn::diff(sent_psn, self.req.max_sent) < 0 {
             self.counters.retransmitted_packets += 1;
+            self.rc_note_resent(sent_psn, next_psn);
+            if repr.bth.ack_req {
+                self.rc_arm_stall_check(now);
+            }
         } else {
             self.req.max_sent = next_psn;
+            self.rc_note_new_packet(now, sent_psn);
         }
         if self.timer(TimerKind::Retransmit).is_none() {
             if let Some(t) = local_ack_timeout(self.attr.timeout) {
@@ -305,8 +311,8 @@ impl Qp {
                         self.counters.seq_naks_received += 1;
                         self.note_responder_progress(p);
                         self.rc_ack_through(now, psn::add(p, psn::PSN_MASK), sh);
-                        if self.state() != QpState::Err {
-                            self.rc_retry(p, RetryCause::SeqNak, sh);
+                        if self.state() != QpState::Err && !self.rc_gap_already_handled(now, p) {
+                            self.rc_retry(now, p, RetryCause::SeqNak, sh);
                         }
                     }
                     Syndrome::Nak(code) => {
@@ -388,8 +394,8 @@ impl Qp {
             }
             if w.opcode.is_read_or_atomic() {
                 let resume = psn::add(w.first_psn, w.read_done);
-                if !self.req.recovering {
-                    self.rc_retry(resume, RetryCause::Implicit, sh);
+                if !self.rc_gap_already_handled(now, resume) && !self.req.recovering {
+                    self.rc_retry(now, resume, RetryCause::Implicit, sh);
                 }
                 break;
             }
@@ -407,6 +413,7 @@ impl Qp {
     /// that fell behind the acknowledged point.
     fn progress(&mut self, now: Nanos) {
         self.req.recovering = false;
+        self.rc_note_progress(now, u32::MAX);
         if psn::diff(self.req.una, self.req.confirmed) > 0 {
             self.req.confirmed = self.req.una;
         }
@@ -422,6 +429,7 @@ impl Qp {
             None
         };
         self.set_timer(TimerKind::Retransmit, t);
+        self.rc_arm_stall_check(now);
     }
 
     /// Points the transmit cursor at PSN `p` (go-back-N; IBA 9.7.5.1.3), but never past
@@ -450,8 +458,19 @@ impl Qp {
         self.req.tx_psn = self.req.sq_psn;
     }
 
+    /// Resends from `q` (at most the oldest unacknowledged PSN) for a deferred gap or a
+    /// stalled resend pass (`rc/recovery.rs`), without counting a retry or touching the
+    /// local ACK timer.
+    pub(crate) fn rc_resend_quietly(&mut self, now: Nanos, q: u32) {
+        self.rewind_to(q);
+        self.req.recovering = true;
+        let from = self.req.tx_psn;
+        self.rc_note_go_back(now, from, Burst::Gap);
+    }
+
     /// Retries from `p`, or fails the head WQE when retry_cnt is exhausted (IBA 9.7.6.1.3).
-    fn rc_retry(&mut self, p: u32, cause: RetryCause, sh: &mut Shared) {
+    /// The resend is paced (`rc/recovery.rs`).
+    fn rc_retry(&mut self, now: Nanos, p: u32, cause: RetryCause, sh: &mut Shared) {
         if self.req.retry_left == 0 {
             let vendor = if cause == RetryCause::Timeout {
                 VendorErr::AckTimeout
@@ -464,12 +483,19 @@ impl Qp {
         self.req.retry_left -= 1;
         self.rewind_to(p);
         self.req.recovering = true;
+        let burst = if cause == RetryCause::Timeout {
+            Burst::Timeout
+        } else {
+            Burst::Gap
+        };
+        let from = self.req.tx_psn;
+        self.rc_note_go_back(now, from, burst);
         // Re-armed by the first retransmitted packet.
         self.set_timer(TimerKind::Retransmit, None);
     }
 
     /// The local ACK timer expired.
-    pub(crate) fn rc_ack_timeout(&mut self, _now: Nanos, sh: &mut Shared) {
+    pub(crate) fn rc_ack_timeout(&mut self, now: Nanos, sh: &mut Shared) {
         if !matches!(self.state(), QpState::Rts | QpState::Sqd)
             || psn::diff(self.req.max_sent, self.req.una) <= 0
         {
@@ -477,7 +503,7 @@ impl Qp {
         }
         self.counters.local_ack_timeouts += 1;
         let una = self.req.una;
-        self.rc_retry(una, RetryCause::Timeout, sh);
+        self.rc_retry(now, una, RetryCause::Timeout, sh);
     }
 
     /// The RNR wait is over: resume sending from the RNR NAKed PSN.
@@ -515,10 +541,11 @@ impl Qp {
             return;
         }
         if gap > 0 {
-            // A response was lost: re-request the read from the missing PSN, once.
+            // A response was lost: re-request the read from the missing PSN, once per loss
+            // (not again for a gap the current re-request repairs, `rc/recovery.rs`).
             self.counters.out_of_sequence_drops += 1;
-            if !self.req.recovering {
-                self.rc_retry(expected, RetryCause::SeqNak, sh);
+            if !self.rc_gap_already_handled(now, expected) && !self.req.recovering {
+                self.rc_retry(now, expected, RetryCause::SeqNak, sh);
             }
             return;
         }
