@@ -755,3 +755,65 @@ fn mistakes_in_the_newer_tables_name_the_key_and_line() {
         );
     }
 }
+
+/// Raw packets h0 -> h1 through a cut-through switch over cables with bit errors; the switch
+/// port towards h1 is tapped.
+const TAPPED_ERRORS: &str = r#"
+seed = 5
+duration_us = 60
+pcap_ports = ["sw0:2"]
+[fabric]
+link_speed = "EDR"
+bit_error_rate = 2e-6
+[topology]
+kind = "single-switch"
+hosts = 2
+switch_ports = 4
+[[stream]]
+pattern = "one-to-one"
+src = "h0"
+dst = "h1"
+payload_bytes = 4096
+packets = 150
+"#;
+
+#[test]
+fn a_port_capture_shows_the_packets_bit_errors_damaged() {
+    let dir = tmp("pcap-errors");
+    let sc = scenario(&dir, "errors.toml", TAPPED_ERRORS);
+    let out_dir = dir.join("out");
+    ok(&softib()
+        .arg("sim")
+        .arg(&sc)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap());
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("summary.json")).unwrap()).unwrap();
+    let count = |port: &str, key: &str| port_json(&s, port)[key].as_u64().unwrap();
+    let text = ok(&softib()
+        .arg("decode")
+        .arg(out_dir.join("capture.pcap"))
+        .output()
+        .unwrap());
+    let frames: Vec<&str> = text.lines().filter(|l| l.contains(" LID ")).collect();
+    assert_eq!(
+        frames.len() as u64,
+        count("sw0:2", "PortXmitPkts"),
+        "{text}"
+    );
+    // Damaged on the cable to h1 (h1's PortRcvErrors), or on the cable from h0 and forwarded
+    // marked bad by the cut-through switch (h1's PortRcvRemotePhysicalErrors): either way
+    // the tap at sw0:2 saw the damaged bytes.
+    let bad = frames
+        .iter()
+        .filter(|l| !l.ends_with("icrc=ok vcrc=ok"))
+        .count() as u64;
+    let at_h1 = count("h1:1", "PortRcvErrors") + count("h1:1", "PortRcvRemotePhysicalErrors");
+    assert!(at_h1 > 0, "the error rate damages some of 150 packets");
+    assert_eq!(bad, at_h1, "{text}");
+    // Every frame either reached h1 intact or is one of those errors.
+    assert_eq!(count("h1:1", "PortRcvPkts") + at_h1, frames.len() as u64);
+    assert_eq!(frames.len(), 150);
+}
