@@ -11,8 +11,9 @@
 //! packet is told from a data packet by its start delimiter (SLP rather than SDP, IBA
 //! 6.5.3), which `LINKTYPE_INFINIBAND` (LRH first) has no field for: the 6 bytes of an FCP
 //! with Op 0 would read as an LRH on VL0 and be decoded as garbage (tshark 4.0's
-//! `infiniband` dissector reports them malformed; only its separate `infiniband_link`
-//! dissector, reached from ERF's link record type, reads them). Their number per port is in
+//! `infiniband` dissector reports them malformed; its `infiniband_link` dissector is reached
+//! only from ERF's link record type, and fed the 6 bytes through a user DLT it reports
+//! them malformed as well). Their number per port is in
 //! the counters instead (flow-control packets sent and received).
 
 use crate::packet::Packet;
