@@ -123,3 +123,63 @@ fn stream_kind_and_pacing_keys_are_checked() {
         .to_string();
     assert!(e.contains("smp") && e.contains("line 7"), "{e}");
 }
+
+#[test]
+fn counters_csv_carries_the_per_vl_waits_over_time() {
+    let text = r#"
+duration_us = 100
+[fabric]
+sample_interval_us = 10
+[topology]
+kind = "single-switch"
+hosts = 4
+switch_ports = 8
+[qos]
+qos_max_vls = 2
+qos_high_limit = 255
+qos_vlarb_high = "0:255"
+qos_vlarb_low = "1:255"
+qos_sl2vl = "0,1,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
+[[stream]]
+pattern = "incast"
+srcs = ["h1", "h2"]
+dst = "h0"
+[[stream]]
+pattern = "one-to-one"
+src = "h3"
+dst = "h0"
+sl = 1
+interval_ns = 1000
+"#;
+    let r = run_text(text);
+    assert_eq!(r.series_vls, 2);
+    let csv = softib_fabric::report::csv::counters(&r);
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(
+        header[header.len() - 2..],
+        ["PortVLXmitWait.VL0", "PortVLXmitWait.VL1"]
+    );
+    // The switch port to h0: VL1, starved by VL0's unbounded high priority, waits the whole
+    // time from its first packet; the series climbs and ends at the summary's figure.
+    let port = r.summary.ports.iter().find(|p| p.port == "sw0:1").unwrap();
+    let rows: Vec<Vec<u64>> = lines
+        .filter(|l| l.split(',').nth(1) == Some("sw0:1"))
+        .map(|l| l.split(',').skip(2).map(|x| x.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 10, "{csv}");
+    let vl1: Vec<u64> = rows.iter().map(|r| r[r.len() - 1]).collect();
+    let vl0: Vec<u64> = rows.iter().map(|r| r[r.len() - 2]).collect();
+    assert!(vl1.windows(2).all(|w| w[1] >= w[0] + 9_900), "{vl1:?}");
+    assert_eq!(*vl1.last().unwrap(), port.port_vl_xmit_wait[1]);
+    assert_eq!(*vl0.last().unwrap(), port.port_vl_xmit_wait[0]);
+    assert!(
+        vl0.last().unwrap() * 100 < *vl1.last().unwrap(),
+        "{vl0:?} {vl1:?}"
+    );
+    // With one data VL nothing is added (PortXmitWait is VL0's wait).
+    let one = run_text(&text.replace("qos_max_vls = 2", "qos_max_vls = 1"));
+    assert_eq!(one.series_vls, 0);
+    assert!(softib_fabric::report::csv::counters(&one)
+        .starts_with(softib_fabric::report::csv::COUNTERS_HEADER));
+}

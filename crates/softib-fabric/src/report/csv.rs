@@ -1,5 +1,6 @@
 //! Time series as CSV: `counters.csv` (every cabled port at every sample: cumulative
-//! counters with their IBA names, receive-buffer occupancy) and `flows.csv` (bytes and
+//! counters with their IBA names, receive-buffer occupancy, and when the fabric runs more
+//! than one data VL, PortVLXmitWait per VL in columns `PortVLXmitWait.VL0`, ...) and `flows.csv` (bytes and
 //! bandwidth of every flow per time bin). Times are exact: picoseconds written as
 //! microseconds with six decimals.
 
@@ -19,12 +20,15 @@ pub const COUNTERS_HEADER: &str = "time_us,port,PortXmitData,PortRcvData,PortXmi
 pub fn counters(r: &Report) -> String {
     let mut out = String::new();
     out.push_str(COUNTERS_HEADER);
+    for v in 0..r.series_vls {
+        let _ = write!(out, ",PortVLXmitWait.VL{v}");
+    }
     out.push('\n');
     let rows = r.series.iter().map(Vec::len).max().unwrap_or(0);
     for k in 0..rows {
-        for (p, s) in r.summary.ports.iter().zip(&r.series) {
+        for (i, (p, s)) in r.summary.ports.iter().zip(&r.series).enumerate() {
             let Some(x) = s.get(k) else { continue };
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{},{},{},{},{},{},{},{},{}",
                 us(x.time_ps),
@@ -37,6 +41,17 @@ pub fn counters(r: &Report) -> String {
                 x.errors,
                 x.rx_blocks as u64 * 64
             );
+            let vls = r.series_vls;
+            if let Some(w) = r
+                .vl_series
+                .get(i)
+                .and_then(|w| w.get(k * vls..(k + 1) * vls))
+            {
+                for x in w {
+                    let _ = write!(out, ",{x}");
+                }
+            }
+            out.push('\n');
         }
     }
     out

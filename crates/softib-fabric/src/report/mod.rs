@@ -68,6 +68,12 @@ pub struct Report {
     pub summary: Summary,
     /// Counter samples per port, indexed like `summary.ports`.
     pub series: Vec<Vec<SamplePoint>>,
+    /// PortVLXmitWait (ticks) of each sample of `series`, `series_vls` values per sample
+    /// (VL0 first). Recorded only when some port runs more than one data VL
+    /// (`series_vls` > 1); with one, PortXmitWait is VL0's wait and this stays empty.
+    pub vl_series: Vec<Vec<u64>>,
+    /// Data VLs per sample in `vl_series` (0 when it is not recorded).
+    pub series_vls: usize,
     /// Bytes per time bin per flow, indexed like `summary.flows`.
     pub flow_bins: Vec<Vec<u64>>,
     /// Width of a flow bin.
@@ -263,6 +269,13 @@ impl Report {
         }
 
         let mut series: Vec<Vec<SamplePoint>> = vec![Vec::new(); ports.len()];
+        let max_vls = ports
+            .iter()
+            .map(|p| p.operational_vls as usize)
+            .max()
+            .unwrap_or(1);
+        let series_vls = if max_vls > 1 { max_vls } else { 0 };
+        let mut vl_series: Vec<Vec<u64>> = vec![Vec::new(); ports.len()];
         for s in fabric.samples() {
             let Some(&i) = index_of
                 .get(s.node as usize)
@@ -284,6 +297,7 @@ impl Report {
                 errors: c.errors(),
                 rx_blocks: s.rx_blocks_used,
             });
+            vl_series[i as usize].extend((0..series_vls).map(|v| c.vl_xmit_wait(v as u8, tick)));
         }
         for (p, s) in ports.iter_mut().zip(&series) {
             p.rx_buffer_peak_bytes = s.iter().map(|x| x.rx_blocks as u64 * 64).max().unwrap_or(0);
@@ -374,6 +388,8 @@ impl Report {
         Report {
             summary,
             series,
+            vl_series,
+            series_vls,
             flow_bins,
             bin_ps: flows.bin_ps(),
             duration_ps,
