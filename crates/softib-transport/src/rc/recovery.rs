@@ -217,9 +217,16 @@ impl Qp {
     /// again, so go back to it now rather than wait for the local ACK timeout.
     pub(crate) fn rc_gap_check(&mut self, now: Nanos, sh: &mut Shared) {
         let una = self.req.una;
+        // A READ or atomic at the head is answered from the responder's response queue,
+        // behind every response queued before it (IBA 9.7.5.2.3 keeps them in order), so
+        // its silence for a round trip proves no loss; a resend would only queue one more
+        // replay there. Its gaps show up as response gaps, and the ACK timer stays.
+        let head_waits_for_responses =
+            self.sq.started > 0 && self.sq.wqes[0].opcode.is_read_or_atomic();
         if !matches!(self.state(), QpState::Rts | QpState::Sqd)
             || self.req.rnr_wait
             || psn::diff(self.req.max_sent, una) <= 0
+            || head_waits_for_responses
         {
             self.req.rec.deferred = None;
             return;

@@ -34,7 +34,16 @@ pub(crate) fn packets_for(length: u64, mtu: u32) -> u32 {
 
 impl Qp {
     fn window(&self, sh: &Shared) -> u32 {
-        self.rc_effective_window(sh.config.max_unacked_psns.max(1))
+        let max = sh.config.max_unacked_psns.max(1);
+        // READ and atomic requests are not paced: their PSN span says nothing about the
+        // bytes they put on the wire, and a READ's responses are re-requested as a whole.
+        let at_request = self.req.tx_idx < self.sq.started
+            && self.sq.wqes[self.req.tx_idx].opcode.is_read_or_atomic();
+        if at_request {
+            max
+        } else {
+            self.rc_effective_window(max)
+        }
     }
 
     fn window_open(&self, psn_: u32, sh: &Shared) -> bool {
@@ -394,7 +403,7 @@ impl Qp {
             }
             if w.opcode.is_read_or_atomic() {
                 let resume = psn::add(w.first_psn, w.read_done);
-                if !self.rc_gap_already_handled(now, resume) && !self.req.recovering {
+                if !self.req.recovering {
                     self.rc_retry(now, resume, RetryCause::Implicit, sh);
                 }
                 break;
@@ -541,10 +550,9 @@ impl Qp {
             return;
         }
         if gap > 0 {
-            // A response was lost: re-request the read from the missing PSN, once per loss
-            // (not again for a gap the current re-request repairs, `rc/recovery.rs`).
+            // A response was lost: re-request the read from the missing PSN, once.
             self.counters.out_of_sequence_drops += 1;
-            if !self.rc_gap_already_handled(now, expected) && !self.req.recovering {
+            if !self.req.recovering {
                 self.rc_retry(now, expected, RetryCause::SeqNak, sh);
             }
             return;
