@@ -180,7 +180,16 @@ impl Shared {
 }
 
 /// How long after the application's last poll the device thread leaves the socket to it.
-const APP_DRIVES_FOR: Duration = Duration::from_millis(1);
+///
+/// A trade-off measured under load (docs/design/net.md, "Threading model"): an
+/// application that stops polling to wait some other way (a stock `ib_write_lat` server
+/// spinning on its buffer) waits up to this long for the device thread, so shorter is
+/// better for it (1 ms gave such a server a typical 540 us, 200 us gives 135-180 us); but
+/// each turn the device thread takes while the application still polls contends for the
+/// driver lock, and on a loaded machine a thread that sleeps on a lock can wait
+/// milliseconds for a core (50 us made `softib pingpong` 1.2-2.2 ms per iteration instead
+/// of 25-90 us).
+const APP_DRIVES_FOR: Duration = Duration::from_micros(200);
 
 /// An open softib device with its device thread.
 pub struct Context {
