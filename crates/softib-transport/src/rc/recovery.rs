@@ -27,7 +27,8 @@
 //!   back to the oldest unacknowledged PSN instead of waiting for the local ACK timeout.
 //!
 //! The guard time is the smoothed round-trip time plus four deviations (RFC 6298), at
-//! least twice the smoothed RTT, measured from new packets only (Karn's rule).
+//! least twice the smoothed RTT, measured from one probe packet at a time (timed from its
+//! latest copy).
 //! Before the first sample there is no guard: every gap signal goes back at once.
 
 use crate::device::Shared;
@@ -143,12 +144,15 @@ impl Qp {
         }
     }
 
-    /// Packets `p..next` are being sent again: a probe among them no longer measures the
-    /// RTT (Karn's rule: the acknowledgement cannot tell which copy it answers).
-    pub(crate) fn rc_note_resent(&mut self, p: u32, next: u32) {
+    /// Packets `p..next` are being sent again at `now`. A probe among them is timed from
+    /// this copy: the acknowledgement cannot tell which copy it answers (Karn), and
+    /// dropping the probe instead would leave a connection that goes back on every burst
+    /// (heavy reordering) without any sample, so without a guard. An early original can
+    /// make the sample short; the guard's floor of twice the smoothed RTT absorbs that.
+    pub(crate) fn rc_note_resent(&mut self, now: Nanos, p: u32, next: u32) {
         if let Some((probe, _)) = self.req.rec.probe {
             if psn::diff(probe, p) >= 0 && psn::diff(probe, next) < 0 {
-                self.req.rec.probe = None;
+                self.req.rec.probe = Some((probe, now));
             }
         }
     }
@@ -172,6 +176,10 @@ impl Qp {
         let Some(at) = r.at else {
             return false;
         };
+        // Not for a READ or atomic at the head: `rc_gap_check` does not resend those.
+        if self.head_waits_for_responses() {
+            return false;
+        }
         let resent = psn::diff(q, r.from) >= 0 && psn::diff(q, self.req.tx_psn) < 0;
         if !resent {
             return false;
@@ -212,33 +220,39 @@ impl Qp {
         }
     }
 
+    /// Is the oldest outstanding WQE a READ or atomic, answered from the responder's
+    /// response queue?
+    fn head_waits_for_responses(&self) -> bool {
+        self.sq.started > 0 && self.sq.wqes[0].opcode.is_read_or_atomic()
+    }
+
     /// The `GapCheck` timer: a deferred gap the responder still has not confirmed was
     /// not repaired by the resend (it was lost too), and the responder will not NAK it
     /// again, so go back to it now rather than wait for the local ACK timeout.
     pub(crate) fn rc_gap_check(&mut self, now: Nanos, sh: &mut Shared) {
         let una = self.req.una;
-        // A READ or atomic at the head is answered from the responder's response queue,
-        // behind every response queued before it (IBA 9.7.5.2.3 keeps them in order), so
-        // its silence for a round trip proves no loss; a resend would only queue one more
-        // replay there. Its gaps show up as response gaps, and the ACK timer stays.
-        let head_waits_for_responses =
-            self.sq.started > 0 && self.sq.wqes[0].opcode.is_read_or_atomic();
         if !matches!(self.state(), QpState::Rts | QpState::Sqd)
             || self.req.rnr_wait
             || psn::diff(self.req.max_sent, una) <= 0
-            || head_waits_for_responses
         {
             self.req.rec.deferred = None;
             return;
         }
+        // A READ or atomic at the head is answered from the responder's response queue,
+        // behind every response queued before it (IBA 9.7.5.2.3 keeps them in order), so
+        // its silence for a round trip proves no loss, and a resend would only queue one
+        // more replay there: only a deferred NAK resends it, as that NAK would have.
+        let head_waits = self.head_waits_for_responses();
         match self.req.rec.deferred.take() {
-            // A deferred sequence NAK or READ response gap the responder has not confirmed
-            // yet, or no acknowledgement since the check was armed (the pass stalled).
-            // Neither is a local ACK timeout, and the NAK was already answered by the
-            // pass, so this costs no retry (IBA 9.7.6.1.3 counts timeouts and NAKs) and
-            // leaves the ACK timer running: a peer that stays silent still fails the WQE
-            // after retry_cnt timeouts, and delayed responses cannot exhaust it early.
+            Some(q) if psn::diff(una, q) <= 0 && head_waits => self.rc_go_back_for_nak(now, q, sh),
+            // A deferred sequence NAK the responder has not confirmed yet, or no
+            // acknowledgement since the check was armed (the pass stalled). Neither is a
+            // local ACK timeout, and the NAK was already answered by the pass, so this
+            // costs no retry (IBA 9.7.6.1.3 counts timeouts and NAKs) and leaves the ACK
+            // timer running: a peer that stays silent still fails the WQE after retry_cnt
+            // timeouts, and delayed responses cannot exhaust it early.
             Some(q) if psn::diff(una, q) <= 0 => self.rc_resend_quietly(now, q),
+            _ if head_waits => {}
             _ if self.req.rec.check_una == una => self.rc_resend_quietly(now, una),
             _ => self.rc_arm_stall_check(now),
         }

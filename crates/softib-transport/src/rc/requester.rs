@@ -250,7 +250,7 @@ impl Qp {
         };
         if psn::diff(sent_psn, self.req.max_sent) < 0 {
             self.counters.retransmitted_packets += 1;
-            self.rc_note_resent(sent_psn, next_psn);
+            self.rc_note_resent(now, sent_psn, next_psn);
             if repr.bth.ack_req {
                 self.rc_arm_stall_check(now);
             }
@@ -465,6 +465,11 @@ impl Qp {
         }
         self.req.tx_idx = self.sq.started;
         self.req.tx_psn = self.req.sq_psn;
+    }
+
+    /// Goes back to `q` for a deferred sequence NAK, counting the retry it stands for.
+    pub(crate) fn rc_go_back_for_nak(&mut self, now: Nanos, q: u32, sh: &mut Shared) {
+        self.rc_retry(now, q, RetryCause::SeqNak, sh);
     }
 
     /// Resends from `q` (at most the oldest unacknowledged PSN) for a deferred gap or a
