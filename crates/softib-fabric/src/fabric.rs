@@ -916,6 +916,13 @@ impl Fabric {
                 return;
             }
         }
+        // The last packet's input-buffer release is due now (its transmission ended), but
+        // this call may run before that packet's TxDone event at the same instant: release
+        // it here, or the next grant would overwrite it and the input would never get those
+        // credits back.
+        if let Some((ip, ivl, blocks)) = self.ports[qi].release_on_done.take() {
+            self.release(ip, ivl, blocks);
+        }
         self.ports[qi].apply_fc(now);
         // Link packets go first (IBA 7.9.4: flow-control packets are not subject to VL
         // arbitration).
