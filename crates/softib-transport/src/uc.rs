@@ -8,6 +8,7 @@ use crate::device::{RxMeta, Shared, Transmit};
 use crate::dma;
 use crate::emit;
 use crate::psn;
+use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp};
 use crate::rc::requester::{local_vendor, packets_for};
 use crate::verbs::{
@@ -193,7 +194,7 @@ impl Qp {
                 Some(InMessage::Send { .. }),
                 O::SendMiddle | O::SendLast | O::SendLastImm
             ) | (
-                Some(InMessage::Write { .. }),
+                Some(InMessage::Write(_)),
                 O::WriteMiddle | O::WriteLast | O::WriteLastImm
             )
         );
@@ -330,24 +331,17 @@ impl Qp {
                     }
                 }
             };
-            self.resp.msg = Some(InMessage::Write {
+            self.resp.msg = Some(InMessage::Write(WriteCursor {
                 key: reth.rkey,
                 offset,
                 remaining: total,
                 total,
-            });
+            }));
         }
-        let Some(InMessage::Write {
-            key,
-            offset,
-            remaining,
-            total,
-        }) = self.resp.msg.clone()
-        else {
+        let Some(InMessage::Write(mut cursor)) = self.resp.msg.clone() else {
             return;
         };
-        let l = len as u64;
-        if l > remaining || (ends && l != remaining) {
+        if !cursor.fits(len as u64, ends) {
             self.counters.invalid_requests += 1;
             self.resp.msg = None;
             return;
@@ -365,49 +359,15 @@ impl Qp {
         } else {
             None
         };
-        if l > 0 {
-            match sh.mrs.get_mut(key) {
-                Some(mr) if offset + l <= mr.memory.len() as u64 => {
-                    mr.memory.write(offset as usize, pkt.payload)
-                }
-                _ => {
-                    self.counters.remote_access_errors += 1;
-                    self.resp.msg = None;
-                    return;
-                }
-            }
+        if !cursor.place(&mut sh.mrs, pkt.payload) {
+            self.counters.remote_access_errors += 1;
+            self.resp.msg = None;
+            return;
         }
         if ends {
-            self.resp.msg = None;
-            self.resp.msn = psn::add(self.resp.msn, 1);
-            if let Some(wqe) = recv {
-                let src = self.attr.dest_qp_num;
-                let mut flags = WcFlags::WITH_IMM;
-                if pkt.bth.solicited {
-                    flags |= WcFlags::SOLICITED;
-                }
-                self.complete_recv(
-                    sh,
-                    wqe.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::RecvRdmaWithImm,
-                    total as u32,
-                    flags,
-                    pkt.immdt,
-                    None,
-                    src,
-                    meta.slid,
-                    meta.sl,
-                    VendorErr::None,
-                );
-            }
+            self.finish_write(sh, meta, pkt, recv, cursor.total);
         } else {
-            self.resp.msg = Some(InMessage::Write {
-                key,
-                offset: offset + l,
-                remaining: remaining - l,
-                total,
-            });
+            self.resp.msg = Some(InMessage::Write(cursor));
         }
     }
 }

@@ -4,6 +4,7 @@ pub(crate) mod modify;
 pub(crate) mod recv_queue;
 pub(crate) mod send_queue;
 pub(crate) mod state;
+pub(crate) mod write_cursor;
 
 use std::collections::VecDeque;
 
@@ -94,12 +95,7 @@ pub(crate) enum InMessage {
     /// SEND: the receive WQE it fills, and how far.
     Send { wqe: RecvWqe, offset: u64 },
     /// RDMA WRITE: the region (by key) and where the next byte goes.
-    Write {
-        key: u32,
-        offset: u64,
-        remaining: u64,
-        total: u64,
-    },
+    Write(write_cursor::WriteCursor),
 }
 
 /// An RC responder output, kept in PSN order (ACKs must not overtake read responses).

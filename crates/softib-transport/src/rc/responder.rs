@@ -14,6 +14,7 @@ use crate::emit;
 use crate::events::AsyncEvent;
 use crate::memory::RemoteAccessFault;
 use crate::psn;
+use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp, Resource, Response};
 use crate::rc::requester::packets_for;
 use crate::verbs::{AccessFlags, QpState, VendorErr, WcFlags, WcOpcode, WcStatus};
@@ -151,9 +152,7 @@ impl Qp {
                 Some(InMessage::Send { .. }),
                 O::SendMiddle | O::SendLast | O::SendLastImm | O::SendLastInv,
             ) => true,
-            (Some(InMessage::Write { .. }), O::WriteMiddle | O::WriteLast | O::WriteLastImm) => {
-                true
-            }
+            (Some(InMessage::Write(_)), O::WriteMiddle | O::WriteLast | O::WriteLastImm) => true,
             (None, o) => matches!(
                 o,
                 O::SendFirst
@@ -389,24 +388,17 @@ impl Qp {
                     }
                 }
             };
-            self.resp.msg = Some(InMessage::Write {
+            self.resp.msg = Some(InMessage::Write(WriteCursor {
                 key: reth.rkey,
                 offset,
                 remaining: total,
                 total,
-            });
+            }));
         }
-        let Some(InMessage::Write {
-            key,
-            offset,
-            remaining,
-            total,
-        }) = self.resp.msg.clone()
-        else {
+        let Some(InMessage::Write(mut cursor)) = self.resp.msg.clone() else {
             return;
         };
-        let len = pkt.payload.len() as u64;
-        if len > remaining || (ends && len != remaining) {
+        if !cursor.fits(pkt.payload.len() as u64, ends) {
             self.resp.msg = None;
             self.nak_fatal(sh, p, NakCode::InvalidRequest);
             return;
@@ -427,49 +419,15 @@ impl Qp {
         } else {
             None
         };
-        if len > 0 {
-            match sh.mrs.get_mut(key) {
-                Some(mr) if offset + len <= mr.memory.len() as u64 => {
-                    mr.memory.write(offset as usize, pkt.payload)
-                }
-                _ => {
-                    self.resp.msg = None;
-                    self.nak_fatal(sh, p, NakCode::RemoteAccessError);
-                    return;
-                }
-            }
+        if !cursor.place(&mut sh.mrs, pkt.payload) {
+            self.resp.msg = None;
+            self.nak_fatal(sh, p, NakCode::RemoteAccessError);
+            return;
         }
         if ends {
-            self.resp.msg = None;
-            self.resp.msn = psn::add(self.resp.msn, 1);
-            if let Some(wqe) = recv {
-                let src = self.attr.dest_qp_num;
-                let mut flags = WcFlags::WITH_IMM;
-                if pkt.bth.solicited {
-                    flags |= WcFlags::SOLICITED;
-                }
-                self.complete_recv(
-                    sh,
-                    wqe.wr_id,
-                    WcStatus::Success,
-                    WcOpcode::RecvRdmaWithImm,
-                    total as u32,
-                    flags,
-                    pkt.immdt,
-                    None,
-                    src,
-                    meta.slid,
-                    meta.sl,
-                    VendorErr::None,
-                );
-            }
+            self.finish_write(sh, meta, pkt, recv, cursor.total);
         } else {
-            self.resp.msg = Some(InMessage::Write {
-                key,
-                offset: offset + len,
-                remaining: remaining - len,
-                total,
-            });
+            self.resp.msg = Some(InMessage::Write(cursor));
         }
         self.accept(pkt);
     }
