@@ -8,8 +8,8 @@
 use crate::engine_hca::HostApp;
 use softib_transport::{
     AccessFlags, AhAttr, CqHandle, Device, DeviceConfig, LinkLayer, Memory, MrKeys, Mtu, Nanos,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, SendFlags, SendWr, Sge, VecMemory,
-    VerbsError, WcStatus, WorkCompletion, WrOpcode,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, ResendPolicy, SendFlags, SendWr, Sge,
+    VecMemory, VerbsError, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// A registered buffer whose contents nobody ever looks at, as perftest's bandwidth tests
@@ -66,7 +66,9 @@ pub struct Side {
 }
 
 /// The configuration of a native-IB device for the HCA port with `lid`: GID fe80::LID,
-/// MTU 4096, `LinkLayer::InfiniBand`, engine defaults otherwise.
+/// MTU 4096, `LinkLayer::InfiniBand`, `ResendPolicy::WholeWindow` (an HCA on a lossless
+/// fabric resends its whole window, so a field case shows what hardware shows), engine
+/// defaults otherwise.
 pub fn device_config(lid: u16) -> DeviceConfig {
     let mut gid = [0u8; 16];
     gid[0] = 0xfe;
@@ -77,6 +79,7 @@ pub fn device_config(lid: u16) -> DeviceConfig {
         gid,
         max_mtu: Mtu::M4096,
         link_layer: LinkLayer::InfiniBand,
+        resend: ResendPolicy::WholeWindow,
         ..DeviceConfig::default()
     }
 }

@@ -83,6 +83,26 @@ pub struct DeviceConfig {
     /// Congestion control: source algorithm (none, IBA CCA, DCQCN), destination
     /// notification, link rate (docs/design/engine.md, "Congestion control").
     pub cc: crate::cc::CcConfig,
+    /// How an RC requester resends after a gap or a local ACK timeout
+    /// (docs/design/engine.md, "RC recovery").
+    pub resend: ResendPolicy,
+}
+
+/// How an RC requester resends once it must go back (IBA 9.7.5.1.3 and 9.7.6.1.3 say from
+/// which PSN, not how fast: that is the implementation's choice).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResendPolicy {
+    /// softib's recovery for lossy, reordering networks (RoCEv2 over UDP): a gap signal
+    /// the current resend already repairs is set aside, resend passes grow from a small
+    /// burst like TCP slow start, and a stalled pass resends without waiting for the ACK
+    /// timer (rc/recovery.rs).
+    #[default]
+    Paced,
+    /// What HCAs on a lossless fabric do: every sequence NAK and every local ACK timeout
+    /// resends the whole outstanding window from the PSN named, at once. The fabric
+    /// simulator uses it, so its field cases (e.g. a retransmission storm after a too-short
+    /// local ACK timeout) show what hardware shows.
+    WholeWindow,
 }
 
 impl Default for DeviceConfig {
@@ -107,6 +127,7 @@ impl Default for DeviceConfig {
             ack_req_interval: 64,
             link_layer: LinkLayer::Ethernet,
             cc: crate::cc::CcConfig::default(),
+            resend: ResendPolicy::Paced,
         }
     }
 }
@@ -684,7 +705,9 @@ impl Device {
                 s.users += 1;
             }
         }
-        self.qps.push(Some(Qp::new(qpn, pd, &init)));
+        let mut qp = Qp::new(qpn, pd, &init);
+        qp.req.rec.paced = self.sh.config.resend == ResendPolicy::Paced;
+        self.qps.push(Some(qp));
         if self.ready.capacity() < self.qps.len() {
             self.ready.reserve(self.qps.len().max(64));
         }

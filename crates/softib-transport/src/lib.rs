@@ -32,7 +32,9 @@ pub mod ud;
 pub mod verbs;
 
 pub use counters::{DeviceCounters, DriverDrop, QpCounters};
-pub use device::{Device, DeviceConfig, LinkLayer, PathInfo, RxGrh, RxMeta, Transmit, FIRST_QPN};
+pub use device::{
+    Device, DeviceConfig, LinkLayer, PathInfo, ResendPolicy, RxGrh, RxMeta, Transmit, FIRST_QPN,
+};
 pub use error::VerbsError;
 pub use events::AsyncEvent;
 pub use memory::{Memory, VecMemory};

@@ -263,7 +263,10 @@ impl Qp {
                     cap: keep_cap,
                     ..QpAttr::default()
                 };
+                // The resend policy is the device's, not the connection's.
+                let paced = self.req.rec.paced;
                 self.req = Requester::default();
+                self.req.rec.paced = paced;
                 self.resp = Responder::default();
                 self.timers = [None; TimerKind::COUNT];
                 self.drained = false;

@@ -46,6 +46,8 @@ const TIMEOUT_BURST: u32 = 4;
 /// Recovery state of one RC requester.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Recovery {
+    /// `ResendPolicy::Paced` (false: `WholeWindow`, none of this module's care applies).
+    pub paced: bool,
     /// PSN the last go-back resent from.
     pub from: u32,
     /// When it went back (None: never).
@@ -81,7 +83,7 @@ impl Qp {
     /// The send window now: `max_unacked` normally, at most `cwnd` during a resend pass.
     pub(crate) fn rc_effective_window(&self, max_unacked: u32) -> u32 {
         let r = &self.req.rec;
-        if r.at.is_some() && psn::diff(self.req.tx_psn, r.end) < 0 {
+        if r.paced && r.at.is_some() && psn::diff(self.req.tx_psn, r.end) < 0 {
             max_unacked.min(r.cwnd.max(1))
         } else {
             max_unacked
@@ -173,7 +175,7 @@ impl Qp {
     /// second one is a duplicate on the wire). Such a signal is deferred, not acted on.
     pub(crate) fn rc_gap_already_handled(&mut self, now: Nanos, q: u32) -> bool {
         let r = self.req.rec;
-        let Some(at) = r.at else {
+        let Some(at) = r.at.filter(|_| r.paced) else {
             return false;
         };
         // Not for a READ or atomic at the head: `rc_gap_check` does not resend those.
@@ -209,7 +211,7 @@ impl Qp {
     pub(crate) fn rc_arm_stall_check(&mut self, now: Nanos) {
         let r = self.req.rec;
         let guard = self.rc_guard();
-        if r.at.is_none() || guard == 0 || psn::diff(self.req.una, r.end) >= 0 {
+        if !r.paced || r.at.is_none() || guard == 0 || psn::diff(self.req.una, r.end) >= 0 {
             return;
         }
         self.req.rec.check_una = self.req.una;
