@@ -6,7 +6,10 @@
 //! falls further behind, and after retry_cnt timeouts without progress the QP fails. No link
 //! counter shows anything. A timeout above the responder's worst case fixes it.
 
-use super::measure::{flow, flow_index, flow_series, gbps, plot, ratio, xmit_rate_series};
+use super::measure::{
+    error_completions, flow, flow_index, flow_series, gbps, link_errors_and_drops, plot, ratio,
+    xmit_rate_series,
+};
 use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 
@@ -96,23 +99,9 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
     );
     e.row(
         "link error counters + drops",
-        row(&|i| (reports[i].summary.totals.errors + reports[i].summary.totals.drops).to_string()),
+        row(&|i| link_errors_and_drops(reports[i]).to_string()),
     );
-    e.row(
-        "error completions",
-        row(&|i| {
-            let f = flows[i];
-            if f.error_statuses.is_empty() {
-                "0".to_string()
-            } else {
-                f.error_statuses
-                    .iter()
-                    .map(|(k, v)| format!("{k} x{v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        }),
-    );
+    e.row("error completions", row(&|i| error_completions(flows[i])));
     e.row(
         "limited by (--explain)",
         row(&|i| flows[i].limited_by.to_string()),

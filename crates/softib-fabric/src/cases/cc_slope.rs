@@ -7,7 +7,7 @@
 //! are those of the congestion-control acceptance test (`tests/cc_loop.rs`): the coefficient
 //! of variation of each sender's rate and of its CCTI, and the 99th-percentile latency.
 
-use super::measure::{flow_index, flow_series, gbps, plot};
+use super::measure::{flow_index, flow_series, gbps, link_errors_and_drops, plot};
 use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::Report;
 
@@ -175,10 +175,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         format!("{:.1} vs {:.1} us", p99(p), p99(f)),
         p99(p) > 1.5 * p99(f),
     );
-    let bad: u64 = runs
-        .iter()
-        .map(|r| r.summary.totals.errors + r.summary.totals.drops)
-        .sum();
+    let bad: u64 = runs.iter().map(|r| link_errors_and_drops(r)).sum();
     e.check("no error or drop", format!("{bad}"), bad == 0);
 
     let ccti_line = |r: &Report, host: &str| -> Vec<(f64, f64)> {

@@ -6,7 +6,8 @@
 //! untouched. The fix restores the advertisement.
 
 use super::measure::{
-    flow, gbps, pct, plot, port, ratio, retransmissions, wait_series, xmit_rate_series,
+    flow, gbps, link_errors_and_drops, pct, plot, port, ratio, retransmissions, wait_series,
+    xmit_rate_series,
 };
 use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 
@@ -72,7 +73,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
             fw.flow_control_packets_rcvd.to_string(),
         ],
     );
-    let errors = |r: &crate::report::Report| r.summary.totals.errors + r.summary.totals.drops;
+    let errors = link_errors_and_drops;
     e.row(
         "error counters + drops, all ports",
         vec![errors(p).to_string(), errors(f).to_string()],

@@ -5,7 +5,7 @@
 //! CCTI and pace themselves; their ports hardly wait). From the application's side they look
 //! alike; `softib sim --explain` must name the mechanism and cite the counters.
 
-use super::measure::{gbps, pct, plot, port, xmit_rate_series};
+use super::measure::{gbps, link_errors_and_drops, pct, plot, port, xmit_rate_series};
 use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 use crate::report::Report;
@@ -177,10 +177,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         ),
         b_ok && becns(b) > 0 && fecn_marked(b) > 0 && cx > 0 && wb < 0.2,
     );
-    let bad: u64 = runs
-        .iter()
-        .map(|r| r.summary.totals.errors + r.summary.totals.drops)
-        .sum();
+    let bad: u64 = runs.iter().map(|r| link_errors_and_drops(r)).sum();
     e.check("no error or drop in either run", format!("{bad}"), bad == 0);
 
     e.plots.push(Plot {

@@ -59,6 +59,25 @@ pub fn retransmissions(r: &Report) -> u64 {
         .sum()
 }
 
+/// Link error counters plus dropped packets over every port of the run: zero means the
+/// fabric lost nothing, which is what tells a transport problem from a physical one.
+pub fn link_errors_and_drops(r: &Report) -> u64 {
+    r.summary.totals.errors + r.summary.totals.drops
+}
+
+/// A flow's error completions as `IBV_WC_... xN, ...`, or `0` when there were none.
+pub fn error_completions(f: &FlowSummary) -> String {
+    if f.error_statuses.is_empty() {
+        "0".to_string()
+    } else {
+        f.error_statuses
+            .iter()
+            .map(|(k, v)| format!("{k} x{v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// Gb/s with three decimals.
 pub fn gbps(x: f64) -> String {
     format!("{x:.3}")

@@ -5,7 +5,9 @@
 //! rate than the small one; with ample credits the order reverses (the large MTU carries
 //! fewer header bytes), which tells this case apart from a plain header-overhead effect.
 
-use super::measure::{flow, gbps, pct, plot, port, ratio, retransmissions, xmit_rate_series};
+use super::measure::{
+    flow, gbps, link_errors_and_drops, pct, plot, port, ratio, retransmissions, xmit_rate_series,
+};
 use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 
 /// The case.
@@ -114,7 +116,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
     );
     let bad: u64 = reports
         .iter()
-        .map(|r| r.summary.totals.errors + r.summary.totals.drops + retransmissions(r))
+        .map(|r| link_errors_and_drops(r) + retransmissions(r))
         .sum();
     e.check(
         "no error, drop or retransmission in any run",

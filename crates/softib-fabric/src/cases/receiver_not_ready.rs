@@ -5,7 +5,9 @@
 //! receives too slowly therefore runs at a pace set by the RNR timer; a deeper receive queue
 //! fixes it.
 
-use super::measure::{flow, gbps, pct, plot, port, ratio, xmit_rate_series};
+use super::measure::{
+    error_completions, flow, gbps, link_errors_and_drops, pct, plot, port, ratio, xmit_rate_series,
+};
 use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 
@@ -97,24 +99,10 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
                 .to_string()
         }),
     );
-    e.row(
-        "error completions",
-        row(&|i| {
-            let f = flows[i];
-            if f.error_statuses.is_empty() {
-                "0".to_string()
-            } else {
-                f.error_statuses
-                    .iter()
-                    .map(|(k, v)| format!("{k} x{v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        }),
-    );
+    e.row("error completions", row(&|i| error_completions(flows[i])));
     e.row(
         "link error counters + drops",
-        row(&|i| (reports[i].summary.totals.errors + reports[i].summary.totals.drops).to_string()),
+        row(&|i| link_errors_and_drops(reports[i]).to_string()),
     );
     e.row(
         "limited by (--explain)",
@@ -123,10 +111,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
 
     let (problem, fix, short, exhausted) = (flows[0], flows[1], flows[2], flows[3]);
     let (sent, received) = qp_counts(problem);
-    let link_errors: u64 = reports
-        .iter()
-        .map(|r| r.summary.totals.errors + r.summary.totals.drops)
-        .sum();
+    let link_errors: u64 = reports.iter().map(|r| link_errors_and_drops(r)).sum();
     e.check(
         "problem: RNR NAKs appear (responder sent = requester received > 0), no link error, no error completion",
         format!(

@@ -5,7 +5,7 @@
 //! back by data VLs, which the management stream in every run shows. The fixed table shares
 //! the link by weights.
 
-use super::measure::{flow, gbps, pct, plot, port, ratio, xmit_rate_series};
+use super::measure::{flow, gbps, link_errors_and_drops, pct, plot, port, ratio, xmit_rate_series};
 use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 use crate::report::Report;
@@ -146,10 +146,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
     let expected = (duration_us / SMP_INTERVAL_US).floor() as u64;
     let all_mgmt = mgmt.iter().all(|m| m.packets + 1 >= expected);
     let worst_p99 = mgmt.iter().map(|m| m.latency.p99_us).fold(0.0, f64::max);
-    let bad: u64 = reports
-        .iter()
-        .map(|r| r.summary.totals.errors + r.summary.totals.drops)
-        .sum();
+    let bad: u64 = reports.iter().map(|r| link_errors_and_drops(r)).sum();
     e.check(
         "management on VL15 is served in every run: all SMPs delivered, p99 < 2 us, nothing dropped",
         format!(
