@@ -82,11 +82,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         columns: CASE.columns(),
         ..Evaluation::default()
     };
-    let reports: Vec<&Report> = CASE
-        .runs
-        .iter()
-        .map(|r| o.report(r.role))
-        .collect::<Result<_, _>>()?;
+    let reports = o.reports_in_order(&CASE)?;
     let n = reports.len();
     let row = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>();
     e.row(

@@ -128,6 +128,11 @@ impl Outcome {
             .map(|(_, r)| r)
             .ok_or_else(|| CaseError::Missing(format!("no run called `{role}`")))
     }
+
+    /// The reports of every run of `case`, in the case's run (column) order.
+    pub fn reports_in_order(&self, case: &Case) -> Result<Vec<&Report>, CaseError> {
+        case.runs.iter().map(|r| self.report(r.role)).collect()
+    }
 }
 
 /// One criterion of a case, judged on measured figures.

@@ -45,11 +45,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         columns: CASE.columns(),
         ..Evaluation::default()
     };
-    let reports: Vec<_> = CASE
-        .runs
-        .iter()
-        .map(|r| o.report(r.role))
-        .collect::<Result<_, _>>()?;
+    let reports = o.reports_in_order(&CASE)?;
     let flows: Vec<_> = reports
         .iter()
         .map(|r| flow(r, "h0", "h1"))

@@ -69,11 +69,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         columns: CASE.columns(),
         ..Evaluation::default()
     };
-    let reports: Vec<&Report> = CASE
-        .runs
-        .iter()
-        .map(|r| o.report(r.role))
-        .collect::<Result<_, _>>()?;
+    let reports = o.reports_in_order(&CASE)?;
     let server: Vec<&HostTransport> = reports
         .iter()
         .map(|r| transport(r, "h0"))

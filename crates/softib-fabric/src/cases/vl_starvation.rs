@@ -52,11 +52,7 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         columns: CASE.columns(),
         ..Evaluation::default()
     };
-    let reports: Vec<&Report> = CASE
-        .runs
-        .iter()
-        .map(|r| o.report(r.role))
-        .collect::<Result<_, _>>()?;
+    let reports = o.reports_in_order(&CASE)?;
     let get = |src: &str| -> Result<Vec<&FlowSummary>, CaseError> {
         reports.iter().map(|r| flow(r, src, "h2")).collect()
     };

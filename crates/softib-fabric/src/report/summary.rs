@@ -211,8 +211,9 @@ pub struct FlowTotals {
 }
 
 /// One port, counters under their IBA names (IBA 16.1.3.5 PortCounters, 16.1.4.11
-/// PortCountersExtended; PortVLXmitWait per VL as in PortVLXmitWaitCounters).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+/// PortCountersExtended; PortVLXmitWait per VL as in PortVLXmitWaitCounters). `Default` is
+/// a port with every counter zero, filled in by `fill_counters`.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct PortSummary {
     /// `node:port`.
     pub port: String,
