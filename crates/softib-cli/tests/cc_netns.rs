@@ -91,9 +91,60 @@ const NICE: &str = "-10";
 /// The CC-off run must show at least this median round trip, or the setup did not congest.
 const MIN_CONGESTED_RTT_US: f64 = 5_000.0;
 
+/// This target's name as libtest would list it.
+const TEST_NAME: &str = "cc_netns";
+
+/// Whether libtest's command line (which `cargo test` passes to every test binary, this
+/// `harness = false` one included) selects this test: `--list` lists it, a name filter or
+/// `--skip` that does not select it, or `--ignored`, runs nothing. Other libtest flags are
+/// accepted and ignored, so `cargo test --workspace FILTER` and `-- --list` work.
+fn libtest_selects_this_test() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mut filters, mut skips) = (Vec::new(), Vec::new());
+    let (mut exact, mut list, mut only_ignored) = (false, false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--list" => list = true,
+            "--exact" => exact = true,
+            "--ignored" => only_ignored = true,
+            "--skip" => skips.extend(it.next().cloned()),
+            // libtest flags that take a value.
+            "--test-threads" | "--color" | "--format" | "--logfile" | "-Z" | "--shuffle-seed" => {
+                it.next();
+            }
+            f if f.starts_with('-') => {}
+            filter => filters.push(filter.to_string()),
+        }
+    }
+    let matches = |pattern: &String| {
+        if exact {
+            pattern == TEST_NAME
+        } else {
+            TEST_NAME.contains(pattern.as_str())
+        }
+    };
+    let selected = !only_ignored
+        && (filters.is_empty() || filters.iter().any(matches))
+        && !skips.iter().any(|s| TEST_NAME.contains(s.as_str()));
+    if list {
+        if selected {
+            println!("{TEST_NAME}: test");
+        }
+        std::process::exit(0);
+    }
+    if !selected {
+        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out; finished in 0.00s\n");
+    }
+    selected
+}
+
 fn main() {
     if let Ok(role) = std::env::var("SOFTIB_CC_PROBE") {
         probe_child(&role);
+        return;
+    }
+    if !libtest_selects_this_test() {
         return;
     }
     if let Err(why) = preflight() {
@@ -181,6 +232,7 @@ fn main() {
         std::process::exit(1);
     }
     println!("cc_netns: ok");
+    println!("\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
 }
 
 /// Root and the tools, or why not.

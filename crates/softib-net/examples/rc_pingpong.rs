@@ -3,8 +3,8 @@
 //! tokio loop would watch) instead of polling.
 //!
 //! ```text
-//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what `cargo test`
-//! # runs: the server waits on its completion channel, the client polls
+//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what
+//! # `tests/examples.rs` runs: the server waits on its completion channel, the client polls
 //! cargo run -p softib-net --example rc_pingpong
 //! # two processes or hosts; endpoints over TCP port 18518 (softib's JSON format; for the
 //! # stock ibv_rc_pingpong's format use `softib pingpong`)
@@ -53,8 +53,6 @@ fn parse(flags: &[String]) -> Opts {
             "-n" => o.iters = value("an iteration count"),
             "-s" => o.size = value("a size in bytes") as usize,
             "-e" => o.events = true,
-            // Flags `cargo test` passes to every test binary.
-            _ if f.starts_with("--") => {}
             _ => fail(NAME, &format!("unknown flag {f} (known: -n, -s, -e)")),
         }
     }
@@ -64,15 +62,25 @@ fn parse(flags: &[String]) -> Opts {
     o
 }
 
+/// Both sides in this process: the server waits on its completion channel, the client
+/// polls (what `tests/examples.rs` runs).
+pub fn loopback() {
+    loopback_with(parse(&[]));
+}
+
+fn loopback_with(o: Opts) {
+    common::loopback(
+        NAME,
+        move |hca, link| run(hca, link, Opts { events: true, ..o }, false),
+        move |hca, link| run(hca, link, o, true),
+    );
+}
+
 fn main() {
     let (setup, flags) = common::setup(NAME, "server", "client");
     let o = parse(&flags);
     match setup {
-        Setup::Loopback => common::loopback(
-            NAME,
-            move |hca, link| run(hca, link, Opts { events: true, ..o }, false),
-            move |hca, link| run(hca, link, o, true),
-        ),
+        Setup::Loopback => loopback_with(o),
         Setup::Server { bind } => run(
             common::open(NAME, bind),
             Link::Tcp {

@@ -2,7 +2,7 @@
 //! (`softib_net::verbs`): owned memory regions, QP builder, safe posting of a batch.
 //!
 //! ```text
-//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what `cargo test` runs
+//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what `tests/examples.rs` runs
 //! cargo run -p softib-net --example rdma_roundtrip
 //! # two processes or hosts; endpoints over TCP port 18516 (softib's JSON format)
 //! cargo run -p softib-net --example rdma_roundtrip -- server 127.0.0.2:4791
@@ -27,9 +27,14 @@ const NAME: &str = "rdma_roundtrip";
 const PORT: u16 = 18516;
 const LEN: usize = 65536;
 
+/// Both sides in this process (what `tests/examples.rs` runs).
+pub fn loopback() {
+    common::loopback(NAME, server, client);
+}
+
 fn main() {
     match common::setup(NAME, "server", "client").0 {
-        Setup::Loopback => common::loopback(NAME, server, client),
+        Setup::Loopback => loopback(),
         Setup::Server { bind } => server(
             common::open(NAME, bind),
             Link::Tcp {

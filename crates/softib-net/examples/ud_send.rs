@@ -3,7 +3,7 @@
 //! receive buffers that show the GRH area.
 //!
 //! ```text
-//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what `cargo test` runs
+//! # both sides in one process (127.0.0.1 and 127.0.0.2, ephemeral ports); what `tests/examples.rs` runs
 //! cargo run -p softib-net --example ud_send
 //! # two processes or hosts; endpoints over TCP port 18517
 //! cargo run -p softib-net --example ud_send -- receiver 127.0.0.2:4791
@@ -33,9 +33,14 @@ const PAYLOAD: usize = 1000;
 const GRH: usize = 40;
 const SLOT: usize = GRH + PAYLOAD;
 
+/// Both sides in this process (what `tests/examples.rs` runs).
+pub fn loopback() {
+    common::loopback(NAME, receiver, sender);
+}
+
 fn main() {
     match common::setup(NAME, "receiver", "sender").0 {
-        Setup::Loopback => common::loopback(NAME, receiver, sender),
+        Setup::Loopback => loopback(),
         Setup::Server { bind } => receiver(
             common::open(NAME, bind),
             Link::Tcp {

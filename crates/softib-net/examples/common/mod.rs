@@ -22,8 +22,8 @@ pub enum Setup {
     Client { bind: SocketAddr, host: String },
 }
 
-/// Parses `[server BIND | client BIND HOST] [FLAGS...]`; no role (or only flags, as when
-/// `cargo test` runs the example) means the loopback run. Returns the flags left over.
+/// Parses `[server BIND | client BIND HOST] [FLAGS...]`; no role (only flags) means the
+/// loopback run. Returns the flags left over.
 pub fn setup(name: &str, server: &str, client: &str) -> (Setup, Vec<String>) {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || -> ! {
@@ -135,8 +135,12 @@ pub fn check(name: &str, wc: &WorkCompletion) {
     }
 }
 
-/// Prints the message and exits with status 1.
+/// Prints the message and exits with status 1; inside `tests/examples.rs` it panics
+/// instead, so the failing test is named and the other tests still run.
 pub fn fail(name: &str, msg: &str) -> ! {
+    if cfg!(test) {
+        panic!("{name}: {msg}");
+    }
     eprintln!("{name}: {msg}");
     std::process::exit(1);
 }
