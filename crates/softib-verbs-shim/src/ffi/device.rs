@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{ctx_obj, guard};
+use super::{ctx_obj, fail, guard};
 use crate::abi::*;
 use crate::convert::mtu_to_c;
 use crate::objects::{device, open_shared, ContextObj};
@@ -125,9 +125,11 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             _compat_detach_mcast: std::ptr::null_mut(),
             _compat_async_event: std::ptr::null_mut(),
         };
+        let mut ext = [std::ptr::null_mut(); VERBS_CONTEXT_EXT_SLOTS];
+        ext[EXT_SLOT_QUERY_DEVICE_EX] = query_device_ex as QueryDeviceExFn as *mut c_void;
         let obj = Box::new(ContextObj {
             vctx: verbs_context {
-                ext: [std::ptr::null_mut(); VERBS_CONTEXT_EXT_SLOTS],
+                ext,
                 _abi_placeholder3: 0,
                 sz: size_of::<verbs_context>(),
                 context: ibv_context {
@@ -135,7 +137,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                     ops,
                     cmd_fd: -1,
                     async_fd: shared.async_events.raw_fd(),
-                    num_comp_vectors: 1,
+                    num_comp_vectors: crate::caps::NUM_COMP_VECTORS,
                     mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                     abi_compat: VERBS_ABI_IS_EXTENDED as *mut c_void,
                 },
@@ -154,7 +156,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: ibv_close_device(3) takes a context from ibv_open_device.
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         // Objects the program never destroyed (perftest leaves its UD address handles)
         // keep the device open after this; its capture must be complete anyway.
@@ -174,65 +176,59 @@ pub unsafe extern "C" fn ibv_query_device(
     guard(libc::EIO, || {
         // SAFETY: a context from ibv_open_device (ibv_query_device(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if attr.is_null() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
-        let l = &c.shared.limits;
-        let clamp = |v: u32| v.min(i32::MAX as u32) as i32;
-        let guid = u64::from_ne_bytes(c.shared.config.node_guid());
-        let mut fw = [0u8; 64];
-        crate::objects::copy_cstr(&mut fw, concat!("softib ", env!("CARGO_PKG_VERSION")));
-        let a = ibv_device_attr {
-            fw_ver: fw,
-            node_guid: guid,
-            sys_image_guid: guid,
-            max_mr_size: u64::MAX,
-            page_size_cap: !0xFFF,
-            vendor_id: 0,
-            vendor_part_id: 0,
-            hw_ver: 0,
-            max_qp: clamp(l.max_qp),
-            max_qp_wr: clamp(l.max_qp_wr),
-            device_cap_flags: IBV_DEVICE_RC_RNR_NAK_GEN
-                | IBV_DEVICE_SYS_IMAGE_GUID
-                | IBV_DEVICE_N_NOTIFY_CQ,
-            max_sge: clamp(l.max_sge),
-            max_sge_rd: clamp(l.max_sge),
-            max_cq: clamp(l.max_cq),
-            max_cqe: clamp(l.max_cqe),
-            max_mr: clamp(l.max_mr),
-            max_pd: clamp(l.max_pd),
-            max_qp_rd_atom: i32::from(l.max_qp_rd_atom),
-            max_ee_rd_atom: 0,
-            max_res_rd_atom: clamp(u32::from(l.max_qp_rd_atom).saturating_mul(l.max_qp)),
-            max_qp_init_rd_atom: i32::from(l.max_qp_rd_atom),
-            max_ee_init_rd_atom: 0,
-            atomic_cap: IBV_ATOMIC_HCA,
-            max_ee: 0,
-            max_rdd: 0,
-            max_mw: 0,
-            max_raw_ipv6_qp: 0,
-            max_raw_ethy_qp: 0,
-            max_mcast_grp: 0,
-            max_mcast_qp_attach: 0,
-            max_total_mcast_qp_attach: 0,
-            max_ah: clamp(l.max_ah),
-            max_fmr: 0,
-            max_map_per_fmr: 0,
-            max_srq: clamp(l.max_srq),
-            max_srq_wr: clamp(l.max_qp_wr),
-            max_srq_sge: clamp(l.max_sge),
-            max_pkeys: l.pkeys.len().min(u16::MAX as usize) as u16,
-            local_ca_ack_delay: 15,
-            phys_port_cnt: 1,
-        };
+        let a = crate::caps::device_attr(&c.shared);
         // SAFETY: `attr` is non-NULL and points at a struct ibv_device_attr (ibv_query_device(3)).
         unsafe { attr.write(a) };
         0
     })
 }
+
+/// The `query_device_ex` slot of the context (`ibv_query_device_ex`'s inline wrapper in
+/// verbs.h calls it after checking `input->comp_mask`). Like libibverbs'
+/// `ibv_cmd_query_device_any`, it fills only the `attr_size` bytes the caller's header
+/// knows, and refuses a buffer smaller than `struct ibv_device_attr` with EINVAL.
+pub unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a context from ibv_open_device; the slot is reachable only through ours.
+        let Some(c) = (unsafe { ctx_obj(ctx) }) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: `input` is NULL or the caller's input structure.
+        if unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
+            return fail(libc::EINVAL);
+        }
+        if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+            return fail(libc::EINVAL);
+        }
+        let a = crate::caps::device_attr_ex(&c.shared);
+        let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller's structure holds `attr_size` >= n bytes; the source is a
+        // local value of at least n bytes; they do not overlap. The bytes the caller has
+        // beyond ours (a newer header) are zeroed as libibverbs does.
+        unsafe {
+            std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
+            std::ptr::copy_nonoverlapping(
+                std::ptr::from_ref(&a).cast::<u8>(),
+                attr.cast::<u8>(),
+                n,
+            );
+        }
+        0
+    })
+}
+
+/// Entries in the port's GID table (index 0, see config.rs).
+pub(crate) const GID_TBL_LEN: u32 = 1;
 
 /// The port's attributes: one active RoCEv2 port.
 fn port_attr(c: &ContextObj) -> ibv_port_attr {
@@ -241,7 +237,7 @@ fn port_attr(c: &ContextObj) -> ibv_port_attr {
         state: IBV_PORT_ACTIVE,
         max_mtu: mtu,
         active_mtu: mtu,
-        gid_tbl_len: 1,
+        gid_tbl_len: GID_TBL_LEN as i32,
         port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
         max_msg_sz: 1 << 31,
         pkey_tbl_len: 1,
@@ -265,10 +261,10 @@ pub unsafe extern "C" fn ibv_query_port(
     guard(libc::EIO, || {
         // SAFETY: a context from ibv_open_device (ibv_query_port(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if port != 1 || attr.is_null() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         let a = port_attr(c);
         // The exported function receives libibverbs' `_compat_ibv_port_attr`, which ends
@@ -338,10 +334,10 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     guard(libc::EIO, || {
         // SAFETY: a context from ibv_open_device (ibv_query_gid_ex(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if flags != 0 || entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         match gid_entry(c, port_num, gid_index) {
             Some(e) => {
@@ -349,7 +345,10 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
                 unsafe { entry.write(e) };
                 0
             }
-            None => libc::ENODATA,
+            // The table has one entry: an index past it is EINVAL, as the kernel's
+            // gid query answers an index at or past gid_tbl_len (ENODATA is for an
+            // empty entry inside the table, which softib's has none of).
+            None => fail(libc::EINVAL),
         }
     })
 }
@@ -402,8 +401,10 @@ pub unsafe extern "C" fn ibv_query_gid_type(
             set_errno(libc::EINVAL);
             return -1;
         }
-        // SAFETY: non-NULL pointer to the caller's enum ibv_gid_type.
-        unsafe { ty.write(IBV_GID_TYPE_ROCE_V2) };
+        // ibv_query_gid_type(3) answers in `enum ibv_gid_type_sysfs`, where RoCEv2 is 1
+        // (not `enum ibv_gid_type`'s 2): ibv_devinfo -v prints no GID for another value.
+        // SAFETY: non-NULL pointer to the caller's enum ibv_gid_type_sysfs.
+        unsafe { ty.write(IBV_GID_TYPE_SYSFS_ROCE_V2) };
         0
     })
 }
