@@ -94,31 +94,48 @@ pub fn mr_range(addr: u64, length: usize, iova: u64) -> Result<(), Refusal> {
 /// `IBV_QP_AV` mask bit.
 const QP_AV: u32 = 1 << 7;
 
+/// The GID table as the address vector checks see it.
+#[derive(Debug, Clone, Copy)]
+pub struct GidTable {
+    /// `gid_tbl_len`.
+    pub len: u32,
+    /// Slots 0..in_use hold a GID, the others are empty.
+    pub in_use: u32,
+}
+
 /// `ibv_modify_qp` with `IBV_QP_AV` on a RoCE port: the address vector needs a GRH
 /// (drivers/infiniband/core/verbs.c `rdma_check_ah_attr`: a RoCE AH without
-/// IB_AH_GRH is EINVAL) and a GID index inside the table (`rdma_fill_sgid_attr`).
-/// Without this a QP moved to RTR with `is_global = 0` would be accepted and then send
-/// nothing, since a RoCEv2 packet is addressed by its destination GID only.
-pub fn modify_qp_av(a: &ibv_qp_attr, mask: u32, gid_tbl_len: u32) -> Result<(), Refusal> {
+/// IB_AH_GRH is EINVAL) and a GID (core/cache.c `rdma_get_gid_attr`: EINVAL past the
+/// table, ENODATA for an empty slot). Without this a QP moved to RTR with
+/// `is_global = 0` would be accepted and then send nothing, since a RoCEv2 packet is
+/// addressed by its destination GID only.
+pub fn modify_qp_av(a: &ibv_qp_attr, mask: u32, gids: GidTable) -> Result<(), Refusal> {
     if mask & QP_AV == 0 {
         return Ok(());
     }
-    av(&a.ah_attr, gid_tbl_len)
+    av(&a.ah_attr, gids)
 }
 
-/// An address vector on a RoCE port (`ibv_create_ah`, `ibv_modify_qp`): GRH required,
-/// `sgid_index` in the GID table, port 1.
-pub fn av(ah: &ibv_ah_attr, gid_tbl_len: u32) -> Result<(), Refusal> {
+/// An address vector on a RoCE port (`ibv_create_ah`, `ibv_modify_qp`): GRH required and
+/// `sgid_index` naming a GID, as [`modify_qp_av`] says.
+pub fn av(ah: &ibv_ah_attr, gids: GidTable) -> Result<(), Refusal> {
     if ah.is_global == 0 {
         return Err(einval(
             "a RoCE address vector needs is_global = 1 and a destination GID",
         ));
     }
-    if u32::from(ah.grh.sgid_index) >= gid_tbl_len {
+    let i = u32::from(ah.grh.sgid_index);
+    if i >= gids.len {
         return Err(einval(format!(
-            "sgid_index {} is beyond the GID table ({gid_tbl_len} entries)",
-            ah.grh.sgid_index
+            "sgid_index {i} is beyond the GID table ({} entries)",
+            gids.len
         )));
+    }
+    if i >= gids.in_use {
+        return Err(Refusal {
+            errno: libc::ENODATA,
+            why: format!("sgid_index {i} is an empty GID table slot (only 0 holds a GID)"),
+        });
     }
     Ok(())
 }
@@ -192,13 +209,16 @@ mod tests {
 
     #[test]
     fn roce_av_needs_a_grh() {
+        let t = GidTable { len: 4, in_use: 1 };
         let mut a = ibv_qp_attr::default();
-        assert!(modify_qp_av(&a, 1, 1).is_ok(), "no AV in the mask");
-        assert_eq!(modify_qp_av(&a, QP_AV, 1).unwrap_err().errno, libc::EINVAL);
+        assert!(modify_qp_av(&a, 1, t).is_ok(), "no AV in the mask");
+        assert_eq!(modify_qp_av(&a, QP_AV, t).unwrap_err().errno, libc::EINVAL);
         a.ah_attr.is_global = 1;
-        assert!(modify_qp_av(&a, QP_AV, 1).is_ok());
+        assert!(modify_qp_av(&a, QP_AV, t).is_ok());
         a.ah_attr.grh.sgid_index = 1;
-        assert_eq!(modify_qp_av(&a, QP_AV, 1).unwrap_err().errno, libc::EINVAL);
+        assert_eq!(modify_qp_av(&a, QP_AV, t).unwrap_err().errno, libc::ENODATA);
+        a.ah_attr.grh.sgid_index = 4;
+        assert_eq!(modify_qp_av(&a, QP_AV, t).unwrap_err().errno, libc::EINVAL);
     }
 
     #[test]

@@ -227,8 +227,22 @@ pub unsafe extern "C" fn query_device_ex(
     })
 }
 
-/// Entries in the port's GID table (index 0, see config.rs).
-pub(crate) const GID_TBL_LEN: u32 = 1;
+/// Entries in the port's GID table: 1024, as rxe (rxe_param.h `RXE_PORT_GID_TBL_LEN`) and
+/// the kernel's RoCE GID cache. Only index 0 holds a GID (config.rs); the others are empty
+/// slots, which the verbs answer as the kernel does: `ibv_query_gid` gives a zero GID,
+/// `ibv_query_gid_ex` ENODATA, and an address vector naming one fails with ENODATA.
+pub(crate) const GID_TBL_LEN: u32 = 1024;
+
+/// Slots of the GID table that hold a GID (index 0 only).
+pub(crate) const GIDS_IN_USE: u32 = 1;
+
+/// The GID table for the address vector checks.
+pub(crate) fn gid_table() -> crate::validate::GidTable {
+    crate::validate::GidTable {
+        len: GID_TBL_LEN,
+        in_use: GIDS_IN_USE,
+    }
+}
 
 /// The port's attributes: one active RoCEv2 port.
 fn port_attr(c: &ContextObj) -> ibv_port_attr {
@@ -280,9 +294,32 @@ pub unsafe extern "C" fn ibv_query_port(
     })
 }
 
-/// GID `index` of port `port`, or None (one entry: index 0, see config.rs).
+/// What slot `index` of port `port`'s GID table holds.
+enum GidSlot {
+    /// A GID (index 0: the RoCEv2 GID of SOFTIB_ADDR).
+    Valid([u8; 16]),
+    /// A slot of the table without a GID.
+    Empty,
+    /// No such port or index.
+    OutOfRange,
+}
+
+fn gid_slot(c: &ContextObj, port: u32, index: u32) -> GidSlot {
+    if port != 1 || index >= GID_TBL_LEN {
+        GidSlot::OutOfRange
+    } else if index < GIDS_IN_USE {
+        GidSlot::Valid(c.shared.net.gid())
+    } else {
+        GidSlot::Empty
+    }
+}
+
+/// GID `index` of port `port`, if the slot holds one.
 fn gid_at(c: &ContextObj, port: u32, index: u32) -> Option<[u8; 16]> {
-    (port == 1 && index == 0).then(|| c.shared.net.gid())
+    match gid_slot(c, port, index) {
+        GidSlot::Valid(g) => Some(g),
+        _ => None,
+    }
 }
 
 #[no_mangle]
@@ -298,17 +335,22 @@ pub unsafe extern "C" fn ibv_query_gid(
             set_errno(libc::EINVAL);
             return -1;
         };
-        match gid_at(c, u32::from(port), index as u32) {
-            Some(g) if !gid.is_null() => {
-                // SAFETY: `gid` is non-NULL and points at a union ibv_gid.
-                unsafe { gid.write(ibv_gid { raw: g }) };
-                0
-            }
-            _ => {
+        // verbs.c ibv_query_gid: an empty slot reads as the zero GID, success.
+        let g = match gid_slot(c, u32::from(port), index as u32) {
+            GidSlot::Valid(g) => g,
+            GidSlot::Empty => [0; 16],
+            GidSlot::OutOfRange => {
                 set_errno(libc::EINVAL);
-                -1
+                return -1;
             }
+        };
+        if gid.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
         }
+        // SAFETY: `gid` is non-NULL and points at a union ibv_gid.
+        unsafe { gid.write(ibv_gid { raw: g }) };
+        0
     })
 }
 
@@ -345,10 +387,11 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
                 unsafe { entry.write(e) };
                 0
             }
-            // The table has one entry: an index past it is EINVAL, as the kernel's
-            // gid query answers an index at or past gid_tbl_len (ENODATA is for an
-            // empty entry inside the table, which softib's has none of).
-            None => fail(libc::EINVAL),
+            // The kernel's GID query: ENODATA for an empty slot, EINVAL past the table.
+            None => match gid_slot(c, port_num, gid_index) {
+                GidSlot::Empty => fail(libc::ENODATA),
+                _ => fail(libc::EINVAL),
+            },
         }
     })
 }
@@ -364,6 +407,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     guard(-(libc::EIO as isize), || {
         // SAFETY: a context from ibv_open_device (ibv_query_gid_table(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
+            set_errno(libc::EINVAL);
             return -(libc::EINVAL as isize);
         };
         if flags != 0
@@ -397,9 +441,16 @@ pub unsafe extern "C" fn ibv_query_gid_type(
             set_errno(libc::EINVAL);
             return -1;
         };
-        if gid_at(c, u32::from(port), index).is_none() || ty.is_null() {
+        let slot = gid_slot(c, u32::from(port), index);
+        if matches!(slot, GidSlot::OutOfRange) || ty.is_null() {
             set_errno(libc::EINVAL);
             return -1;
+        }
+        if matches!(slot, GidSlot::Empty) {
+            // verbs.c: an empty slot answers IB/RoCEv1, success.
+            // SAFETY: non-NULL pointer to the caller's enum ibv_gid_type_sysfs.
+            unsafe { ty.write(IBV_GID_TYPE_SYSFS_IB_ROCE_V1) };
+            return 0;
         }
         // ibv_query_gid_type(3) answers in `enum ibv_gid_type_sysfs`, where RoCEv2 is 1
         // (not `enum ibv_gid_type`'s 2): ibv_devinfo -v prints no GID for another value.

@@ -119,7 +119,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             return fail(libc::EINVAL);
         };
         let s = q.shared.clone();
-        if let Err(r) = crate::validate::modify_qp_av(a, mask as u32, super::device::GID_TBL_LEN) {
+        if let Err(r) = crate::validate::modify_qp_av(a, mask as u32, super::device::gid_table()) {
             return report(&s, "ibv_modify_qp", r.errno, &r.why);
         }
         let (eattr, emask) = match qp_attr_from_c(a, mask as u32) {

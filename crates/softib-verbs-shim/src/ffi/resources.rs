@@ -513,7 +513,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             return null_with(libc::EINVAL);
         };
         let s = &p.shared;
-        if let Err(r) = crate::validate::av(a, super::device::GID_TBL_LEN) {
+        if let Err(r) = crate::validate::av(a, super::device::gid_table()) {
             return null_with(report(s, "ibv_create_ah", r.errno, &r.why));
         }
         let av = ah_attr_from_c(a);

@@ -127,11 +127,36 @@ static void device_rules(void)
 	RULE("query_gid_type.sysfs_roce_v2", rc == 0 && t == GID_TYPE_SYSFS_ROCE_V2,
 	     "rc %d type %d", rc, t);
 
-	/* ibv_query_gid: -1 with errno for an index past the table. */
+	/* The GID table has rxe's 1024 slots, only index 0 in use. */
+	struct ibv_port_attr port;
+	rc = ibv_query_port(ctx, 1, &port);
+	RULE("query_port.gid_tbl_len", rc == 0 && port.gid_tbl_len == 1024, "rc %d len %d", rc,
+	     port.gid_tbl_len);
+	/* verbs.c ibv_query_gid: an empty slot is the zero GID and success, -1 with errno
+	 * EINVAL past the table. */
 	union ibv_gid g;
-	errno = 0;
+	memset(&g, 0xff, sizeof(g));
 	rc = ibv_query_gid(ctx, 1, 5, &g);
-	RULE("query_gid.bad_index", rc == -1 && errno == EINVAL, "rc %d errno %d", rc, errno);
+	RULE("query_gid.empty_slot_is_zero", rc == 0 && g.global.subnet_prefix == 0 &&
+	     g.global.interface_id == 0, "rc %d", rc);
+	errno = 0;
+	rc = ibv_query_gid(ctx, 1, 1024, &g);
+	RULE("query_gid.past_table", rc == -1 && errno == EINVAL, "rc %d errno %d", rc, errno);
+	/* The kernel's GID query: ENODATA for an empty slot, EINVAL past the table. */
+	struct ibv_gid_entry ge;
+	rc = ibv_query_gid_ex(ctx, 1, 5, &ge, 0);
+	RULE("query_gid_ex.empty_slot", rc == ENODATA, "rc %d", rc);
+	rc = ibv_query_gid_ex(ctx, 1, 1024, &ge, 0);
+	RULE("query_gid_ex.past_table", rc == EINVAL, "rc %d", rc);
+	rc = ibv_query_gid_ex(ctx, 1, 0, &ge, 0);
+	RULE("query_gid_ex.roce_v2", rc == 0 && ge.gid_type == IBV_GID_TYPE_ROCE_V2, "rc %d", rc);
+	struct ibv_gid_entry tbl[8];
+	ssize_t n = ibv_query_gid_table(ctx, tbl, 8, 0);
+	RULE("query_gid_table.valid_entries_only", n == 1 && tbl[0].gid_index == 0, "n %zd", n);
+	t = 77;
+	rc = ibv_query_gid_type(ctx, 1, 5, &t);
+	RULE("query_gid_type.empty_slot", rc == 0 && t == GID_TYPE_SYSFS_IB_ROCE_V1, "rc %d t %d",
+	     rc, t);
 
 	/* query_port returns the errno, and leaves it in errno (uverbs ioctl). */
 	struct ibv_port_attr pa;
@@ -325,11 +350,11 @@ static void qp_rules(void)
 	rc = ibv_modify_qp(qp, &a, RTR_MASK);
 	RULE("modify_qp.rtr_without_grh", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc,
 	     errno);
-	/* rdma_fill_sgid_attr: sgid_index past the GID table is EINVAL. */
+	/* rdma_get_gid_attr: an empty GID slot (3 < 1024: inside the table) is ENODATA. */
 	a = rtr_attr(qp->qp_num);
 	a.ah_attr.grh.sgid_index = 3;
 	rc = ibv_modify_qp(qp, &a, RTR_MASK);
-	RULE("modify_qp.bad_sgid_index", rc == EINVAL, "rc %d", rc);
+	RULE("modify_qp.empty_sgid_index", rc == ENODATA, "rc %d", rc);
 	/* rxe_qp_chk_attr: timeout > 31 is EINVAL (RTR->RTS below). */
 	/* Providers take the flow label's low 20 bits (UCX rc_verbs passes wider). */
 	a = rtr_attr(qp->qp_num);
