@@ -47,7 +47,7 @@ static int checks, failures;
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-static struct ibv_cq *cq;
+static struct ibv_cq *cq, *shared_cq;
 static struct ibv_device_attr dev;
 static union ibv_gid gid0;
 
@@ -163,6 +163,19 @@ static void device_rules(void)
 	errno = 0;
 	rc = ibv_query_port(ctx, 2, &pa);
 	RULE("query_port.bad_port", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc, errno);
+
+	/* verbs.c ibv_query_pkey / ibv_get_pkey_index read sysfs: -1, errno ENOENT for a
+	 * slot or P_Key that is not there. */
+	__be16 pk;
+	rc = ibv_query_pkey(ctx, 1, 0, &pk);
+	RULE("query_pkey.default", rc == 0 && pk == htobe16(0xffff), "rc %d", rc);
+	errno = 0;
+	rc = ibv_query_pkey(ctx, 1, 70, &pk);
+	RULE("query_pkey.past_table", rc == -1 && errno == ENOENT, "rc %d errno %d", rc, errno);
+	RULE("get_pkey_index.default", ibv_get_pkey_index(ctx, 1, htobe16(0xffff)) == 0, "no");
+	errno = 0;
+	rc = ibv_get_pkey_index(ctx, 1, htobe16(0x1234));
+	RULE("get_pkey_index.absent", rc == -1 && errno == ENOENT, "rc %d errno %d", rc, errno);
 
 	/* kernel uverbs: 1 completion vector on rxe. */
 	RULE("context.num_comp_vectors", ctx->num_comp_vectors == 1, "%d", ctx->num_comp_vectors);
@@ -343,7 +356,19 @@ static void qp_rules(void)
 	NEED(to_init(qp) == 0, "INIT");
 	RULE("modify_qp.state_field", qp->state == IBV_QPS_INIT, "state %d", qp->state);
 
-	/* core verbs.c rdma_check_ah_attr: RTR without a GRH on a RoCE port is EINVAL. */
+	/* rxe_verbs.c rxe_post_send: a send queue that is not ready (before RTS) is EINVAL,
+	 * bad_wr at the WR. */
+	static char sb[64];
+	struct ibv_mr *smr = ibv_reg_mr(pd, sb, sizeof(sb), IBV_ACCESS_LOCAL_WRITE);
+	NEED(smr, "reg_mr");
+	struct ibv_sge ss[2] = { { .addr = (uintptr_t)sb, .length = 8, .lkey = smr->lkey },
+				 { .addr = (uintptr_t)sb + 8, .length = 8, .lkey = smr->lkey } };
+	struct ibv_send_wr swr = { .wr_id = 1, .sg_list = ss, .num_sge = 1,
+				   .opcode = IBV_WR_SEND }, *sbad = NULL;
+	rc = ibv_post_send(qp, &swr, &sbad);
+	RULE("post_send.before_rts", rc == EINVAL && sbad == &swr, "rc %d", rc);
+
+
 	a = rtr_attr(qp->qp_num);
 	a.ah_attr.is_global = 0;
 	errno = 0;
@@ -376,6 +401,32 @@ static void qp_rules(void)
 	rts.max_rd_atomic = dev.max_qp_rd_atom + 1;
 	rc = ibv_modify_qp(qp, &rts, rts_mask);
 	RULE("modify_qp.max_rd_atomic_over_max", rc == EINVAL, "rc %d", rc);
+	rts.max_rd_atomic = 1;
+	NEED(ibv_modify_qp(qp, &rts, rts_mask) == 0, "RTS");
+	/* rxe.c validate_send_wr: more SGEs than max_send_sge, inline data beyond
+	 * max_inline_data, an atomic on an unaligned address: EINVAL, bad_wr at the WR. */
+	struct ibv_qp_attr cq_attr;
+	struct ibv_qp_init_attr cq_init;
+	NEED(ibv_query_qp(qp, &cq_attr, IBV_QP_CAP, &cq_init) == 0, "query_qp");
+	swr.num_sge = 2;
+	sbad = NULL;
+	rc = ibv_post_send(qp, &swr, &sbad);
+	RULE("post_send.too_many_sge", cq_init.cap.max_send_sge < 2 ? rc == EINVAL && sbad == &swr
+								 : rc == 0,
+	     "rc %d max_send_sge %u", rc, cq_init.cap.max_send_sge);
+	static char big[4096];
+	struct ibv_sge bs = { .addr = (uintptr_t)big, .length = sizeof(big), .lkey = 0 };
+	struct ibv_send_wr iwr = { .wr_id = 2, .sg_list = &bs, .num_sge = 1, .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_INLINE }, *ibad = NULL;
+	rc = ibv_post_send(qp, &iwr, &ibad);
+	RULE("post_send.inline_too_long", rc == EINVAL && ibad == &iwr, "rc %d", rc);
+	struct ibv_send_wr awr = { .wr_id = 3, .sg_list = ss, .num_sge = 1,
+				   .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD }, *abad = NULL;
+	awr.wr.atomic.remote_addr = 0x1004;
+	awr.wr.atomic.rkey = 1;
+	rc = ibv_post_send(qp, &awr, &abad);
+	RULE("post_send.atomic_unaligned", rc == EINVAL && abad == &awr, "rc %d", rc);
+	ibv_dereg_mr(smr);
 	ibv_destroy_qp(qp);
 
 	/* SRQ: rxe_srq_chk_attr bounds, EBUSY while a QP uses it. */
@@ -420,7 +471,10 @@ static void ud_rules(void)
 	RULE("create_ah.flow_label_low_20_bits", ah != NULL, "errno %d", errno);
 	NEED(ah, "create_ah");
 
-	/* wc.sl of a UD receive: mlx5's RoCE packet type, UDP (bit 3) + IPv4 (2). */
+	/* wc.sl of a UD receive: mlx5's RoCE packet type, UDP (bit 3) + IPv4 (2). A CQ of
+	 * its own: the earlier checks left completions in the shared one. */
+	cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	NEED(cq, "UD CQ");
 	struct ibv_qp *s = make_qp(IBV_QPT_UD, 4, 4, NULL), *r = make_qp(IBV_QPT_UD, 4, 4, NULL);
 	NEED(s && r, "UD QPs");
 	struct ibv_qp *both[2] = { s, r };
@@ -461,6 +515,8 @@ static void ud_rules(void)
 	     recv.wc_flags, recv.sl);
 	ibv_destroy_qp(s);
 	ibv_destroy_qp(r);
+	ibv_destroy_cq(cq);
+	cq = shared_cq;
 	ibv_dereg_mr(rmr);
 	ibv_dereg_mr(smr);
 	ibv_destroy_ah(ah);
@@ -480,6 +536,7 @@ int main(void)
 	NEED(pd, "alloc_pd");
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	NEED(cq, "create_cq");
+	shared_cq = cq;
 
 	device_rules();
 	cq_rules();
