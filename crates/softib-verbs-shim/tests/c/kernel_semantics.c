@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
@@ -91,6 +95,26 @@ static struct ibv_qp_attr rtr_attr(uint32_t dest)
 
 enum { RTR_MASK = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 		  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER };
+
+/* True when one of this process's descriptors is a socket bound to UDP port `port`. */
+static int holds_udp_port(int port)
+{
+	for (int fd = 0; fd < 1024; fd++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int type = 0;
+		socklen_t tl = sizeof(type);
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_DGRAM)
+			continue;
+		if (getsockname(fd, (struct sockaddr *)&ss, &len))
+			continue;
+		if (ss.ss_family == AF_INET && ntohs(((struct sockaddr_in *)&ss)->sin_port) == port)
+			return 1;
+		if (ss.ss_family == AF_INET6 && ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) == port)
+			return 1;
+	}
+	return 0;
+}
 
 static void on_alarm(int sig)
 {
@@ -529,6 +553,25 @@ int main(void)
 	NEED(list && num == 1, "device list");
 	ctx = ibv_open_device(list[0]);
 	NEED(ctx, "open");
+	/* A forked child must not keep the device's address: if it outlives the parent's
+	 * device, the parent's next ibv_open_device cannot bind the address (ENODEV; what
+	 * failed pyverbs' tests after its multi-process ones). First thing, before anything
+	 * else holds the device, so that closing the context really closes it. */
+	pid_t child = fork();
+	NEED(child >= 0, "fork");
+	if (child == 0) {
+		usleep(500000);
+		_exit(holds_udp_port(4791) ? 1 : 0);
+	}
+	ibv_close_device(ctx);
+	ctx = ibv_open_device(list[0]);
+	RULE("open_device.while_forked_child_lives", ctx != NULL, "errno %d", errno);
+	int status = -1;
+	waitpid(child, &status, 0);
+	RULE("fork.child_keeps_no_device_socket", WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	     "status %#x", status);
+	NEED(ctx, "open again");
+	RULE("fork.parent_keeps_device_socket", holds_udp_port(4791), "parent lost its socket");
 	ibv_free_device_list(list);
 	NEED(ibv_query_device(ctx, &dev) == 0, "query_device");
 	NEED(ibv_query_gid(ctx, 1, 0, &gid0) == 0, "gid 0");
