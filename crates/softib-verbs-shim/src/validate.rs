@@ -30,7 +30,7 @@ pub fn create_cq(cqe: i32, comp_vector: i32, max_cqe: u32) -> Result<(), Refusal
         return Err(einval(format!("cqe {cqe} is not in 1..={max_cqe}")));
     }
     // The kernel takes comp_vector as u32, so a negative one is out of range too.
-    if comp_vector < 0 || comp_vector >= caps::NUM_COMP_VECTORS {
+    if !(0..caps::NUM_COMP_VECTORS).contains(&comp_vector) {
         return Err(einval(format!(
             "comp_vector {comp_vector} >= num_comp_vectors {}",
             caps::NUM_COMP_VECTORS

@@ -55,6 +55,7 @@ const RULES: &[&str] = &[
     "dealloc_pd.idle",
     "create_qp.zero_send_wr",
     "create_qp.zero_recv_wr",
+    "post_recv.zero_recv_wr_queue_full",
     "create_qp.send_wr_over_max",
     "create_qp.missing_cq",
     "create_qp.raw_packet",

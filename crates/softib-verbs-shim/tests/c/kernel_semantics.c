@@ -326,8 +326,14 @@ static void qp_rules(void)
 		ibv_destroy_qp(qp);
 	qp = make_qp(IBV_QPT_RC, 4, 0, NULL);
 	RULE("create_qp.zero_recv_wr", qp != NULL, "errno %d", errno);
-	if (qp)
+	if (qp) {
+		/* rxe: a queue of no slot is always full: ENOMEM, bad_wr at the WR. */
+		struct ibv_recv_wr zwr = { .wr_id = 9 }, *zbad = NULL;
+		int zrc = to_init(qp) ? -1 : ibv_post_recv(qp, &zwr, &zbad);
+		RULE("post_recv.zero_recv_wr_queue_full", zrc == ENOMEM && zbad == &zwr, "rc %d",
+		     zrc);
 		ibv_destroy_qp(qp);
+	}
 
 	errno = 0;
 	qp = make_qp(IBV_QPT_RC, dev.max_qp_wr + 1, 1, NULL);
