@@ -405,6 +405,11 @@ static void qp_rules(void)
 	rc = ibv_modify_qp(qp, &a, RTR_MASK);
 	RULE("modify_qp.rtr_without_grh", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc,
 	     errno);
+	/* uverbs_cmd.c modify_qp: the AV's port must exist. */
+	a = rtr_attr(qp->qp_num);
+	a.ah_attr.port_num = 0;
+	rc = ibv_modify_qp(qp, &a, RTR_MASK);
+	RULE("modify_qp.av_port_0", rc == EINVAL, "rc %d", rc);
 	/* rdma_get_gid_attr: an empty GID slot (3 < 1024: inside the table) is ENODATA. */
 	a = rtr_attr(qp->qp_num);
 	a.ah_attr.grh.sgid_index = 3;
@@ -495,6 +500,10 @@ static void ud_rules(void)
 	RULE("create_ah.no_grh", !ibv_create_ah(pd, &aa) && errno == EINVAL, "errno %d", errno);
 	aa.is_global = 1;
 	aa.grh.dgid = gid0;
+	aa.port_num = 2;
+	errno = 0;
+	RULE("create_ah.bad_port", !ibv_create_ah(pd, &aa) && errno == EINVAL, "errno %d", errno);
+	aa.port_num = 1;
 	aa.grh.hop_limit = 64;
 	aa.grh.flow_label = 0xFFFFFFFF;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
