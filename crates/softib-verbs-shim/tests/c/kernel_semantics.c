@@ -359,6 +359,12 @@ static void qp_rules(void)
 	int rc = ibv_post_recv(qp, &rwr, &rbad);
 	RULE("post_recv.reset", rc == EINVAL && rbad == &rwr, "rc %d", rc);
 
+	/* ib_modify_qp_is_ok: RESET->RESET with nothing to change is a valid no-op. */
+	struct ibv_qp_attr none;
+	memset(&none, 0, sizeof(none));
+	rc = ibv_modify_qp(qp, &none, 0);
+	RULE("modify_qp.empty_mask", rc == 0, "rc %d", rc);
+
 	/* ib_modify_qp_is_ok: no RESET->RTS transition; EINVAL and errno. */
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS };
 	errno = 0;
@@ -385,6 +391,12 @@ static void qp_rules(void)
 	RULE("modify_qp.unsupported_mask", rc == EOPNOTSUPP && errno == EOPNOTSUPP, "rc %d", rc);
 	NEED(to_init(qp) == 0, "INIT");
 	RULE("modify_qp.state_field", qp->state == IBV_QPS_INIT, "state %d", qp->state);
+	/* rxe.c rxe_post_one_recv: more SGEs than max_recv_sge: EINVAL, bad_wr at the WR. */
+	struct ibv_sge rs2[2] = { { .addr = (uintptr_t)b, .length = 8 },
+				  { .addr = (uintptr_t)b + 8, .length = 8 } };
+	struct ibv_recv_wr rwr2 = { .wr_id = 4, .sg_list = rs2, .num_sge = 2 }, *rbad2 = NULL;
+	rc = ibv_post_recv(qp, &rwr2, &rbad2);
+	RULE("post_recv.too_many_sge", rc == EINVAL && rbad2 == &rwr2, "rc %d", rc);
 
 	/* rxe_verbs.c rxe_post_send: a send queue that is not ready (before RTS) is EINVAL,
 	 * bad_wr at the WR. */
@@ -484,6 +496,16 @@ static void qp_rules(void)
 		RULE("modify_srq.limit_over_max", rc == EINVAL && errno == EINVAL, "rc %d", rc);
 		qp = make_qp(IBV_QPT_RC, 1, 0, srq);
 		NEED(qp, "create_qp with srq");
+		/* rxe.c rxe_post_recv: a QP on an SRQ has no receive queue: EINVAL. */
+		NEED(to_init(qp) == 0, "INIT on srq");
+		struct ibv_recv_wr qwr = { .wr_id = 5 }, *qbad = NULL;
+		rc = ibv_post_recv(qp, &qwr, &qbad);
+		RULE("post_recv.qp_on_srq", rc == EINVAL, "rc %d", rc);
+		/* rxe.c rxe_post_one_recv: more SGEs than the SRQ's max_sge: EINVAL. */
+		struct ibv_sge two[2] = { { 0 }, { 0 } };
+		struct ibv_recv_wr swr2 = { .wr_id = 6, .sg_list = two, .num_sge = 2 }, *sbad2 = NULL;
+		rc = ibv_post_srq_recv(srq, &swr2, &sbad2);
+		RULE("post_srq_recv.too_many_sge", rc == EINVAL && sbad2 == &swr2, "rc %d", rc);
 		errno = 0;
 		rc = ibv_destroy_srq(srq);
 		RULE("destroy_srq.busy", rc == EBUSY && errno == EBUSY, "rc %d errno %d", rc, errno);
