@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <poll.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -534,8 +536,11 @@ static void ud_rules(void)
 
 	/* wc.sl of a UD receive: mlx5's RoCE packet type, UDP (bit 3) + IPv4 (2). A CQ of
 	 * its own: the earlier checks left completions in the shared one. */
-	cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_comp_channel *uch = ibv_create_comp_channel(ctx);
+	NEED(uch, "UD channel");
+	cq = ibv_create_cq(ctx, 16, NULL, uch, 0);
 	NEED(cq, "UD CQ");
+	NEED(ibv_req_notify_cq(cq, 0) == 0, "req_notify_cq");
 	struct ibv_qp *s = make_qp(IBV_QPT_UD, 4, 4, NULL), *r = make_qp(IBV_QPT_UD, 4, 4, NULL);
 	NEED(s && r, "UD QPs");
 	struct ibv_qp *both[2] = { s, r };
@@ -574,10 +579,23 @@ static void ud_rules(void)
 	     got == 2 && recv.status == IBV_WC_SUCCESS && (recv.wc_flags & IBV_WC_GRH) &&
 	     recv.sl == 0xA, "got %d status %d flags %#x sl %#x", got, recv.status,
 	     recv.wc_flags, recv.sl);
+	/* The completion event is queued on the channel; destroying the CQ takes it off
+	 * (uverbs releases a destroyed CQ's events), so no later ibv_get_cq_event returns
+	 * the freed CQ. */
+	struct pollfd pfd = { .fd = uch->fd, .events = POLLIN };
+	int ready = poll(&pfd, 1, 5000);
 	ibv_destroy_qp(s);
 	ibv_destroy_qp(r);
 	ibv_destroy_cq(cq);
 	cq = shared_cq;
+	fcntl(uch->fd, F_SETFL, fcntl(uch->fd, F_GETFL) | O_NONBLOCK);
+	struct ibv_cq *ev_cq = NULL;
+	void *ev_ctx;
+	errno = 0;
+	int er = ibv_get_cq_event(uch, &ev_cq, &ev_ctx);
+	RULE("destroy_cq.discards_queued_events", ready == 1 && er == -1 && errno == EAGAIN,
+	     "poll %d rc %d errno %d cq %p", ready, er, errno, (void *)ev_cq);
+	RULE("destroy_comp_channel.after_discard", ibv_destroy_comp_channel(uch) == 0, "busy");
 	ibv_dereg_mr(rmr);
 	ibv_dereg_mr(smr);
 	ibv_destroy_ah(ah);
