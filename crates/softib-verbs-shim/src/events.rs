@@ -140,3 +140,29 @@ fn dispatch(s: &Shared, ev: AsyncEvent) {
         s.async_events.push((addr, ty));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discarded_items_never_come_back_and_their_signals_are_skipped() {
+        let q = Arc::new(EventQueue::new().unwrap());
+        q.push(1);
+        q.push(2);
+        q.push(1);
+        q.discard(|&i| i == 1);
+        assert_eq!(q.pop().unwrap(), 2);
+        // Two signals are left without items: a wait passes over them and takes the next
+        // real item.
+        let pusher = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                q.push(3);
+            })
+        };
+        assert_eq!(q.pop().unwrap(), 3);
+        pusher.join().unwrap();
+    }
+}
