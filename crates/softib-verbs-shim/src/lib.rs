@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+mod caps;
 pub mod config;
 pub mod convert;
 mod events;
@@ -24,3 +25,4 @@ mod ffi;
 mod objects;
 mod raw_memory;
 mod sys;
+mod validate;
