@@ -3,6 +3,8 @@
 //! The examples are included as modules rather than run as `harness = false` test targets,
 //! because such a target would read libtest's arguments (a name filter, `--list`,
 //! `--exact`) as its own command line, and `cargo test --workspace FILTER` would fail.
+// Each example declares `examples/common` as its own module, as it does when built alone.
+#![allow(clippy::duplicate_mod)]
 
 #[allow(dead_code)]
 #[path = "../examples/rc_pingpong.rs"]
