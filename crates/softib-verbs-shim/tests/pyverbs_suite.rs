@@ -119,13 +119,21 @@ fn pyverbs_suite_has_no_failure_or_error() {
         .filter(|o| !matches!(o.outcome.as_str(), "ok" | "skip"))
         .map(|o| format!("{} {}:\n{}", o.outcome, o.id, o.detail))
         .collect();
-    assert!(bad.is_empty(), "{} tests did not pass:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} tests did not pass:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
 fn pyverbs_suite_passes_at_least_the_accepted_number() {
     let passed = outcomes().values().filter(|o| o.outcome == "ok").count();
-    assert!(passed >= MIN_PASSED, "{passed} tests passed, fewer than {MIN_PASSED}");
+    assert!(
+        passed >= MIN_PASSED,
+        "{passed} tests passed, fewer than {MIN_PASSED}"
+    );
 }
 
 #[test]
