@@ -402,9 +402,30 @@ impl Context {
         self.with_driver(|d| d.engine_mut().create_qp(pd, init))
     }
 
-    /// `ibv_modify_qp`.
+    /// `ibv_modify_qp`. A path MTU above the port's is refused naming the interface behind
+    /// it, so the user sees why (a datagram the interface cannot carry would be refused by
+    /// the kernel, and the connection would die of retries).
     pub fn modify_qp(&self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         self.with_driver(|d| {
+            if mask.contains(QpAttrMask::PATH_MTU) && attr.path_mtu > d.mtu() {
+                let why = match d.interface() {
+                    Some((name, if_mtu)) => format!(
+                        "{} exceeds the port MTU {}: interface {name} has MTU {if_mtu}, so the largest IB MTU it carries is {}",
+                        attr.path_mtu.bytes(),
+                        d.mtu().bytes(),
+                        d.mtu().bytes()
+                    ),
+                    None => format!(
+                        "{} exceeds the port MTU {}",
+                        attr.path_mtu.bytes(),
+                        d.mtu().bytes()
+                    ),
+                };
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "path_mtu",
+                    reason: why,
+                });
+            }
             let now = d.now();
             d.engine_mut().modify_qp(now, qpn, attr, mask)
         })

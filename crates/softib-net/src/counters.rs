@@ -83,6 +83,7 @@ pub fn device_map(c: &DeviceCounters) -> CounterMap {
         bad_qkey_drops,
         wrong_state_drops,
         wrong_service_drops,
+        foreign_source_drops,
         icrc_drops,
         vcrc_drops,
         format_drops,

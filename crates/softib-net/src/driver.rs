@@ -16,6 +16,7 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use softib_transport::qpn::QpnAllocation;
 use softib_transport::{
     Device, DeviceConfig, DriverDrop, LinkLayer, Mtu, Nanos, RxGrh, RxMeta, Transmit,
 };
@@ -37,7 +38,8 @@ const TX_HEADROOM: usize = 64 + ICRC_LEN;
 pub struct NetConfig {
     /// The device's IP address and UDP port (4791 by default). The GID is derived from it.
     pub bind: SocketAddr,
-    /// Largest path MTU; `None` derives it from the interface MTU as rxe does.
+    /// Largest path MTU; `None` derives it from the interface MTU as rxe does. A value the
+    /// interface cannot carry is refused when the device opens ([`NetError::MtuTooLarge`]).
     pub mtu: Option<Mtu>,
     /// Default TOS / traffic class (DSCP << 2; the ECN bits are ECT(0) on data when
     /// congestion control reacts, see [`RoceCc`]).
@@ -52,7 +54,7 @@ pub struct NetConfig {
     pub inject: Option<FaultSpec>,
     /// Write every datagram sent and received to this pcap file.
     pub pcap: Option<PathBuf>,
-    /// Seed of the engine's RNG (keys, PSNs).
+    /// Seed of the engine's RNG (keys, PSNs) and of its QPN scrambling.
     pub seed: u64,
     /// Congestion control (ECN marks, CNPs, DCQCN or IBA CCA pacing); off by default.
     pub cc: RoceCc,
@@ -63,13 +65,21 @@ pub struct NetConfig {
 
 impl NetConfig {
     /// Defaults for a device on `bind`: MTU from the interface, ECT(0), GSO/GRO on,
-    /// identifications recovered, no faults, no capture, seed from the clock.
+    /// identifications recovered, no faults, no capture, scrambled QPNs (a third host cannot
+    /// guess a live one), seed from the kernel's random source (the clock if it has none).
     pub fn new(bind: SocketAddr) -> NetConfig {
-        let seed = std::time::SystemTime::now()
+        let clock = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
             ^ u64::from(std::process::id());
+        let mut random = [0u8; 8];
+        let seed = match std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut random))
+        {
+            Ok(()) => u64::from_ne_bytes(random),
+            Err(_) => clock,
+        };
         NetConfig {
             bind,
             mtu: None,
@@ -81,7 +91,10 @@ impl NetConfig {
             pcap: None,
             seed,
             cc: RoceCc::default(),
-            engine: DeviceConfig::default(),
+            engine: DeviceConfig {
+                qpn_allocation: QpnAllocation::Scrambled,
+                ..DeviceConfig::default()
+            },
         }
     }
 }
@@ -102,6 +115,21 @@ pub enum NetError {
         /// Why.
         #[source]
         source: io::Error,
+    },
+    /// The MTU asked for does not fit the interface: the kernel would refuse every full-size
+    /// datagram (EMSGSIZE) and the connection would die of retries.
+    #[error(
+        "IB MTU {requested} does not fit interface {interface} (MTU {interface_mtu}): the largest IB MTU it carries is {largest} (interface MTU - 80, as rxe)"
+    )]
+    MtuTooLarge {
+        /// The IB MTU asked for, bytes.
+        requested: u32,
+        /// The interface holding the device address.
+        interface: String,
+        /// Its MTU, bytes.
+        interface_mtu: u32,
+        /// The largest IB MTU it carries, bytes.
+        largest: u32,
     },
     /// The interface MTU is too small for RoCEv2.
     #[error("interface MTU {0} leaves no room for even a 256-byte IB MTU (needs at least 336)")]
@@ -175,6 +203,8 @@ pub struct Driver {
     epoch: Instant,
     last_now: Nanos,
     mtu: Mtu,
+    /// The interface holding the device address and its MTU, when it could be found.
+    interface: Option<(String, u32)>,
     default_tos: u8,
     ecn_capable: bool,
     peer_ports: PeerPorts,
@@ -209,7 +239,21 @@ impl Driver {
     pub fn open(config: NetConfig) -> Result<Driver, NetError> {
         let iface = roce::interface_mtu(config.bind.ip());
         let mtu = match config.mtu {
-            Some(m) => m,
+            Some(m) => {
+                if let Ok((name, if_mtu)) = &iface {
+                    let largest = roce::ib_mtu_for_interface(*if_mtu)
+                        .ok_or(NetError::MtuTooSmall(*if_mtu))?;
+                    if m.bytes() > largest {
+                        return Err(NetError::MtuTooLarge {
+                            requested: m.bytes(),
+                            interface: name.clone(),
+                            interface_mtu: *if_mtu,
+                            largest,
+                        });
+                    }
+                }
+                m
+            }
             None => {
                 let if_mtu = match &iface {
                     Ok((_, m)) => *m,
@@ -277,6 +321,7 @@ impl Driver {
             epoch: Instant::now(),
             last_now: 0,
             mtu,
+            interface: iface.as_ref().ok().cloned(),
             default_tos: config.traffic_class,
             ecn_capable: config.cc.reacts(),
             peer_ports: PeerPorts::default(),
@@ -315,6 +360,11 @@ impl Driver {
     /// The largest path MTU.
     pub fn mtu(&self) -> Mtu {
         self.mtu
+    }
+
+    /// The interface holding the device address and its MTU (bytes), if it was found.
+    pub fn interface(&self) -> Option<(&str, u32)> {
+        self.interface.as_ref().map(|(n, m)| (n.as_str(), *m))
     }
 
     /// Sends to `ip` on `port` instead of 4791 (a peer device bound to another port).

@@ -124,6 +124,10 @@ pub struct DeviceCounters {
     pub wrong_state_drops: u64,
     /// Opcodes of a service the destination QP does not run (e.g. UC opcode to an RC QP).
     pub wrong_service_drops: u64,
+    /// RC/UC packets whose source is not the QP's peer (another address, or another LID),
+    /// or whose destination address is not this device's: a third host's packets, dropped
+    /// before they touch the QP (not counted on it).
+    pub foreign_source_drops: u64,
     /// ICRC failures reported by the driver.
     pub icrc_drops: u64,
     /// VCRC failures reported by the driver.

@@ -20,6 +20,7 @@ use crate::memory::{Memory, MrTable};
 use crate::qp::recv_queue::RecvWqe;
 use crate::qp::send_queue::{SendWqe, UdTarget};
 use crate::qp::{Qp, TimerKind};
+use crate::qpn::{QpnAllocation, QpnMap, SLOT_BITS};
 use crate::srq::SharedRecvQueue;
 use crate::time::Nanos;
 use crate::verbs::{
@@ -86,6 +87,9 @@ pub struct DeviceConfig {
     /// How an RC requester resends after a gap or a local ACK timeout
     /// (docs/design/engine.md, "RC recovery").
     pub resend: ResendPolicy,
+    /// How QPs are numbered: sequential for the simulator, scrambled on real networks so a
+    /// third host cannot guess a live QPN (qpn.rs).
+    pub qpn_allocation: QpnAllocation,
 }
 
 /// How an RC requester resends once it must go back (IBA 9.7.5.1.3 and 9.7.6.1.3 say from
@@ -128,6 +132,7 @@ impl Default for DeviceConfig {
             link_layer: LinkLayer::Ethernet,
             cc: crate::cc::CcConfig::default(),
             resend: ResendPolicy::Paced,
+            qpn_allocation: QpnAllocation::Sequential,
         }
     }
 }
@@ -240,6 +245,8 @@ impl Shared {
 pub struct Device {
     sh: Shared,
     qps: Vec<Option<Qp>>,
+    /// QP slot <-> QPN (sequential or scrambled).
+    qpn_map: QpnMap,
     /// Counters of destroyed QPs, so device totals never go backwards.
     retired: QpCounters,
     pds: u32,
@@ -260,6 +267,7 @@ impl Device {
     /// A device with `config`; `seed` drives the only randomness (key bytes, initial PSNs).
     pub fn new(config: DeviceConfig, seed: u64) -> Device {
         Device {
+            qpn_map: QpnMap::new(config.qpn_allocation, seed),
             sh: Shared {
                 config,
                 mrs: MrTable::default(),
@@ -387,13 +395,13 @@ impl Device {
     }
 
     fn qp_index(&self, qpn: u32) -> Option<usize> {
-        let i = qpn.checked_sub(FIRST_QPN)? as usize;
+        let i = self.qpn_map.slot_of_offset(qpn.checked_sub(FIRST_QPN)?)? as usize;
         self.qps.get(i)?.as_ref()?;
         Some(i)
     }
 
     fn qp(&self, qpn: u32) -> Option<&Qp> {
-        self.qps.get(qpn.checked_sub(FIRST_QPN)? as usize)?.as_ref()
+        self.qps.get(self.qp_index(qpn)?)?.as_ref()
     }
 
     // ----- commands (verbs) -----
@@ -691,13 +699,13 @@ impl Device {
                 });
             }
         }
-        if self.qps.len() as u32 >= cfg.max_qp.min(0x00FF_FFFF - FIRST_QPN) {
+        if self.qps.len() as u32 >= cfg.max_qp.min(1 << SLOT_BITS) {
             return Err(VerbsError::LimitReached {
                 limit: "max_qp",
                 max: cfg.max_qp,
             });
         }
-        let qpn = FIRST_QPN + self.qps.len() as u32;
+        let qpn = FIRST_QPN + self.qpn_map.offset_of_slot(self.qps.len() as u32);
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
                 q.users += 1;
@@ -1082,6 +1090,20 @@ impl Device {
         );
         if !service_ok {
             self.sh.counters.wrong_service_drops += 1;
+            return;
+        }
+        // A connected QP takes packets from its peer only (IBA vol. 1 §9.6.1: the source
+        // must be the one in the QP context; rxe's check_addr does the same for RoCEv2).
+        // Checked before anything a packet may count on the QP, so a third host leaves no
+        // trace on it; a QP before RTR has no peer yet and drops by state below.
+        if matches!(qp.qp_type, QpType::Rc | QpType::Uc)
+            && matches!(
+                qp.state(),
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            )
+            && !qp.is_from_peer(&self.sh.config, meta)
+        {
+            self.sh.counters.foreign_source_drops += 1;
             return;
         }
         if !qp.pkey_matches(&self.sh, pkt.bth.pkey) {

@@ -24,6 +24,7 @@ pub mod harness;
 pub mod memory;
 pub mod psn;
 mod qp;
+pub mod qpn;
 mod rc;
 mod srq;
 pub mod time;

@@ -13,7 +13,8 @@ use softib_transport::cc::{
 };
 use softib_transport::harness::{Endpoint, Pair, QpOptions, Verdict};
 use softib_transport::{
-    AhAttr, AhHandle, DeviceConfig, GlobalRoute, Mtu, QpType, RxMeta, SendWr, Sge, UdDest, WrOpcode,
+    AhAttr, AhHandle, DeviceConfig, GlobalRoute, Mtu, QpType, RxGrh, RxMeta, SendWr, Sge, UdDest,
+    WrOpcode,
 };
 use softib_wire::{BthRepr, Opcode, PacketRepr};
 
@@ -77,10 +78,19 @@ fn cnp_bytes(dest_qp: u32) -> Vec<u8> {
     buf
 }
 
+/// Delivers a CNP to `side` as its peer (the other side) sends it: a connected QP takes
+/// packets from its peer's address only.
 fn inject_cnp(pair: &mut Pair, side: usize, qpn: u32, now: u64) {
     let bytes = cnp_bytes(qpn);
-    pair.dev(side)
-        .handle_packet(now, &RxMeta::default(), &bytes);
+    let meta = RxMeta {
+        grh: Some(RxGrh {
+            sgid: pair.device(1 - side).config().gid,
+            dgid: pair.device(side).config().gid,
+            ..RxGrh::default()
+        }),
+        ..RxMeta::default()
+    };
+    pair.dev(side).handle_packet(now, &meta, &bytes);
 }
 
 /// Packet time of a transport packet of `len` bytes: ceil((len + overhead) x 8 / rate).

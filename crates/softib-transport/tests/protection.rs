@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use softib_transport::harness::{Pair, QpOptions};
-use softib_transport::{AccessFlags, QpState, RxMeta, WcStatus, WrOpcode};
+use softib_transport::{AccessFlags, QpState, RxGrh, RxMeta, WcStatus, WrOpcode};
 use softib_wire::{BthRepr, Opcode, PacketRepr, RethRepr};
 
 fn check_rejected(
@@ -173,10 +173,24 @@ fn raw(
     buf
 }
 
+/// What the driver reports for a packet from side 0 to side 1 (RoCEv2: the IP addresses as
+/// GIDs).
+fn from_side_0(pair: &Pair) -> RxMeta {
+    RxMeta {
+        grh: Some(RxGrh {
+            sgid: pair.device(0).config().gid,
+            dgid: pair.device(1).config().gid,
+            ..RxGrh::default()
+        }),
+        ..RxMeta::default()
+    }
+}
+
 #[test]
 fn wrong_pkey_unknown_qpn_and_wrong_service_are_dropped_and_counted() {
     let mut pair = Pair::new(54);
     let (_a, b) = pair.connect(&QpOptions::default());
+    let meta = from_side_0(&pair);
     let reth = Some(RethRepr {
         va: b.addr,
         rkey: b.keys.rkey,
@@ -185,7 +199,7 @@ fn wrong_pkey_unknown_qpn_and_wrong_service_are_dropped_and_counted() {
     let dev = pair.dev(1);
     dev.handle_packet(
         0,
-        &RxMeta::default(),
+        &meta,
         &raw(
             Opcode::RC_RDMA_WRITE_ONLY,
             0x1234,
@@ -197,7 +211,7 @@ fn wrong_pkey_unknown_qpn_and_wrong_service_are_dropped_and_counted() {
     );
     dev.handle_packet(
         0,
-        &RxMeta::default(),
+        &meta,
         &raw(
             Opcode::RC_RDMA_WRITE_ONLY,
             0xFFFF,
@@ -209,7 +223,7 @@ fn wrong_pkey_unknown_qpn_and_wrong_service_are_dropped_and_counted() {
     );
     dev.handle_packet(
         0,
-        &RxMeta::default(),
+        &meta,
         &raw(
             Opcode::UC_RDMA_WRITE_ONLY,
             0xFFFF,
@@ -219,7 +233,7 @@ fn wrong_pkey_unknown_qpn_and_wrong_service_are_dropped_and_counted() {
             &[1, 2, 3, 4],
         ),
     );
-    dev.handle_packet(0, &RxMeta::default(), &[0xff; 7]);
+    dev.handle_packet(0, &meta, &[0xff; 7]);
     let c = pair.device(1).counters();
     assert_eq!(
         (
@@ -234,7 +248,7 @@ fn wrong_pkey_unknown_qpn_and_wrong_service_are_dropped_and_counted() {
     // The same packet with the right P_Key is accepted.
     pair.dev(1).handle_packet(
         0,
-        &RxMeta::default(),
+        &meta,
         &raw(
             Opcode::RC_RDMA_WRITE_ONLY,
             0xFFFF,
@@ -252,10 +266,11 @@ fn wrong_opcode_sequence_gives_invalid_request_nak() {
     let mut pair = Pair::new(55);
     pair.trace = true;
     let (_a, b) = pair.connect(&QpOptions::default());
+    let meta = from_side_0(&pair);
     // A WRITE MIDDLE with no WRITE FIRST before it.
     pair.dev(1).handle_packet(
         0,
-        &RxMeta::default(),
+        &meta,
         &raw(
             Opcode::RC_RDMA_WRITE_MIDDLE,
             0xFFFF,
@@ -282,10 +297,11 @@ fn psn_ahead_of_the_window_is_naked_once_and_not_executed() {
         rkey: b.keys.rkey,
         dma_len: 4,
     });
+    let meta = from_side_0(&pair);
     for psn in [0x5000, 0x5001, 0x5002] {
         pair.dev(1).handle_packet(
             0,
-            &RxMeta::default(),
+            &meta,
             &raw(
                 Opcode::RC_RDMA_WRITE_ONLY,
                 0xFFFF,
@@ -360,4 +376,59 @@ fn sge_addresses_near_the_top_of_the_address_space_are_refused_not_wrapped() {
         wait_send(&mut pair, &c, 1, SEC)[0].status,
         WcStatus::RemOpErr
     );
+}
+
+#[test]
+fn a_connected_qp_drops_packets_from_anyone_but_its_peer_and_keeps_no_trace() {
+    for qp_type in [softib_transport::QpType::Rc, softib_transport::QpType::Uc] {
+        let mut pair = Pair::new(57);
+        let opts = QpOptions {
+            qp_type,
+            ..QpOptions::default()
+        };
+        let (_a, b) = pair.connect(&opts);
+        let reth = Some(RethRepr {
+            va: b.addr,
+            rkey: b.keys.rkey,
+            dma_len: 4,
+        });
+        let opcode = if qp_type == softib_transport::QpType::Rc {
+            Opcode::RC_RDMA_WRITE_ONLY
+        } else {
+            Opcode::UC_RDMA_WRITE_ONLY
+        };
+        let write = raw(opcode, 0xFFFF, b.qpn, 0x100, reth, &[7, 7, 7, 7]);
+        let peer = from_side_0(&pair);
+        let mut third_host = peer;
+        third_host.grh.as_mut().unwrap().sgid[15] ^= 0x40;
+        let mut elsewhere = peer;
+        elsewhere.grh.as_mut().unwrap().dgid[15] ^= 0x40;
+        let before = *pair.device(1).qp_counters(b.qpn).unwrap();
+        for meta in [third_host, elsewhere, RxMeta::default()] {
+            pair.dev(1).handle_packet(0, &meta, &write);
+        }
+        assert_eq!(
+            pair.device(1).counters().foreign_source_drops,
+            3,
+            "{qp_type:?}"
+        );
+        assert_eq!(
+            *pair.device(1).qp_counters(b.qpn).unwrap(),
+            before,
+            "{qp_type:?}: the QP's counters show no trace of the foreign packets"
+        );
+        assert_eq!(
+            pair.read(1, &b, 0, 4),
+            vec![0; 4],
+            "{qp_type:?}: nothing written"
+        );
+        assert_eq!(pair.device(1).qp_state(b.qpn), Some(QpState::Rts));
+        // The same packet from the peer is taken.
+        pair.dev(1).handle_packet(0, &peer, &write);
+        assert_eq!(
+            pair.read(1, &b, 0, 4),
+            vec![7; 4],
+            "{qp_type:?}: the peer's write lands"
+        );
+    }
 }

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use softib_wire::Syndrome;
 
 use crate::counters::QpCounters;
-use crate::device::{PathInfo, Shared, Transmit};
+use crate::device::{PathInfo, RxMeta, Shared, Transmit};
 use crate::events::AsyncEvent;
 use crate::time::Nanos;
 use crate::verbs::{
@@ -229,6 +229,22 @@ impl Qp {
 
     pub fn state(&self) -> QpState {
         self.attr.qp_state
+    }
+
+    /// True when a received RC/UC packet comes from this QP's peer: with a GRH (RoCEv2,
+    /// routed IB) its source GID is the address vector's destination GID and its
+    /// destination GID is the device's own (any, for a device bound to the unspecified
+    /// address); without one (native IB in a subnet) its SLID is the address vector's DLID.
+    /// RoCEv2 senders choose their UDP source port, so it is not part of the rule.
+    pub fn is_from_peer(&self, config: &crate::device::DeviceConfig, meta: &RxMeta) -> bool {
+        match (self.attr.ah_attr.grh, meta.grh) {
+            (Some(av), Some(rx)) => {
+                rx.sgid == av.dgid && (rx.dgid == config.gid || is_unspecified(&config.gid))
+            }
+            (None, None) => meta.slid == self.attr.ah_attr.dlid,
+            // A GRH where the peer sends none, or none where it must: not the peer.
+            _ => false,
+        }
     }
 
     /// The peer's address for RC/UC packets.
@@ -471,5 +487,82 @@ impl Qp {
             .get(self.attr.pkey_index as usize)
             .copied()
             .unwrap_or(0xFFFF)
+    }
+}
+
+/// The all-zero GID, or the IPv4-mapped 0.0.0.0: a device bound to no particular address.
+fn is_unspecified(gid: &[u8; 16]) -> bool {
+    gid.iter().all(|&b| b == 0)
+        || gid[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff] && gid[12..] == [0; 4]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{DeviceConfig, RxGrh};
+    use crate::verbs::{CqHandle, GlobalRoute, PdHandle, QpCap, QpInitAttr, QpType};
+
+    fn qp_with_peer(lid: u16, grh: Option<GlobalRoute>) -> Qp {
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: CqHandle(0),
+            recv_cq: CqHandle(0),
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        };
+        let mut qp = Qp::new(0x11, PdHandle(0), &init);
+        qp.attr.ah_attr.dlid = lid;
+        qp.attr.ah_attr.grh = grh;
+        qp
+    }
+
+    #[test]
+    fn the_peer_is_its_gid_with_a_grh_and_its_lid_without() {
+        let own = DeviceConfig {
+            gid: [1; 16],
+            ..DeviceConfig::default()
+        };
+        let peer_gid = [2; 16];
+        let routed = qp_with_peer(
+            7,
+            Some(GlobalRoute {
+                dgid: peer_gid,
+                ..GlobalRoute::default()
+            }),
+        );
+        let rx = |sgid, dgid, slid| RxMeta {
+            slid,
+            grh: Some(RxGrh {
+                sgid,
+                dgid,
+                ..RxGrh::default()
+            }),
+            ..RxMeta::default()
+        };
+        assert!(routed.is_from_peer(&own, &rx(peer_gid, own.gid, 0)));
+        assert!(
+            !routed.is_from_peer(&own, &rx([3; 16], own.gid, 0)),
+            "a third host"
+        );
+        assert!(
+            !routed.is_from_peer(&own, &rx(peer_gid, [3; 16], 0)),
+            "not our address"
+        );
+        assert!(!routed.is_from_peer(&own, &RxMeta::default()), "no GRH");
+        let unbound = DeviceConfig::default();
+        assert!(routed.is_from_peer(&unbound, &rx(peer_gid, [3; 16], 0)));
+
+        let local = qp_with_peer(7, None);
+        let from_lid = |slid| RxMeta {
+            slid,
+            ..RxMeta::default()
+        };
+        assert!(local.is_from_peer(&own, &from_lid(7)));
+        assert!(!local.is_from_peer(&own, &from_lid(8)), "another LID");
+        assert!(
+            !local.is_from_peer(&own, &rx(peer_gid, own.gid, 7)),
+            "a GRH it never asked for"
+        );
     }
 }
