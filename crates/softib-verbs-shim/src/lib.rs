@@ -17,10 +17,14 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod abi_ex;
 pub mod config;
 pub mod convert;
+pub mod cq_ex;
+pub mod domain;
 mod events;
 mod ffi;
 mod objects;
 mod raw_memory;
 mod sys;
+pub mod wr_batch;

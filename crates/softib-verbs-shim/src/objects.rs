@@ -12,6 +12,7 @@ use softib_net::driver::NetConfig;
 use softib_transport::{AhHandle, CqHandle, DeviceConfig, PdHandle, QpType, SrqHandle};
 
 use crate::abi::*;
+use crate::abi_ex::*;
 use crate::config::{Config, ConfigError};
 use crate::events::{EventQueue, Registry};
 
@@ -213,6 +214,10 @@ pub struct PdObj {
     pub handle: PdHandle,
     /// lkey of the PD's inline staging region (`max_inline_data` bytes, iova 0).
     pub bounce_lkey: std::sync::atomic::AtomicU32,
+    /// For a parent domain (`ibv_alloc_parent_domain`): what it was built from.
+    pub parent: Option<crate::domain::ParentDomain>,
+    /// Parent domains built on this PD (it cannot be deallocated under them).
+    pub children: std::sync::atomic::AtomicU32,
     /// The device.
     pub shared: Arc<Shared>,
 }
@@ -238,11 +243,16 @@ pub struct ChannelObj {
     pub queue: Arc<EventQueue<usize>>,
 }
 
-/// A completion queue.
+/// A completion queue. Every CQ carries the extended structure (`ibv_cq_ex` starts with
+/// the fields of `ibv_cq`, so the classic handle is the same pointer, as
+/// `ibv_cq_ex_to_cq` assumes); the polling functions are set only for `ibv_create_cq_ex`.
 #[repr(C)]
 pub struct CqObj {
-    /// C view (`comp_events_completed` changes under the application's pointer).
-    pub cq: UnsafeCell<ibv_cq>,
+    /// C view (`comp_events_completed`, `status` and `wr_id` change under the
+    /// application's pointer).
+    pub cq: UnsafeCell<ibv_cq_ex>,
+    /// The extended-poll state (`None` for a classic CQ).
+    pub ex: Option<crate::cq_ex::CqExState>,
     /// The channel given at creation (NULL: none).
     pub channel: *mut ibv_comp_channel,
     /// Engine handle.
@@ -264,11 +274,16 @@ pub struct SrqObj {
     pub shared: Arc<Shared>,
 }
 
-/// A queue pair.
+/// A queue pair: libibverbs' `struct verbs_qp` first (the `ibv_qp` handle, and for
+/// `ibv_create_qp_ex` the `ibv_qp_ex` builder functions around it).
 #[repr(C)]
 pub struct QpObj {
-    /// C view (`state` changes under the application's pointer).
-    pub qp: UnsafeCell<ibv_qp>,
+    /// C view (`state`, `wr_id` and `wr_flags` change under the application's pointer).
+    pub qp: UnsafeCell<verbs_qp>,
+    /// The WRs built between `ibv_wr_start` and `ibv_wr_complete`.
+    pub batch: Mutex<crate::wr_batch::WrBatch>,
+    /// `send_ops_flags` of `ibv_create_qp_ex` (0 for `ibv_create_qp`).
+    pub send_ops: u64,
     /// QP number.
     pub qpn: u32,
     /// The PD it was created in.

@@ -53,3 +53,17 @@ pub fn set_errno(e: i32) {
     // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = e }
 }
+
+/// Nanoseconds of a POSIX clock (`CLOCK_MONOTONIC`: the "HCA clock" of completion
+/// timestamps and `ibv_query_rt_values_ex`; `CLOCK_REALTIME`: wall-clock timestamps).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out pointer; both clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}

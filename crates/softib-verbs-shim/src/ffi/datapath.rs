@@ -17,7 +17,7 @@ use crate::convert::{errno_of, imm_from_c, wc_to_c, wr_opcode_from_c};
 use crate::objects::{AhObj, CqObj, PdObj, QpObj, SrqObj};
 
 /// Why one WR was refused: errno and the message for `SOFTIB_DEBUG`.
-type Refusal = (i32, String);
+pub(super) type Refusal = (i32, String);
 
 fn refuse(e: VerbsError) -> Refusal {
     (errno_of(&e), e.to_string())
@@ -49,7 +49,7 @@ unsafe fn sges(list: *const ibv_sge, n: i32) -> Result<Vec<Sge>, Refusal> {
 ///
 /// # Safety
 /// `w` is a valid send WR whose SGEs (and, for INLINE, the bytes they name) are readable.
-unsafe fn post_one_send(
+pub(super) unsafe fn post_one_send(
     q: &QpObj,
     bounce: u32,
     e: &mut Device,

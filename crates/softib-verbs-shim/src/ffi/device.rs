@@ -127,7 +127,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         };
         let obj = Box::new(ContextObj {
             vctx: verbs_context {
-                ext: [std::ptr::null_mut(); VERBS_CONTEXT_EXT_SLOTS],
+                ext: super::slots::extension_slots(),
                 _abi_placeholder3: 0,
                 sz: size_of::<verbs_context>(),
                 context: ibv_context {

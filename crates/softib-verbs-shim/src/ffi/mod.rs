@@ -6,10 +6,14 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)]
 
+mod cq_ex;
 mod datapath;
 mod device;
+mod domain;
 mod qp;
+mod qp_ex;
 mod resources;
+mod slots;
 mod unsupported;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

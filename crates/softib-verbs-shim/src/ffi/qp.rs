@@ -19,7 +19,25 @@ pub unsafe extern "C" fn ibv_create_qp(
     init: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: a PD from ibv_alloc_pd and the caller's attributes (ibv_create_qp(3)).
+        // SAFETY: the caller's attributes (ibv_create_qp(3)).
+        unsafe { create_qp_in(pd, init, "ibv_create_qp", None) }
+    })
+}
+
+/// Creates a QP for `ibv_create_qp`, and for `ibv_create_qp_ex` with `send_ops` (its
+/// `IBV_QP_EX_WITH_*` flags, already checked): then the QP is a `verbs_qp` with
+/// `VERBS_QP_EX` and the `ibv_wr_*` builder functions.
+///
+/// # Safety
+/// `pd` is NULL or a PD of this library; `init` is NULL or the caller's attributes.
+pub(super) unsafe fn create_qp_in(
+    pd: *mut ibv_pd,
+    init: *mut ibv_qp_init_attr,
+    verb: &str,
+    send_ops: Option<u64>,
+) -> *mut ibv_qp {
+    {
+        // SAFETY: a PD from ibv_alloc_pd and the caller's attributes (function contract).
         let (Some(p), Some(init)) = (unsafe { obj::<_, PdObj>(pd) }, unsafe { init.as_mut() })
         else {
             set_errno(libc::EINVAL);
@@ -27,7 +45,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         };
         let s = &p.shared;
         let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_create_qp", errno, why));
+            set_errno(report(s, verb, errno, why));
             std::ptr::null_mut()
         };
         let Some(qp_type) = qp_type_from_c(init.qp_type) else {
@@ -77,21 +95,26 @@ pub unsafe extern "C" fn ibv_create_qp(
                 recv_cq: init.recv_cq,
                 srq: init.srq,
             },
-            qp: UnsafeCell::new(ibv_qp {
-                context: p.pd.context,
-                qp_context: init.qp_context,
-                pd,
-                send_cq: init.send_cq,
-                recv_cq: init.recv_cq,
-                srq: init.srq,
-                handle: qpn,
-                qp_num: qpn,
-                state: 0,
-                qp_type: init.qp_type,
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                cond: libc::PTHREAD_COND_INITIALIZER,
-                events_completed: 0,
-            }),
+            qp: UnsafeCell::new(super::qp_ex::verbs_qp_of(
+                ibv_qp {
+                    context: p.pd.context,
+                    qp_context: init.qp_context,
+                    pd,
+                    send_cq: init.send_cq,
+                    recv_cq: init.recv_cq,
+                    srq: init.srq,
+                    handle: qpn,
+                    qp_num: qpn,
+                    state: 0,
+                    qp_type: init.qp_type,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    events_completed: 0,
+                },
+                send_ops,
+            )),
+            batch: Default::default(),
+            send_ops: send_ops.unwrap_or(0),
             qp_type,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all != 0,
@@ -103,7 +126,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             .qps
             .insert(qpn, o as usize);
         o.cast()
-    })
+    }
 }
 
 #[no_mangle]
@@ -139,7 +162,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         if let Some(st) = s.net.qp_state(q.qpn) {
             // SAFETY: the C structure lives in an UnsafeCell; applications read `state`
             // without synchronisation with libibverbs too.
-            unsafe { (*q.qp.get()).state = qp_state_to_c(st) };
+            unsafe { (*q.qp.get()).qp_ex.qp_base.state = qp_state_to_c(st) };
         }
         0
     })
@@ -169,7 +192,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         let mut c = qp_attr_to_c(&a);
         c.cap = q.cap;
         // SAFETY: as in ibv_modify_qp.
-        unsafe { (*q.qp.get()).state = c.qp_state };
+        unsafe { (*q.qp.get()).qp_ex.qp_base.state = c.qp_state };
         // SAFETY: both outputs are non-NULL structures of the caller.
         unsafe {
             attr.write(c);

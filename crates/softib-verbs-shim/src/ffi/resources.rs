@@ -10,6 +10,7 @@ use softib_transport::{AccessFlags, SrqAttr, VecMemory};
 
 use super::{ctx_obj, guard, obj, report};
 use crate::abi::*;
+use crate::abi_ex::ibv_cq_ex;
 use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
 use crate::events::{CqTarget, EventQueue};
 use crate::objects::{AhObj, ChannelObj, CqObj, MrObj, PdObj, Shared, SrqObj};
@@ -63,6 +64,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
             },
             handle,
             bounce_lkey: bounce.into(),
+            parent: None,
+            children: 0.into(),
             shared: s.clone(),
         });
         Box::into_raw(o).cast()
@@ -77,6 +80,13 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             return libc::EINVAL;
         };
         let s = &p.shared;
+        if let Some(parent) = &p.parent {
+            // SAFETY: a parent domain the application gives up (ibv_dealloc_pd(3)).
+            return unsafe { super::domain::dealloc_parent_domain(pd, parent) };
+        }
+        if p.children.load(Ordering::Acquire) > 0 {
+            return report(s, "ibv_dealloc_pd", libc::EBUSY, &"parent domains use it");
+        }
         let bounce = p.bounce_lkey.load(Ordering::Acquire);
         let r = s.net.with_engine(|e, _| {
             e.dereg_mr(bounce)?;
@@ -247,39 +257,75 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(std::ptr::null_mut(), || {
+        create_cq_in(
+            ctx,
+            cqe,
+            cq_context,
+            channel,
+            comp_vector,
+            None,
+            "ibv_create_cq",
+        )
+        .cast()
+    })
+}
+
+/// Creates a CQ for `ibv_create_cq`, and for `ibv_create_cq_ex` with `ex` (the extended
+/// polling functions and their state, already checked).
+pub(super) fn create_cq_in(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    ex: Option<crate::cq_ex::CqExState>,
+    verb: &str,
+) -> *mut ibv_cq_ex {
+    {
         // SAFETY: a context from ibv_open_device (ibv_create_cq(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
             return null_with(libc::EINVAL);
         };
         let s = &c.shared;
         if cqe <= 0 {
+            return null_with(report(s, verb, libc::EINVAL, &format!("cqe {cqe}")));
+        }
+        if comp_vector < 0 || comp_vector >= c.vctx.context.num_comp_vectors {
             return null_with(report(
                 s,
-                "ibv_create_cq",
+                verb,
                 libc::EINVAL,
-                &format!("cqe {cqe}"),
+                &format!(
+                    "comp_vector {comp_vector} (the device has {})",
+                    c.vctx.context.num_comp_vectors
+                ),
             ));
         }
         let handle = match s.net.create_cq(cqe as u32) {
             Ok(h) => h,
-            Err(e) => return null_with(report(s, "ibv_create_cq", errno_of(&e), &e)),
+            Err(e) => return null_with(report(s, verb, errno_of(&e), &e)),
         };
+        let with_polling = ex.is_some();
         let o = Box::into_raw(Box::new(CqObj {
             channel,
-            cq: UnsafeCell::new(ibv_cq {
-                context: ctx,
-                channel,
-                cq_context,
-                handle: handle.0,
-                cqe,
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                cond: libc::PTHREAD_COND_INITIALIZER,
-                comp_events_completed: 0,
-                async_events_completed: 0,
-            }),
+            cq: UnsafeCell::new(super::cq_ex::cq_ex_of(
+                ibv_cq {
+                    context: ctx,
+                    channel,
+                    cq_context,
+                    handle: handle.0,
+                    cqe,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    comp_events_completed: 0,
+                    async_events_completed: 0,
+                },
+                with_polling,
+            )),
+            ex,
             handle,
             shared: s.clone(),
         }));
@@ -297,7 +343,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             );
         }
         o.cast()
-    })
+    }
 }
 
 #[no_mangle]

@@ -6,7 +6,6 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::guard;
 use crate::abi::*;
 use crate::convert::wc_status_str;
 use crate::sys::set_errno;
@@ -14,11 +13,6 @@ use crate::sys::set_errno;
 fn unsupported_null<T>() -> *mut T {
     set_errno(libc::EOPNOTSUPP);
     std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    guard(std::ptr::null_mut(), unsupported_null)
 }
 
 #[no_mangle]
