@@ -484,6 +484,49 @@ impl Device {
         })
     }
 
+    /// Changes a region in place, keeping its keys (ibv_rereg_mr(3)): a new PD, new
+    /// memory at a new virtual address, and/or new access rights; `None` keeps the current
+    /// value. Returns the replaced memory (to drop after the call). All checks run before
+    /// anything changes, so a refused rereg leaves the region as it was.
+    pub fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        pd: Option<PdHandle>,
+        translation: Option<(Box<dyn Memory>, u64)>,
+        access: Option<AccessFlags>,
+    ) -> Result<Option<Box<dyn Memory>>, VerbsError> {
+        if let Some(pd) = pd {
+            self.check_pd(pd)?;
+        }
+        let mr = self.sh.mrs.get_mut(lkey).ok_or(unknown("lkey", lkey))?;
+        let new_access = access.unwrap_or(mr.access);
+        // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic requires local write.
+        if new_access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !new_access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "access",
+                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
+            });
+        }
+        if let Some((memory, iova)) = &translation {
+            if iova.checked_add(memory.len() as u64).is_none() {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "iova",
+                    reason: "iova + length overflows 64 bits".into(),
+                });
+            }
+        }
+        if let Some(pd) = pd {
+            mr.pd = pd;
+        }
+        mr.access = new_access;
+        Ok(translation.map(|(memory, iova)| {
+            mr.iova = iova;
+            std::mem::replace(&mut mr.memory, memory)
+        }))
+    }
+
     /// Deregisters a region and hands its memory back.
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<Box<dyn Memory>, VerbsError> {
         self.sh
@@ -523,6 +566,32 @@ impl Device {
         }
         self.sh.cqs.push(Some(CompletionQueue::new(cqe)));
         Ok(CqHandle(self.sh.cqs.len() as u32 - 1))
+    }
+
+    /// Changes a CQ's capacity to `cqe` entries (ibv_resize_cq(3)): EINVAL-class errors for
+    /// a size outside 1..=max_cqe or below the completions waiting in it.
+    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<(), VerbsError> {
+        let max = self.sh.config.max_cqe;
+        let q = self
+            .sh
+            .cqs
+            .get_mut(cq.0 as usize)
+            .and_then(|c| c.as_mut())
+            .ok_or(unknown("CQ", cq.0))?;
+        if cqe == 0 || cqe > max {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "cqe",
+                reason: format!("{cqe} is not in 1..={max}"),
+            });
+        }
+        let waiting = q.len();
+        if !q.resize(cqe) {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "cqe",
+                reason: format!("{waiting} completions wait, more than {cqe}"),
+            });
+        }
+        Ok(())
     }
 
     /// Destroys a CQ no QP uses.
@@ -725,6 +794,16 @@ impl Device {
         let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
         let qp = self.qps[i].as_mut().expect("index checked");
         qp.modify(now, attr, mask, &mut self.sh)?;
+        if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
+            // A QP back in Reset starts afresh: completions it left in its CQs (flushed
+            // WRs of the error state) go, as mlx5's provider cleans them, so the next
+            // connection on the QP does not poll its predecessor's.
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
+                    q.purge_qp(qpn);
+                }
+            }
+        }
         self.after_qp(i);
         Ok(())
     }

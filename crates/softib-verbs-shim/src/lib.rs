@@ -21,6 +21,7 @@ pub mod abi_ex;
 pub mod config;
 pub mod convert;
 pub mod cq_ex;
+pub mod device_memory;
 pub mod domain;
 mod events;
 mod ffi;

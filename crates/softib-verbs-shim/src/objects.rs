@@ -4,7 +4,7 @@
 
 use std::cell::UnsafeCell;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use softib_net::context::{Context, WaitMode};
@@ -75,6 +75,8 @@ pub struct Shared {
     pub async_events: EventQueue<(usize, u32)>,
     /// C objects by engine handle, for events.
     pub registry: Mutex<Registry>,
+    /// Device memory allocated (at most `device_memory::MAX_DM_SIZE`).
+    pub dm_used: AtomicUsize,
     /// Set once the event thread runs.
     notifier: OnceLock<()>,
 }
@@ -187,6 +189,7 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
         limits,
         async_events,
         registry: Mutex::new(Registry::default()),
+        dm_used: AtomicUsize::new(0),
         notifier: OnceLock::new(),
     });
     *open = Arc::downgrade(&shared);
@@ -203,6 +206,10 @@ pub struct ContextObj {
     pub vctx: verbs_context,
     /// The device.
     pub shared: Arc<Shared>,
+    /// What `context->cmd_fd` refers to: `/dev/null`, since softib has no uverbs command
+    /// file, but a real descriptor, so a program that duplicates or passes it on (to
+    /// `ibv_import_device`, which then fails with EOPNOTSUPP) gets a valid fd, not EBADF.
+    pub cmd_file: Option<std::fs::File>,
 }
 
 /// A protection domain, with the bounce region inline sends are staged in.
@@ -227,6 +234,25 @@ pub struct PdObj {
 pub struct MrObj {
     /// C view.
     pub mr: ibv_mr,
+    /// The device memory it is registered on (`ibv_reg_dm_mr`), else NULL.
+    pub dm: *const DmObj,
+    /// The `ibv_reg_mr` access flags (`ibv_rereg_mr` keeps what it does not change).
+    pub access: u32,
+    /// The region's first virtual address for its keys (`iova`).
+    pub iova: u64,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A device-memory allocation (`ibv_alloc_dm`).
+#[repr(C)]
+pub struct DmObj {
+    /// C view (its function pointers are the shim's copies).
+    pub dm: ibv_dm,
+    /// The memory.
+    pub buf: crate::device_memory::DmBuffer,
+    /// MRs registered on it (it cannot be freed under them).
+    pub mrs: AtomicU32,
     /// The device.
     pub shared: Arc<Shared>,
 }

@@ -125,6 +125,14 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             _compat_detach_mcast: std::ptr::null_mut(),
             _compat_async_event: std::ptr::null_mut(),
         };
+        let cmd_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .ok();
+        let cmd_fd = cmd_file
+            .as_ref()
+            .map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         let obj = Box::new(ContextObj {
             vctx: verbs_context {
                 ext: super::slots::extension_slots(),
@@ -133,7 +141,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                 context: ibv_context {
                     device: dev,
                     ops,
-                    cmd_fd: -1,
+                    cmd_fd,
                     async_fd: shared.async_events.raw_fd(),
                     num_comp_vectors: 1,
                     mutex: libc::PTHREAD_MUTEX_INITIALIZER,
@@ -141,6 +149,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                 },
             },
             shared,
+            cmd_file,
         });
         let obj = Box::into_raw(obj);
         // SAFETY: `obj` is a live, exclusively owned box; the application gets a pointer

@@ -9,6 +9,7 @@
 mod cq_ex;
 mod datapath;
 mod device;
+mod dm;
 mod domain;
 mod qp;
 mod qp_ex;

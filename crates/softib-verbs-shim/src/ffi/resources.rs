@@ -10,7 +10,7 @@ use softib_transport::{AccessFlags, SrqAttr, VecMemory};
 
 use super::{ctx_obj, guard, obj, report};
 use crate::abi::*;
-use crate::abi_ex::ibv_cq_ex;
+use crate::abi_ex::*;
 use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
 use crate::events::{CqTarget, EventQueue};
 use crate::objects::{AhObj, ChannelObj, CqObj, MrObj, PdObj, Shared, SrqObj};
@@ -137,6 +137,9 @@ fn reg_mr_common(
                 lkey: keys.lkey,
                 rkey: keys.rkey,
             },
+            dm: std::ptr::null(),
+            access,
+            iova,
             shared: s.clone(),
         }))
         .cast(),
@@ -192,6 +195,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         let s = &m.shared;
         if let Err(e) = s.net.with_engine(|e, _| e.dereg_mr(m.mr.lkey)) {
             return report(s, "ibv_dereg_mr", errno_of(&e), &e);
+        }
+        // SAFETY: a DM outlives its MRs (free_dm refuses while `mrs` > 0).
+        if let Some(dm) = unsafe { m.dm.as_ref() } {
+            dm.mrs.fetch_sub(1, Ordering::AcqRel);
         }
         // SAFETY: boxed by reg_mr_common; the application no longer uses it.
         drop(unsafe { Box::from_raw(mr.cast::<MrObj>()) });
@@ -662,5 +669,184 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
         }
         // SAFETY: as above; `a` is a local structure.
         unsafe { ibv_create_ah(pd, &mut a) }
+    })
+}
+
+/// `ibv_rereg_mr`'s return values (enum ibv_rereg_mr_err_code).
+const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+const IBV_REREG_MR_ERR_CMD: c_int = -4;
+
+/// What libibverbs checks before the kernel sees a rereg (libibverbs/verbs.c): the
+/// failures return `IBV_REREG_MR_ERR_INPUT` with errno EINVAL.
+fn rereg_input_ok(
+    m: &MrObj,
+    flags: c_int,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> bool {
+    let flags = flags as u32;
+    let all = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+    m.dm.is_null()
+        && flags & !all == 0
+        && !(flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+        && !(access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+}
+
+/// ibv_rereg_mr(3): changes the translation, PD and/or access of a region. The kernel's
+/// rules apply (no flag is EINVAL, as are a foreign PD or invalid access bits; these return
+/// `IBV_REREG_MR_ERR_CMD`). The region changes in place and keeps its lkey and rkey, so a
+/// peer holding the rkey reaches the region under its new rules.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        // SAFETY: an MR of this library (ibv_rereg_mr(3)); the application does not use it
+        // concurrently with this verb.
+        let Some(m) = (unsafe { obj::<_, MrObj>(mr) }) else {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        };
+        let s = m.shared.clone();
+        if !rereg_input_ok(m, flags, addr, length, access) {
+            set_errno(report(
+                &s,
+                "ibv_rereg_mr",
+                libc::EINVAL,
+                &format!("flags {flags:#x}, access {access:#x}, addr {addr:p}, length {length}"),
+            ));
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        let cmd_fail = |errno: i32, why: &dyn std::fmt::Display| {
+            set_errno(report(&s, "ibv_rereg_mr", errno, why));
+            IBV_REREG_MR_ERR_CMD
+        };
+        let flags = flags as u32;
+        if flags == 0 {
+            return cmd_fail(libc::EINVAL, &"no IBV_REREG_MR_CHANGE_* flag");
+        }
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            pd
+        } else {
+            m.mr.pd
+        };
+        // SAFETY: NULL or a PD of this library.
+        let Some(p) = (unsafe { obj::<_, PdObj>(new_pd) }) else {
+            return cmd_fail(libc::EINVAL, &"the new PD is not a PD of this device");
+        };
+        let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            access as u32
+        } else {
+            m.access
+        };
+        let (new_addr, new_len, new_iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            (addr, length, addr as u64)
+        } else {
+            (m.mr.addr, m.mr.length, m.iova)
+        };
+        let translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0).then(|| {
+            // SAFETY: ibv_rereg_mr(3) with CHANGE_TRANSLATION: the application keeps the
+            // new range mapped until ibv_dereg_mr, as for ibv_reg_mr.
+            let m: Box<dyn softib_transport::Memory> =
+                Box::new(unsafe { RawMemory::new(new_addr.cast(), new_len) });
+            (m, new_iova)
+        });
+        let lkey = m.mr.lkey;
+        let engine_pd = (flags & IBV_REREG_MR_CHANGE_PD != 0).then_some(p.handle);
+        let engine_access =
+            (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then(|| access_from_c(new_access));
+        let r = s
+            .net
+            .with_engine(|e, _| e.rereg_mr(lkey, engine_pd, translation, engine_access));
+        match r {
+            // The replaced view of the old buffer goes here, outside the device lock.
+            Ok(old) => drop(old),
+            Err(e) => return cmd_fail(errno_of(&e), &e),
+        }
+        let o = mr.cast::<MrObj>();
+        // SAFETY: the object is ours and not otherwise referenced now (`m` is not used
+        // after this point); the application does not use the MR during the verb.
+        unsafe {
+            (*o).mr.pd = new_pd;
+            (*o).mr.addr = new_addr;
+            (*o).mr.length = new_len;
+            (*o).access = new_access;
+            (*o).iova = new_iova;
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a CQ of this library (ibv_resize_cq(3)).
+        let Some(q) = (unsafe { obj::<_, CqObj>(cq) }) else {
+            return libc::EINVAL;
+        };
+        let Ok(n) = u32::try_from(cqe) else {
+            return report(
+                &q.shared,
+                "ibv_resize_cq",
+                libc::EINVAL,
+                &format!("cqe {cqe}"),
+            );
+        };
+        if let Err(e) = q.shared.net.with_engine(|en, _| en.resize_cq(q.handle, n)) {
+            return report(&q.shared, "ibv_resize_cq", errno_of(&e), &e);
+        }
+        // SAFETY: the C structure lives in an UnsafeCell; libibverbs' providers update
+        // `cqe` the same way.
+        unsafe { (*q.cq.get()).cqe = cqe };
+        0
+    })
+}
+
+/// The `create_srq_ex` slot: basic SRQs (the inline wrapper calls it for any comp_mask
+/// beyond PD and TYPE); XRC and tag-matching SRQs are not implemented.
+pub(super) unsafe extern "C" fn create_srq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the inline ibv_create_srq_ex passes our context and the caller's attributes.
+        let (Some(c), Some(a)) = (unsafe { ctx_obj(ctx) }, unsafe { attr.as_ref() }) else {
+            return null_with(libc::EINVAL);
+        };
+        let s = &c.shared;
+        let ty = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+            a.srq_type
+        } else {
+            IBV_SRQT_BASIC
+        };
+        if ty != IBV_SRQT_BASIC || a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD != 0 {
+            return null_with(report(s, "ibv_create_srq_ex", libc::EOPNOTSUPP, &format!("SRQ type {ty} (softib has basic SRQs; XRC and tag matching are not implemented)")));
+        }
+        let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ;
+        if a.comp_mask & !known != 0 {
+            return null_with(report(
+                s,
+                "ibv_create_srq_ex",
+                libc::EOPNOTSUPP,
+                &format!("comp_mask {:#x}", a.comp_mask),
+            ));
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+            return null_with(report(
+                s,
+                "ibv_create_srq_ex",
+                libc::EINVAL,
+                &"a PD is required",
+            ));
+        }
+        // SAFETY: `ibv_srq_init_attr_ex` starts with the fields of `ibv_srq_init_attr`
+        // (verbs.h's own fallback relies on it).
+        unsafe { ibv_create_srq(a.pd, attr.cast()) }
     })
 }

@@ -17,5 +17,9 @@ pub(super) fn extension_slots() -> [*mut c_void; VERBS_CONTEXT_EXT_SLOTS] {
     s[slot::ALLOC_TD] = super::domain::alloc_td as *mut c_void;
     s[slot::DEALLOC_TD] = super::domain::dealloc_td as *mut c_void;
     s[slot::ALLOC_PARENT_DOMAIN] = super::domain::alloc_parent_domain as *mut c_void;
+    s[slot::ALLOC_DM] = super::dm::alloc_dm as *mut c_void;
+    s[slot::FREE_DM] = super::dm::free_dm as *mut c_void;
+    s[slot::REG_DM_MR] = super::dm::reg_dm_mr as *mut c_void;
+    s[slot::CREATE_SRQ_EX] = super::resources::create_srq_ex as *mut c_void;
     s
 }

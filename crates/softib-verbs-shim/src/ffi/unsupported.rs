@@ -39,25 +39,6 @@ pub unsafe extern "C" fn ibv_detach_mcast(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `IBV_REREG_MR_ERR_INPUT`: rereg is not implemented; the MR stays as it was.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
-) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
     _pd: *mut ibv_pd,
     _offset: u64,
