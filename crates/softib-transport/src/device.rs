@@ -536,6 +536,19 @@ impl Device {
             .ok_or(unknown("lkey", lkey))
     }
 
+    /// The offset into its region of a local SGE of a QP in `pd`, when the key, PD and
+    /// bounds allow it (ibv_advise_mr(3) names ranges this way); no access rights or
+    /// residency are checked.
+    pub fn local_region_offset(&self, pd: PdHandle, sge: &crate::verbs::Sge) -> Option<usize> {
+        let mr = self.sh.mrs.get(sge.lkey)?;
+        if mr.pd != pd {
+            return None;
+        }
+        let start = sge.addr.checked_sub(mr.iova)?;
+        let end = start.checked_add(u64::from(sge.length))?;
+        (end <= mr.memory.len() as u64).then_some(start as usize)
+    }
+
     /// The memory of a region (the application reads its buffers).
     pub fn memory(&self, lkey: u32) -> Option<&dyn Memory> {
         self.sh.mrs.get(lkey).map(|mr| &*mr.memory)

@@ -24,6 +24,15 @@ pub trait Memory: Send {
     fn compare_swap(&mut self, offset: usize, compare: u64, swap: u64) -> u64;
     /// 8-byte fetch-and-add, little-endian in memory, wrapping. Returns the original value.
     fn fetch_add(&mut self, offset: usize, add: u64) -> u64;
+    /// True when `len` bytes at `offset` (inside the region) can be read, and written when
+    /// `write`, right now. Memory that is always there (a buffer, a pinned registration)
+    /// keeps the default; memory that may be absent inside its bounds (an on-demand-paging
+    /// registration of the whole address space) says no for a hole, and the access fails
+    /// as one outside the region would (IBA 10.6.3: protection check before any byte moves).
+    fn accessible(&self, offset: usize, len: usize, write: bool) -> bool {
+        let _ = (offset, len, write);
+        true
+    }
 }
 
 /// An owned buffer: what the simulator and the tests register.
@@ -274,6 +283,12 @@ fn check_region_local(
     }
     if !mr.access.contains(need) {
         return Err(RegionFault::Access);
+    }
+    let write = need.intersects(
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+    );
+    if len > 0 && !mr.memory.accessible(start as usize, len as usize, write) {
+        return Err(RegionFault::Bounds);
     }
     Ok(start as usize)
 }

@@ -26,6 +26,7 @@ pub mod domain;
 mod events;
 mod ffi;
 mod objects;
+mod process_memory;
 mod raw_memory;
 mod sys;
 pub mod wr_batch;

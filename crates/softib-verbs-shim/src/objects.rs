@@ -96,6 +96,10 @@ impl Drop for Shared {
                 line.push_str(&format!(" {k}={v}"));
             }
         }
+        let odp = crate::process_memory::failed_copies();
+        if odp != 0 {
+            line.push_str(&format!(" odp_failed_copies={odp}"));
+        }
         eprintln!("{line}");
     }
 }

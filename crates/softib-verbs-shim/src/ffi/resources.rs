@@ -14,6 +14,7 @@ use crate::abi_ex::*;
 use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
 use crate::events::{CqTarget, EventQueue};
 use crate::objects::{AhObj, ChannelObj, CqObj, MrObj, PdObj, Shared, SrqObj};
+use crate::process_memory::ProcessMemory;
 use crate::raw_memory::RawMemory;
 use crate::sys::set_errno;
 
@@ -117,15 +118,30 @@ fn reg_mr_common(
         return null_with(libc::EINVAL);
     };
     let s = &p.shared;
-    if addr.is_null() && length > 0 {
+    let on_demand = access & IBV_ACCESS_ON_DEMAND != 0;
+    // The implicit ODP region (ibv_reg_mr(3)): address NULL, length SIZE_MAX, the whole
+    // address space at iova 0.
+    let implicit = on_demand && addr.is_null() && length == usize::MAX;
+    if addr.is_null() && length > 0 && !implicit {
         return null_with(report(s, "ibv_reg_mr", libc::EINVAL, &"NULL address"));
     }
-    // SAFETY: ibv_reg_mr(3): the application keeps `addr..addr+length` mapped until
-    // ibv_dereg_mr, which drops this RawMemory.
-    let memory = unsafe { RawMemory::new(addr.cast(), length) };
+    let (memory, iova): (Box<dyn softib_transport::Memory>, u64) = if implicit {
+        (Box::new(ProcessMemory::new(0, usize::MAX)), 0)
+    } else if on_demand {
+        // Explicit ODP: the range may be (partly) unmapped now or later, so it is reached
+        // only through system calls that cannot fault (process_memory.rs).
+        (Box::new(ProcessMemory::new(addr as usize, length)), iova)
+    } else {
+        // SAFETY: ibv_reg_mr(3): the application keeps `addr..addr+length` mapped until
+        // ibv_dereg_mr, which drops this RawMemory.
+        (
+            Box::new(unsafe { RawMemory::new(addr.cast(), length) }),
+            iova,
+        )
+    };
     let r = s
         .net
-        .with_engine(|e, _| e.reg_mr(p.handle, Box::new(memory), iova, access_from_c(access)));
+        .with_engine(|e, _| e.reg_mr(p.handle, memory, iova, access_from_c(access)));
     match r {
         Ok(keys) => Box::into_raw(Box::new(MrObj {
             mr: ibv_mr {
@@ -848,5 +864,81 @@ pub(super) unsafe extern "C" fn create_srq_ex(
         // SAFETY: `ibv_srq_init_attr_ex` starts with the fields of `ibv_srq_init_attr`
         // (verbs.h's own fallback relies on it).
         unsafe { ibv_create_srq(a.pd, attr.cast()) }
+    })
+}
+
+/// The `advise_mr` slot (ibv_advise_mr(3)): prefetching ODP ranges. softib has no page
+/// tables of its own to fill, so a prefetch is a probe: with `IBV_ADVISE_MR_FLAG_FLUSH`
+/// (synchronous) every range must be accessible now (readable; writable for
+/// `PREFETCH_WRITE`) or the verb fails with EFAULT, as a failed synchronous page fault
+/// does; without it the advice is accepted as a hint. `PREFETCH_NO_FAULT` never faults, so
+/// it always succeeds once the SGEs are valid.
+pub(super) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: u32,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: the inline ibv_advise_mr passes our PD.
+        let Some(p) = (unsafe { obj::<_, PdObj>(pd) }) else {
+            return libc::EINVAL;
+        };
+        let s = &p.shared;
+        if advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0
+        {
+            return report(
+                s,
+                "ibv_advise_mr",
+                libc::EOPNOTSUPP,
+                &format!("advice {advice}, flags {flags:#x}"),
+            );
+        }
+        if num_sge == 0 || sg_list.is_null() {
+            return report(s, "ibv_advise_mr", libc::EINVAL, &"no SGE");
+        }
+        // SAFETY: ibv_advise_mr(3): `sg_list` holds `num_sge` SGEs.
+        let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+        let write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+        let probe = flags & IBV_ADVISE_MR_FLAG_FLUSH != 0
+            && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+        let r = s.net.with_engine(|e, _| {
+            for g in sges {
+                let sge = softib_transport::Sge {
+                    addr: g.addr,
+                    length: g.length,
+                    lkey: g.lkey,
+                };
+                // The SGE must name an ODP region of this PD (checked like a local SGE).
+                let Some(off) = e.local_region_offset(p.handle, &sge) else {
+                    return Err((
+                        libc::EINVAL,
+                        format!("SGE lkey {:#x} addr {:#x} len {}", g.lkey, g.addr, g.length),
+                    ));
+                };
+                if probe {
+                    let ok = e
+                        .memory(g.lkey)
+                        .is_some_and(|m| m.accessible(off, g.length as usize, write));
+                    if !ok {
+                        return Err((
+                            libc::EFAULT,
+                            format!(
+                                "{:#x}+{} is not mapped{}",
+                                g.addr,
+                                g.length,
+                                if write { " writable" } else { "" }
+                            ),
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => 0,
+            Err((errno, why)) => report(s, "ibv_advise_mr", errno, &why),
+        }
     })
 }

@@ -21,5 +21,6 @@ pub(super) fn extension_slots() -> [*mut c_void; VERBS_CONTEXT_EXT_SLOTS] {
     s[slot::FREE_DM] = super::dm::free_dm as *mut c_void;
     s[slot::REG_DM_MR] = super::dm::reg_dm_mr as *mut c_void;
     s[slot::CREATE_SRQ_EX] = super::resources::create_srq_ex as *mut c_void;
+    s[slot::ADVISE_MR] = super::resources::advise_mr as *mut c_void;
     s
 }
