@@ -305,7 +305,6 @@ pub const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
 pub const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
 pub const IBV_ACCESS_MW_BIND: u32 = 1 << 4;
 pub const IBV_ACCESS_ZERO_BASED: u32 = 1 << 5;
-pub const IBV_ACCESS_ON_DEMAND: u32 = 1 << 6;
 // enum ibv_rereg_mr_flags
 pub const IBV_REREG_MR_CHANGE_TRANSLATION: u32 = 1 << 0;
 pub const IBV_REREG_MR_CHANGE_PD: u32 = 1 << 1;
@@ -421,7 +420,6 @@ pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
     ("IBV_ACCESS_REMOTE_ATOMIC", IBV_ACCESS_REMOTE_ATOMIC as i64),
     ("IBV_ACCESS_MW_BIND", IBV_ACCESS_MW_BIND as i64),
     ("IBV_ACCESS_ZERO_BASED", IBV_ACCESS_ZERO_BASED as i64),
-    ("IBV_ACCESS_ON_DEMAND", IBV_ACCESS_ON_DEMAND as i64),
     (
         "IBV_REREG_MR_CHANGE_TRANSLATION",
         IBV_REREG_MR_CHANGE_TRANSLATION as i64,

@@ -18,6 +18,7 @@
 
 pub mod abi;
 pub mod abi_ex;
+mod caps;
 pub mod config;
 pub mod convert;
 pub mod cq_ex;
@@ -29,4 +30,5 @@ mod objects;
 mod process_memory;
 mod raw_memory;
 mod sys;
+mod validate;
 pub mod wr_batch;

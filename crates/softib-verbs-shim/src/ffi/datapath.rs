@@ -13,7 +13,7 @@ use softib_transport::{
 
 use super::{guard, obj, report};
 use crate::abi::*;
-use crate::convert::{errno_of, imm_from_c, wc_to_c, wr_opcode_from_c};
+use crate::convert::{errno_of, imm_from_c, roce_v2_packet_type, wc_to_c, wr_opcode_from_c};
 use crate::objects::{AhObj, CqObj, PdObj, QpObj, SrqObj};
 
 /// Why one WR was refused: errno and the message for `SOFTIB_DEBUG`.
@@ -104,6 +104,19 @@ pub(super) unsafe fn post_one_send(
     }
     let has_imm = matches!(opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
     let atomic = opcode.is_atomic();
+    if atomic {
+        // rdma-core providers/rxe/rxe.c validate_send_wr: an atomic needs 8 bytes of local
+        // buffer and an 8-byte aligned remote address, refused at post time (IBA 9.4.5
+        // makes the misaligned case an error; rxe reports it here, not in a completion).
+        let total: u64 = sg_list.iter().map(|g| u64::from(g.length)).sum();
+        let remote = w.wr.remote_addr();
+        if total < 8 || remote & 7 != 0 {
+            return Err((
+                libc::EINVAL,
+                format!("atomic with {total} local bytes at remote address {remote:#x}"),
+            ));
+        }
+    }
     let ud = if q.qp_type == softib_transport::QpType::Ud {
         // SAFETY: `wr.ud.ah` is NULL or an AH from ibv_create_ah (ibv_post_send(3)).
         let ah = unsafe { obj::<_, AhObj>(w.wr.ud_ah() as *mut ibv_ah) }.ok_or((
@@ -308,6 +321,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             return 0;
         }
         let want = n as usize;
+        let packet_type = roce_v2_packet_type(q.shared.config.addr.is_ipv4());
         let mut buf = [EMPTY_WC; POLL_BATCH];
         let mut done = 0;
         while done < want {
@@ -315,8 +329,13 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             let (got, moved) = q.shared.net.poll_cq_progress(q.handle, &mut buf[..chunk]);
             idle_turn(got == 0 && !moved);
             for (i, w) in buf[..got].iter().enumerate() {
+                let mut c = wc_to_c(w);
+                // A receive with a GRH is a UD one (RC/UC receives carry none on RoCE).
+                if c.opcode & IBV_WC_RECV != 0 && c.wc_flags & IBV_WC_GRH != 0 {
+                    c.sl = packet_type;
+                }
                 // SAFETY: `wc` has room for `n` entries (ibv_poll_cq(3)); done + i < n.
-                unsafe { wc.add(done + i).write(wc_to_c(w)) };
+                unsafe { wc.add(done + i).write(c) };
             }
             done += got;
             if got < chunk {
