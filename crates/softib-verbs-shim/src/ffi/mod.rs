@@ -61,6 +61,9 @@ fn errno_name(e: i32) -> &'static str {
         libc::ENODEV => "ENODEV",
         libc::EINTR => "EINTR",
         libc::EAGAIN => "EAGAIN",
+        libc::ENOSPC => "ENOSPC",
+        libc::EFAULT => "EFAULT",
+        libc::ENOENT => "ENOENT",
         _ => "errno",
     }
 }
