@@ -187,9 +187,11 @@ impl MrTable {
     }
 
     /// Deallocates a window (`ibv_dealloc_mw`); a bound window is unbound first (rxe
-    /// allows deallocating bound windows). Returns false if `key` names no window.
+    /// allows deallocating bound windows). The window is named by its index, so any key
+    /// it has had will do (verbs deallocate the object, whose `rkey` field a type 2 bind
+    /// does not update). Returns false if `key` names no window.
     pub fn dealloc_window(&mut self, key: u32) -> bool {
-        let Some(w) = self.windows.get(key).cloned() else {
+        let Some(w) = self.windows.by_index(key).cloned() else {
             return false;
         };
         self.release_region(w.mr_key);

@@ -8,6 +8,7 @@
 
 mod datapath;
 mod device;
+mod mw;
 mod qp;
 mod resources;
 mod unsupported;
