@@ -21,6 +21,7 @@ pub mod context;
 pub mod counters;
 pub mod driver;
 pub mod inject;
+mod memory_windows;
 pub mod oob;
 pub mod roce;
 pub mod socket;

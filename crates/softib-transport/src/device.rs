@@ -23,8 +23,8 @@ use crate::qp::{Qp, TimerKind};
 use crate::srq::SharedRecvQueue;
 use crate::time::Nanos;
 use crate::verbs::{
-    AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr,
-    QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle,
+    AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, MrKeys, Mtu, MwBind, MwType, PdHandle,
+    QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle,
     VendorErr, WcStatus, WorkCompletion, WrOpcode,
 };
 
@@ -60,6 +60,8 @@ pub struct DeviceConfig {
     pub max_cqe: u32,
     /// Memory regions.
     pub max_mr: u32,
+    /// Memory windows (`max_mw`).
+    pub max_mw: u32,
     /// Protection domains.
     pub max_pd: u32,
     /// Shared receive queues.
@@ -116,6 +118,7 @@ impl Default for DeviceConfig {
             max_cq: 1 << 16,
             max_cqe: 1 << 20,
             max_mr: 1 << 20,
+            max_mw: 1 << 16,
             max_pd: 1 << 16,
             max_srq: 1 << 12,
             max_ah: 1 << 16,
@@ -423,6 +426,11 @@ impl Device {
         if self.sh.srqs.iter().flatten().any(|s| s.pd == pd) {
             return Err(in_use("SRQs still belong to it; destroy them first"));
         }
+        if self.sh.mrs.windows.any_in_pd(pd) {
+            return Err(in_use(
+                "memory windows are still allocated in it; deallocate them first",
+            ));
+        }
         if self.sh.ahs.iter().flatten().any(|(p, _)| *p == pd) {
             return Err(in_use(
                 "address handles still belong to it; destroy them first",
@@ -527,8 +535,17 @@ impl Device {
         }))
     }
 
-    /// Deregisters a region and hands its memory back.
+    /// Deregisters a region and hands its memory back. Refused while memory windows are
+    /// bound to it (IBA 10.6.7.2.6; rxe_dereg_mr fails with EINVAL).
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<Box<dyn Memory>, VerbsError> {
+        let mr = self.sh.mrs.get(lkey).ok_or(unknown("lkey", lkey))?;
+        if mr.bound_windows > 0 {
+            return Err(VerbsError::InUse {
+                kind: "MR",
+                value: lkey,
+                reason: "memory windows are bound to it; invalidate or deallocate them first",
+            });
+        }
         self.sh
             .mrs
             .remove(lkey)
@@ -547,6 +564,89 @@ impl Device {
         let start = sge.addr.checked_sub(mr.iova)?;
         let end = start.checked_add(u64::from(sge.length))?;
         (end <= mr.memory.len() as u64).then_some(start as usize)
+    }
+
+    /// Allocates a memory window of `kind` in `pd` (`ibv_alloc_mw`, IBA 10.6.7.1) and
+    /// returns its R_Key. A type 1 window is valid but unbound (length 0); a type 2 window
+    /// is free until a BIND_MW work request binds it.
+    pub fn alloc_mw(&mut self, pd: PdHandle, kind: MwType) -> Result<u32, VerbsError> {
+        self.check_pd(pd)?;
+        let max = self.sh.config.max_mw;
+        if self.sh.mrs.windows.live() as u32 >= max {
+            return Err(VerbsError::LimitReached {
+                limit: "max_mw",
+                max,
+            });
+        }
+        let key_byte = (self.rng.next_u32() & 0xFF) as u8;
+        self.sh
+            .mrs
+            .alloc_window(pd, kind, key_byte)
+            .ok_or(VerbsError::LimitReached {
+                limit: "24-bit MW index",
+                max: 1 << 23,
+            })
+    }
+
+    /// Deallocates a memory window (`ibv_dealloc_mw`); a bound window is unbound first, so
+    /// its R_Key stops working at once (rxe_dealloc_mw). `rkey` is any key the window has
+    /// had: its index names it.
+    pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), VerbsError> {
+        if self.sh.mrs.dealloc_window(rkey) {
+            Ok(())
+        } else {
+            Err(unknown("MW", rkey))
+        }
+    }
+
+    /// The Bind Memory Window verb for a type 1 window (`ibv_bind_mw`): posts a BIND_MW
+    /// work request on `qpn` (as rxe does; the bind runs in order with the QP's other
+    /// WRs and completes with `WcOpcode::BindMw` and `wr_id`). `bind.new_rkey` is ignored:
+    /// the window's key part moves on by one (`ibv_inc_rkey`). Returns the R_Key the
+    /// window will have once the bind completes; on an error completion the old one stays.
+    pub fn bind_mw(
+        &mut self,
+        now: Nanos,
+        qpn: u32,
+        wr_id: u64,
+        flags: SendFlags,
+        bind: MwBind,
+    ) -> Result<u32, VerbsError> {
+        let invalid = |reason: &str| VerbsError::InvalidWr {
+            wr_id,
+            reason: reason.into(),
+        };
+        let w = self
+            .sh
+            .mrs
+            .windows
+            .by_index(bind.mw_rkey)
+            .ok_or(unknown("MW", bind.mw_rkey))?;
+        if w.kind != MwType::Type1 {
+            return Err(invalid(
+                "ibv_bind_mw binds type 1 windows; bind a type 2 window with a BIND_MW WR",
+            ));
+        }
+        if bind.access.contains(AccessFlags::ZERO_BASED) {
+            // o10-36.2.2; rxe's provider refuses it before posting.
+            return Err(invalid("a type 1 window cannot be zero-based"));
+        }
+        let new_rkey = crate::mw::next_rkey(bind.mw_rkey);
+        let wr = SendWr {
+            wr_id,
+            opcode: WrOpcode::BindMw,
+            flags,
+            bind_mw: Some(MwBind { new_rkey, ..bind }),
+            ..SendWr::default()
+        };
+        self.post_send(now, qpn, &wr)?;
+        Ok(new_rkey)
+    }
+
+    /// The R_Key a window has now, and whether it is bound (for drivers mirroring
+    /// `ibv_mw::rkey`). None if `rkey` names no window.
+    pub fn mw_bound(&self, rkey: u32) -> Option<bool> {
+        self.sh.mrs.windows.get(rkey).map(|w| w.length > 0)
     }
 
     /// The memory of a region (the application reads its buffers).
@@ -898,12 +998,15 @@ impl Device {
         }
         let supported = match qp.qp_type {
             QpType::Rc => true,
+            // Local operations run on RC and UC send queues (rxe's opcode table).
             QpType::Uc => matches!(
                 wr.opcode,
                 WrOpcode::Send
                     | WrOpcode::SendWithImm
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::BindMw
+                    | WrOpcode::LocalInv
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
         };
@@ -935,6 +1038,17 @@ impl Device {
         );
         if has_imm && wr.imm_data.is_none() {
             return Err(invalid(format!("{} needs imm_data", wr.opcode.name())));
+        }
+        if wr.opcode == WrOpcode::BindMw && wr.bind_mw.is_none() {
+            return Err(invalid(
+                "BIND_MW needs `bind_mw` (window, region, range, rights)".into(),
+            ));
+        }
+        if wr.opcode.is_local() && !wr.sg_list.is_empty() {
+            return Err(invalid(format!(
+                "{} moves no data and takes no SGEs",
+                wr.opcode.name()
+            )));
         }
         if wr.opcode.is_atomic() && length != 8 {
             return Err(invalid(format!(
@@ -1042,6 +1156,7 @@ impl Device {
             compare_add: wr.compare_add,
             swap: wr.swap,
             ud,
+            bind: wr.bind_mw,
             length,
             first_psn: 0,
             npsn: 0,

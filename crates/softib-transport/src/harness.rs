@@ -218,6 +218,9 @@ pub struct QpOptions {
     pub qkey: u32,
     /// Virtual address of side 0's buffer (side 1 uses this + 0x1000_0000).
     pub addr: u64,
+    /// Build the endpoints in these PDs (side 0, side 1) instead of fresh ones, so several
+    /// QPs of one side can share a PD (memory window and SRQ tests).
+    pub pds: Option<[PdHandle; 2]>,
 }
 
 impl Default for QpOptions {
@@ -243,6 +246,7 @@ impl Default for QpOptions {
             psn: 0x100,
             qkey: 0x1111_1111,
             addr: 0x1000_0000,
+            pds: None,
         }
     }
 }
@@ -388,7 +392,10 @@ impl Pair {
 
     fn endpoint(&mut self, side: usize, o: &QpOptions) -> Endpoint {
         let dev = &mut self.devices[side];
-        let pd = dev.alloc_pd();
+        let pd = match o.pds {
+            Some(pds) => pds[side],
+            None => dev.alloc_pd(),
+        };
         let send_cq = dev.create_cq(o.cq_depth).expect("CQ");
         let recv_cq = dev.create_cq(o.cq_depth).expect("CQ");
         let addr = o.addr + side as u64 * 0x1000_0000;

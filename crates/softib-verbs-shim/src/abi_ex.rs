@@ -303,8 +303,6 @@ pub const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
 pub const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
 pub const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
-pub const IBV_ACCESS_MW_BIND: u32 = 1 << 4;
-pub const IBV_ACCESS_ZERO_BASED: u32 = 1 << 5;
 // enum ibv_rereg_mr_flags
 pub const IBV_REREG_MR_CHANGE_TRANSLATION: u32 = 1 << 0;
 pub const IBV_REREG_MR_CHANGE_PD: u32 = 1 << 1;
@@ -315,8 +313,6 @@ pub const IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: u32 = 1;
 pub const IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: u32 = 2;
 pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
 // enum ibv_wc_opcode values the extended API adds to the classic list
-pub const IBV_WC_BIND_MW: u32 = 5;
-pub const IBV_WC_LOCAL_INV: u32 = 6;
 
 /// The constants above, by C name, for `tests/layout.rs`.
 pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
@@ -418,8 +414,6 @@ pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
     ("IBV_ACCESS_REMOTE_WRITE", IBV_ACCESS_REMOTE_WRITE as i64),
     ("IBV_ACCESS_REMOTE_READ", IBV_ACCESS_REMOTE_READ as i64),
     ("IBV_ACCESS_REMOTE_ATOMIC", IBV_ACCESS_REMOTE_ATOMIC as i64),
-    ("IBV_ACCESS_MW_BIND", IBV_ACCESS_MW_BIND as i64),
-    ("IBV_ACCESS_ZERO_BASED", IBV_ACCESS_ZERO_BASED as i64),
     (
         "IBV_REREG_MR_CHANGE_TRANSLATION",
         IBV_REREG_MR_CHANGE_TRANSLATION as i64,
@@ -442,8 +436,6 @@ pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
         IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT as i64,
     ),
     ("IBV_ADVISE_MR_FLAG_FLUSH", IBV_ADVISE_MR_FLAG_FLUSH as i64),
-    ("IBV_WC_BIND_MW", IBV_WC_BIND_MW as i64),
-    ("IBV_WC_LOCAL_INV", IBV_WC_LOCAL_INV as i64),
 ];
 
 /// `(C expression, Rust value)` pairs of sizes and offsets for `tests/layout.rs`.

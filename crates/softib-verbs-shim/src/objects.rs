@@ -261,6 +261,15 @@ pub struct DmObj {
     pub shared: Arc<Shared>,
 }
 
+/// A memory window.
+#[repr(C)]
+pub struct MwObj {
+    /// C view (`rkey` is the window's current key as the application sees it).
+    pub mw: ibv_mw,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
 /// A completion channel.
 #[repr(C)]
 pub struct ChannelObj {

@@ -35,6 +35,8 @@ pub struct PendingWr {
     /// Inline payload copied at the `wr_set_inline_data*` call (the application may reuse
     /// its buffer as soon as the call returns).
     pub inline: Option<Vec<u8>>,
+    /// `bind_mw` of `ibv_send_wr` for a BIND_MW WR (see [`bind_mw_words`]).
+    pub bind_mw: [u64; 6],
 }
 
 /// The batch of one `ibv_wr_start` .. `ibv_wr_complete` section.
@@ -76,20 +78,22 @@ pub fn send_op_bit(opcode: u32) -> u64 {
     }
 }
 
-/// The `send_ops_flags` softib's engine carries out, per service (RC: all but the memory
-/// window, local invalidate, TSO and atomic-write operations; UC: no READ or atomics,
-/// IBA 9.8 / o9-1; UD: SEND only, IBA 9.8.3).
+/// The `send_ops_flags` softib's engine carries out, per service, as rxe's provider
+/// grants them (RC: everything but TSO and atomic write; UC: no READ, atomics or local
+/// invalidate, IBA 9.8 / o9-1; UD: SEND only, IBA 9.8.3).
 pub fn supported_send_ops(qp_type: u32) -> u64 {
     let uc = IBV_QP_EX_WITH_RDMA_WRITE
         | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
         | IBV_QP_EX_WITH_SEND
         | IBV_QP_EX_WITH_SEND_WITH_IMM
-        | IBV_QP_EX_WITH_SEND_WITH_INV;
+        | IBV_QP_EX_WITH_SEND_WITH_INV
+        | IBV_QP_EX_WITH_BIND_MW;
     match qp_type {
         IBV_QPT_RC => {
             uc | IBV_QP_EX_WITH_RDMA_READ
                 | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
                 | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | IBV_QP_EX_WITH_LOCAL_INV
         }
         IBV_QPT_UC => uc,
         IBV_QPT_UD => IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
@@ -122,6 +126,26 @@ pub fn atomic_wr(rkey: u32, remote_addr: u64, compare_add: u64, swap: u64) -> ib
         word2: swap,
         word3: rkey,
     }
+}
+
+/// `bind_mw` of `ibv_send_wr` (`{ mw, rkey, bind_info { mr, addr, length,
+/// mw_access_flags } }`) as the six words of its union: window and region as addresses.
+pub fn bind_mw_words(
+    mw: usize,
+    rkey: u32,
+    mr: usize,
+    addr: u64,
+    length: u64,
+    access: u32,
+) -> [u64; 6] {
+    [
+        mw as u64,
+        two_u32(rkey, 0),
+        mr as u64,
+        addr,
+        length,
+        two_u32(access, 0),
+    ]
 }
 
 impl WrBatch {
@@ -165,7 +189,23 @@ impl WrBatch {
             wr,
             sges: Vec::new(),
             inline: None,
+            bind_mw: [0; 6],
         });
+    }
+
+    /// `ibv_wr_bind_mw`: a BIND_MW WR (no gather list).
+    pub fn begin_bind(&mut self, limits: &BuildLimits, wr_id: u64, wr_flags: u32, bind: [u64; 6]) {
+        self.begin(
+            limits,
+            wr_id,
+            wr_flags,
+            IBV_WR_BIND_MW,
+            0,
+            Default::default(),
+        );
+        if let Some(w) = self.wrs.last_mut() {
+            w.bind_mw = bind;
+        }
     }
 
     fn last(&mut self, what: &str) -> Option<&mut PendingWr> {
@@ -268,7 +308,7 @@ impl PendingWr {
             imm_data: self.imm_data,
             wr: self.wr,
             remote_srqn: 0,
-            bind_mw_or_tso: [0; 6],
+            bind_mw_or_tso: self.bind_mw,
         }
     }
 }
@@ -367,6 +407,31 @@ mod tests {
             supported_send_ops(IBV_QPT_UD) & IBV_QP_EX_WITH_RDMA_WRITE,
             0
         );
-        assert_eq!(supported_send_ops(IBV_QPT_RC) & IBV_QP_EX_WITH_BIND_MW, 0);
+        assert_ne!(supported_send_ops(IBV_QPT_RC) & IBV_QP_EX_WITH_BIND_MW, 0);
+        assert_eq!(supported_send_ops(IBV_QPT_UC) & IBV_QP_EX_WITH_LOCAL_INV, 0);
+        assert_eq!(
+            supported_send_ops(IBV_QPT_RC) & IBV_QP_EX_WITH_ATOMIC_WRITE,
+            0
+        );
+    }
+
+    #[test]
+    fn a_bind_lands_where_the_classic_conversion_reads_it() {
+        let l = BuildLimits {
+            send_ops: IBV_QP_EX_WITH_BIND_MW,
+            ..LIMITS
+        };
+        let mut b = WrBatch::default();
+        b.start();
+        b.begin_bind(&l, 3, 0, bind_mw_words(0x10, 0x1234, 0x20, 0x3000, 64, 2));
+        let w = b.finish().unwrap().remove(0).to_send_wr(&mut Vec::new());
+        assert_eq!(w.opcode, IBV_WR_BIND_MW);
+        assert_eq!(w.bind_mw_mw() as usize, 0x10);
+        assert_eq!(w.bind_mw_rkey(), 0x1234);
+        let i = w.bind_mw_info();
+        assert_eq!(
+            (i.mr as usize, i.addr, i.length, i.mw_access_flags),
+            (0x20, 0x3000, 64, 2)
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Queue pairs: the per-QP state the protocol modules (`rc`, `uc`, `ud`) work on.
 
+pub(crate) mod local_ops;
 pub(crate) mod modify;
 pub(crate) mod recv_queue;
 pub(crate) mod send_queue;

@@ -100,6 +100,11 @@ impl Qp {
     fn rc_start_next(&mut self, sh: &mut Shared) -> bool {
         let idx = self.sq.started;
         let w = &self.sq.wqes[idx];
+        if w.opcode.is_local() {
+            // Runs once every earlier WR has completed (qp/local_ops.rs).
+            self.req.blocked_local_error = true;
+            return false;
+        }
         let write = w.opcode.is_read_or_atomic();
         if let Err(fault) = dma::check_sges(&sh.mrs, self.pd, &w.sges, write) {
             if idx == 0 {
@@ -140,6 +145,7 @@ impl Qp {
         buf: &mut [u8],
         sh: &mut Shared,
     ) -> Option<Transmit> {
+        self.run_local_ops(sh);
         if !self.rc_has_request_work(sh) {
             return None;
         }

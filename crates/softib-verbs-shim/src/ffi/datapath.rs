@@ -137,7 +137,7 @@ pub(super) unsafe fn post_one_send(
         sg_list,
         flags,
         imm_data: has_imm.then(|| imm_from_c(w.imm_data)),
-        invalidate_rkey: if opcode == WrOpcode::SendWithInv {
+        invalidate_rkey: if matches!(opcode, WrOpcode::SendWithInv | WrOpcode::LocalInv) {
             w.imm_data
         } else {
             0
@@ -151,6 +151,12 @@ pub(super) unsafe fn post_one_send(
         compare_add: if atomic { w.wr.compare_add() } else { 0 },
         swap: if atomic { w.wr.swap() } else { 0 },
         ud,
+        bind_mw: if opcode == WrOpcode::BindMw {
+            // SAFETY: forwarded function contract (the WR's window and region are ours).
+            Some(unsafe { super::mw::bind_of_wr(w) }?)
+        } else {
+            None
+        },
     };
     e.post_send(now, q.qpn, &wr).map_err(refuse)
 }

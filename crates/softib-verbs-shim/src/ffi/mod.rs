@@ -11,6 +11,7 @@ mod datapath;
 mod device;
 mod dm;
 mod domain;
+mod mw;
 mod qp;
 mod qp_ex;
 mod resources;

@@ -12,7 +12,9 @@ use crate::abi::*;
 use crate::abi_ex::*;
 use crate::objects::{PdObj, QpObj};
 use crate::sys::set_errno;
-use crate::wr_batch::{atomic_wr, rdma_wr, supported_send_ops, BuildLimits, WrBatch};
+use crate::wr_batch::{
+    atomic_wr, bind_mw_words, rdma_wr, supported_send_ops, BuildLimits, WrBatch,
+};
 
 /// The `verbs_qp` of a new QP: for `ibv_create_qp_ex` (`send_ops` given) with
 /// `VERBS_QP_EX` and every builder function; for `ibv_create_qp` with none, so
@@ -99,8 +101,8 @@ pub(super) unsafe extern "C" fn create_qp_ex(
                 return fail(
                     libc::EOPNOTSUPP,
                     &format!(
-                        "send_ops_flags {:#x} on QP type {} (supported: {supported:#x}; memory \
-                         windows, local invalidate, TSO and atomic write are not implemented)",
+                        "send_ops_flags {:#x} on QP type {} (supported: {supported:#x}; TSO \
+                         and atomic write are not implemented)",
                         a.send_ops_flags & !supported,
                         a.qp_type
                     ),
@@ -329,17 +331,41 @@ unsafe fn unsupported_builder(qp: *mut ibv_qp_ex, what: &'static str) {
 
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ibv_qp_ex,
-    _mw: *mut c_void,
-    _rkey: u32,
-    _info: *const c_void,
+    mw: *mut c_void,
+    rkey: u32,
+    info: *const c_void,
 ) {
-    // SAFETY: as in wr_start.
-    unsafe { unsupported_builder(qp, "ibv_wr_bind_mw (memory windows)") }
+    // SAFETY: ibv_wr_bind_mw(3): `info` is the caller's bind description (NULL tolerated:
+    // the classic conversion refuses the WR).
+    let words = match unsafe { info.cast::<ibv_mw_bind_info>().as_ref() } {
+        Some(i) => bind_mw_words(
+            mw as usize,
+            rkey,
+            i.mr as usize,
+            i.addr,
+            i.length,
+            i.mw_access_flags,
+        ),
+        None => bind_mw_words(mw as usize, rkey, 0, 0, 0, 0),
+    };
+    // SAFETY: as in wr_start; the window and region are checked when the batch is posted.
+    unsafe { with_batch(qp, |b, l, id, fl| b.begin_bind(l, id, fl, words)) }
 }
 
-unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
     // SAFETY: as in wr_start.
-    unsafe { unsupported_builder(qp, "ibv_wr_local_inv") }
+    unsafe {
+        with_batch(qp, |b, l, id, fl| {
+            b.begin(
+                l,
+                id,
+                fl,
+                IBV_WR_LOCAL_INV,
+                invalidate_rkey,
+                Default::default(),
+            )
+        })
+    }
 }
 
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {

@@ -216,7 +216,12 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         };
         let s = &m.shared;
         if let Err(e) = s.net.with_engine(|e, _| e.dereg_mr(m.mr.lkey)) {
-            return report(s, "ibv_dereg_mr", errno_of(&e), &e);
+            // An MR with memory windows bound: rxe_dereg_mr fails with EINVAL, not EBUSY.
+            let errno = match e {
+                softib_transport::VerbsError::InUse { kind: "MR", .. } => libc::EINVAL,
+                _ => errno_of(&e),
+            };
+            return report(s, "ibv_dereg_mr", errno, &e);
         }
         // SAFETY: a DM outlives its MRs (free_dm refuses while `mrs` > 0).
         if let Some(dm) = unsafe { m.dm.as_ref() } {

@@ -154,8 +154,8 @@ int main(void)
 				IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 				IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 	errno = 0;
-	CHECK(!qp_ex_create(ctx, pd, IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW) && errno == EOPNOTSUPP,
-	      "bind_mw refused at creation (%d)", errno);
+	CHECK(!qp_ex_create(ctx, pd, IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE) && errno == EOPNOTSUPP,
+	      "atomic write refused at creation (%d)", errno);
 	errno = 0;
 	CHECK(!qp_ex_create(ctx, pd, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE) &&
 	      errno == EOPNOTSUPP, "UD has no RDMA WRITE (%d)", errno);
