@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
@@ -91,6 +95,26 @@ static struct ibv_qp_attr rtr_attr(uint32_t dest)
 
 enum { RTR_MASK = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 		  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER };
+
+/* True when one of this process's descriptors is a socket bound to UDP port `port`. */
+static int holds_udp_port(int port)
+{
+	for (int fd = 0; fd < 1024; fd++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int type = 0;
+		socklen_t tl = sizeof(type);
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_DGRAM)
+			continue;
+		if (getsockname(fd, (struct sockaddr *)&ss, &len))
+			continue;
+		if (ss.ss_family == AF_INET && ntohs(((struct sockaddr_in *)&ss)->sin_port) == port)
+			return 1;
+		if (ss.ss_family == AF_INET6 && ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) == port)
+			return 1;
+	}
+	return 0;
+}
 
 static void on_alarm(int sig)
 {
@@ -305,8 +329,14 @@ static void qp_rules(void)
 		ibv_destroy_qp(qp);
 	qp = make_qp(IBV_QPT_RC, 4, 0, NULL);
 	RULE("create_qp.zero_recv_wr", qp != NULL, "errno %d", errno);
-	if (qp)
+	if (qp) {
+		/* rxe: a queue of no slot is always full: ENOMEM, bad_wr at the WR. */
+		struct ibv_recv_wr zwr = { .wr_id = 9 }, *zbad = NULL;
+		int zrc = to_init(qp) ? -1 : ibv_post_recv(qp, &zwr, &zbad);
+		RULE("post_recv.zero_recv_wr_queue_full", zrc == ENOMEM && zbad == &zwr, "rc %d",
+		     zrc);
 		ibv_destroy_qp(qp);
+	}
 
 	errno = 0;
 	qp = make_qp(IBV_QPT_RC, dev.max_qp_wr + 1, 1, NULL);
@@ -331,6 +361,12 @@ static void qp_rules(void)
 	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &sge, .num_sge = 0 }, *rbad = NULL;
 	int rc = ibv_post_recv(qp, &rwr, &rbad);
 	RULE("post_recv.reset", rc == EINVAL && rbad == &rwr, "rc %d", rc);
+
+	/* ib_modify_qp_is_ok: RESET->RESET with nothing to change is a valid no-op. */
+	struct ibv_qp_attr none;
+	memset(&none, 0, sizeof(none));
+	rc = ibv_modify_qp(qp, &none, 0);
+	RULE("modify_qp.empty_mask", rc == 0, "rc %d", rc);
 
 	/* ib_modify_qp_is_ok: no RESET->RTS transition; EINVAL and errno. */
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS };
@@ -358,6 +394,12 @@ static void qp_rules(void)
 	RULE("modify_qp.unsupported_mask", rc == EOPNOTSUPP && errno == EOPNOTSUPP, "rc %d", rc);
 	NEED(to_init(qp) == 0, "INIT");
 	RULE("modify_qp.state_field", qp->state == IBV_QPS_INIT, "state %d", qp->state);
+	/* rxe.c rxe_post_one_recv: more SGEs than max_recv_sge: EINVAL, bad_wr at the WR. */
+	struct ibv_sge rs2[2] = { { .addr = (uintptr_t)b, .length = 8 },
+				  { .addr = (uintptr_t)b + 8, .length = 8 } };
+	struct ibv_recv_wr rwr2 = { .wr_id = 4, .sg_list = rs2, .num_sge = 2 }, *rbad2 = NULL;
+	rc = ibv_post_recv(qp, &rwr2, &rbad2);
+	RULE("post_recv.too_many_sge", rc == EINVAL && rbad2 == &rwr2, "rc %d", rc);
 
 	/* rxe_verbs.c rxe_post_send: a send queue that is not ready (before RTS) is EINVAL,
 	 * bad_wr at the WR. */
@@ -378,6 +420,11 @@ static void qp_rules(void)
 	rc = ibv_modify_qp(qp, &a, RTR_MASK);
 	RULE("modify_qp.rtr_without_grh", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc,
 	     errno);
+	/* uverbs_cmd.c modify_qp: the AV's port must exist. */
+	a = rtr_attr(qp->qp_num);
+	a.ah_attr.port_num = 0;
+	rc = ibv_modify_qp(qp, &a, RTR_MASK);
+	RULE("modify_qp.av_port_0", rc == EINVAL, "rc %d", rc);
 	/* rdma_get_gid_attr: an empty GID slot (3 < 1024: inside the table) is ENODATA. */
 	a = rtr_attr(qp->qp_num);
 	a.ah_attr.grh.sgid_index = 3;
@@ -452,6 +499,16 @@ static void qp_rules(void)
 		RULE("modify_srq.limit_over_max", rc == EINVAL && errno == EINVAL, "rc %d", rc);
 		qp = make_qp(IBV_QPT_RC, 1, 0, srq);
 		NEED(qp, "create_qp with srq");
+		/* rxe.c rxe_post_recv: a QP on an SRQ has no receive queue: EINVAL. */
+		NEED(to_init(qp) == 0, "INIT on srq");
+		struct ibv_recv_wr qwr = { .wr_id = 5 }, *qbad = NULL;
+		rc = ibv_post_recv(qp, &qwr, &qbad);
+		RULE("post_recv.qp_on_srq", rc == EINVAL, "rc %d", rc);
+		/* rxe.c rxe_post_one_recv: more SGEs than the SRQ's max_sge: EINVAL. */
+		struct ibv_sge two[2] = { { 0 }, { 0 } };
+		struct ibv_recv_wr swr2 = { .wr_id = 6, .sg_list = two, .num_sge = 2 }, *sbad2 = NULL;
+		rc = ibv_post_srq_recv(srq, &swr2, &sbad2);
+		RULE("post_srq_recv.too_many_sge", rc == EINVAL && sbad2 == &swr2, "rc %d", rc);
 		errno = 0;
 		rc = ibv_destroy_srq(srq);
 		RULE("destroy_srq.busy", rc == EBUSY && errno == EBUSY, "rc %d errno %d", rc, errno);
@@ -468,6 +525,10 @@ static void ud_rules(void)
 	RULE("create_ah.no_grh", !ibv_create_ah(pd, &aa) && errno == EINVAL, "errno %d", errno);
 	aa.is_global = 1;
 	aa.grh.dgid = gid0;
+	aa.port_num = 2;
+	errno = 0;
+	RULE("create_ah.bad_port", !ibv_create_ah(pd, &aa) && errno == EINVAL, "errno %d", errno);
+	aa.port_num = 1;
 	aa.grh.hop_limit = 64;
 	aa.grh.flow_label = 0xFFFFFFFF;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
@@ -532,6 +593,25 @@ int main(void)
 	NEED(list && num == 1, "device list");
 	ctx = ibv_open_device(list[0]);
 	NEED(ctx, "open");
+	/* A forked child must not keep the device's address: if it outlives the parent's
+	 * device, the parent's next ibv_open_device cannot bind the address (ENODEV; what
+	 * failed pyverbs' tests after its multi-process ones). First thing, before anything
+	 * else holds the device, so that closing the context really closes it. */
+	pid_t child = fork();
+	NEED(child >= 0, "fork");
+	if (child == 0) {
+		usleep(500000);
+		_exit(holds_udp_port(4791) ? 1 : 0);
+	}
+	ibv_close_device(ctx);
+	ctx = ibv_open_device(list[0]);
+	RULE("open_device.while_forked_child_lives", ctx != NULL, "errno %d", errno);
+	int status = -1;
+	waitpid(child, &status, 0);
+	RULE("fork.child_keeps_no_device_socket", WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	     "status %#x", status);
+	NEED(ctx, "open again");
+	RULE("fork.parent_keeps_device_socket", holds_udp_port(4791), "parent lost its socket");
 	ibv_free_device_list(list);
 	NEED(ibv_query_device(ctx, &dev) == 0, "query_device");
 	NEED(ibv_query_gid(ctx, 1, 0, &gid0) == 0, "gid 0");
