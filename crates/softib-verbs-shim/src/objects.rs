@@ -233,7 +233,8 @@ pub struct PdObj {
     pub bounce_lkey: std::sync::atomic::AtomicU32,
     /// For a parent domain (`ibv_alloc_parent_domain`): what it was built from.
     pub parent: Option<crate::domain::ParentDomain>,
-    /// Parent domains built on this PD (it cannot be deallocated under them).
+    /// Parent domains built on this PD, or for a parent domain the QPs in it (it cannot
+    /// be deallocated under them).
     pub children: std::sync::atomic::AtomicU32,
     /// The device.
     pub shared: Arc<Shared>,
@@ -329,6 +330,8 @@ pub struct QpObj {
     pub batch: Mutex<crate::wr_batch::WrBatch>,
     /// `send_ops_flags` of `ibv_create_qp_ex` (0 for `ibv_create_qp`).
     pub send_ops: u64,
+    /// The send staging region from a parent domain's allocator (None: the PD's).
+    pub staging: Option<crate::domain::AllocatedStaging>,
     /// QP number.
     pub qpn: u32,
     /// The PD it was created in.

@@ -172,8 +172,13 @@ pub unsafe extern "C" fn post_send(
             return libc::EINVAL;
         };
         // SAFETY: the QP's PD is one of ours and outlives the QP.
-        let bounce =
-            unsafe { obj::<_, PdObj>(q.pd) }.map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire));
+        let bounce = q.staging.map_or_else(
+            || {
+                unsafe { obj::<_, PdObj>(q.pd) }
+                    .map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire))
+            },
+            |st| st.lkey,
+        );
         let mut cur = wr;
         let r = q.shared.net.with_engine(|e, now| {
             while !cur.is_null() {

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::{ctx_obj, guard, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
-use crate::domain::ParentDomain;
+use crate::domain::{AllocatedStaging, ParentDomain, SOFTIB_RES_TYPE_QP_SQ, STAGING_ALIGN};
 use crate::objects::{PdObj, Shared};
+use crate::raw_memory::RawMemory;
 use crate::sys::set_errno;
 
 /// A thread domain.
@@ -150,6 +151,17 @@ pub(super) unsafe extern "C" fn alloc_parent_domain(
 /// # Safety
 /// `pd` is a parent domain of this library the application no longer uses.
 pub(super) unsafe fn dealloc_parent_domain(pd: *mut ibv_pd, parent: &ParentDomain) -> c_int {
+    // SAFETY: function contract.
+    if let Some(p) = unsafe { obj::<_, PdObj>(pd) } {
+        if p.children.load(Ordering::Acquire) > 0 {
+            return report(
+                &p.shared,
+                "ibv_dealloc_pd",
+                libc::EBUSY,
+                &"QPs use the parent domain",
+            );
+        }
+    }
     // SAFETY: the base PD cannot be deallocated while this domain exists (children > 0).
     if let Some(base) = unsafe { obj::<_, PdObj>(parent.base_pd as *mut ibv_pd) } {
         base.children.fetch_sub(1, Ordering::AcqRel);
@@ -161,4 +173,91 @@ pub(super) unsafe fn dealloc_parent_domain(pd: *mut ibv_pd, parent: &ParentDomai
     // SAFETY: boxed by alloc_parent_domain (function contract).
     drop(unsafe { Box::from_raw(pd.cast::<PdObj>()) });
     0
+}
+
+/// The send staging region of a new QP in `p` (`pd` its handle): from the parent domain's
+/// allocator when it has one, else None (the PD's region serves). Errors: the allocator
+/// returned NULL (ENOMEM, as mlx5), or the engine refused the registration.
+pub(super) fn alloc_staging(
+    p: &PdObj,
+    pd: *mut ibv_pd,
+    max_inline_data: u32,
+) -> Result<Option<AllocatedStaging>, (i32, String)> {
+    let Some(parent) = &p.parent else {
+        return Ok(None);
+    };
+    let Some(alloc) = parent.alloc else {
+        return Ok(None);
+    };
+    let size = (max_inline_data as usize).max(1);
+    let ctx = parent.pd_context as *mut std::ffi::c_void;
+    // SAFETY: the application's allocator, called as rdma-core's providers call it
+    // (ibv_alloc_parent_domain(3)): its parent domain, context, size, alignment and type.
+    let ptr = unsafe { alloc(pd, ctx, size, STAGING_ALIGN, SOFTIB_RES_TYPE_QP_SQ) };
+    if ptr as usize == IBV_ALLOCATOR_USE_DEFAULT {
+        return Ok(None);
+    }
+    if ptr.is_null() {
+        return Err((
+            libc::ENOMEM,
+            "the parent domain's allocator returned NULL".into(),
+        ));
+    }
+    // SAFETY: the allocator gave us `size` bytes, ours until we pass them to `free`.
+    let memory = unsafe { RawMemory::new(ptr.cast(), size) };
+    let r = p.shared.net.with_engine(|e, _| {
+        e.reg_mr(
+            p.handle,
+            Box::new(memory),
+            0,
+            softib_transport::AccessFlags::LOCAL_WRITE,
+        )
+    });
+    let st = AllocatedStaging {
+        lkey: 0,
+        ptr: ptr as usize,
+        pd: pd as usize,
+        pd_context: parent.pd_context,
+        free: parent.free,
+    };
+    match r {
+        Ok(keys) => Ok(Some(AllocatedStaging {
+            lkey: keys.lkey,
+            ..st
+        })),
+        Err(e) => {
+            // SAFETY: not registered, so only the allocator's owner knows the buffer.
+            unsafe { give_back(&st) };
+            Err((crate::convert::errno_of(&e), e.to_string()))
+        }
+    }
+}
+
+/// Deregisters a QP's staging region and hands it to the parent domain's `free`.
+///
+/// # Safety
+/// The QP using the region is destroyed (nothing reads it any more).
+pub(super) unsafe fn free_staging(s: &Shared, st: &AllocatedStaging) {
+    let _ = s.net.with_engine(|e, _| e.dereg_mr(st.lkey));
+    // SAFETY: forwarded contract.
+    unsafe { give_back(st) };
+}
+
+/// Calls the parent domain's `free` for the region.
+///
+/// # Safety
+/// Nothing uses the region any more.
+unsafe fn give_back(st: &AllocatedStaging) {
+    if let Some(free) = st.free {
+        // SAFETY: the application's free function, with what its allocator returned
+        // (ibv_alloc_parent_domain(3)).
+        unsafe {
+            free(
+                st.pd as *mut ibv_pd,
+                st.pd_context as *mut std::ffi::c_void,
+                st.ptr as *mut std::ffi::c_void,
+                SOFTIB_RES_TYPE_QP_SQ,
+            )
+        };
+    }
 }

@@ -84,6 +84,18 @@ pub(super) unsafe fn create_qp_in(
             Ok(q) => q,
             Err(e) => return fail(errno_of(&e), &e),
         };
+        // A parent domain's allocator provides the send staging region (domain.rs).
+        let staging = match super::domain::alloc_staging(p, pd, cap.max_inline_data) {
+            Ok(st) => st,
+            Err((errno, why)) => {
+                let _ = s.net.destroy_qp(qpn);
+                return fail(errno, &why);
+            }
+        };
+        if p.parent.is_some() {
+            // A parent domain with QPs cannot be deallocated (mlx5: EBUSY).
+            p.children.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         // ibv_create_qp(3): the structure returns the capacities actually granted.
         init.cap = cap_to_c(&cap);
         let o = Box::into_raw(Box::new(QpObj {
@@ -115,6 +127,7 @@ pub(super) unsafe fn create_qp_in(
             )),
             batch: Default::default(),
             send_ops: send_ops.unwrap_or(0),
+            staging,
             qp_type,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all != 0,
@@ -229,6 +242,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             .unwrap_or_else(|p| p.into_inner())
             .qps
             .remove(&q.qpn);
+        if let Some(st) = q.staging {
+            // SAFETY: the QP is gone from the engine, so nothing reads the region now.
+            unsafe { super::domain::free_staging(&s, &st) };
+        }
+        // SAFETY: the QP's PD outlives it (a parent domain refuses to go while it has QPs).
+        if let Some(p) = unsafe { obj::<_, PdObj>(q.pd) }.filter(|p| p.parent.is_some()) {
+            p.children.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
         // SAFETY: boxed by ibv_create_qp; the application no longer uses it.
         drop(unsafe { Box::from_raw(qp.cast::<QpObj>()) });
         0

@@ -180,8 +180,13 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             Err((errno, why)) => return report(&q.shared, "ibv_wr_complete", errno, &why),
         };
         // SAFETY: the QP's PD is one of ours and outlives the QP.
-        let bounce =
-            unsafe { obj::<_, PdObj>(q.pd) }.map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire));
+        let bounce = q.staging.map_or_else(
+            || {
+                unsafe { obj::<_, PdObj>(q.pd) }
+                    .map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire))
+            },
+            |st| st.lkey,
+        );
         let mut sges = Vec::new();
         let r = q.shared.net.with_engine(|e, now| {
             for w in &wrs {

@@ -27,6 +27,34 @@
 
 static struct ibv_cq_ex *cqx;
 
+/* A parent domain's allocators: count the calls and check what the provider asks for. */
+static int allocs, frees, alloc_mode; /* 0: memalign, 1: use default, 2: NULL */
+static size_t alloc_size, alloc_align;
+static void *pd_alloc(struct ibv_pd *pd, void *ctx, size_t size, size_t align, uint64_t type)
+{
+	(void)pd;
+	(void)type;
+	CHECK(ctx == (void *)0x5d, "pd_context passed");
+	allocs++;
+	alloc_size = size;
+	alloc_align = align;
+	if (alloc_mode == 1)
+		return IBV_ALLOCATOR_USE_DEFAULT;
+	if (alloc_mode == 2)
+		return NULL;
+	void *p = NULL;
+	CHECK(posix_memalign(&p, align, size) == 0, "memalign");
+	return p;
+}
+static void pd_free(struct ibv_pd *pd, void *ctx, void *ptr, uint64_t type)
+{
+	(void)pd;
+	(void)ctx;
+	(void)type;
+	frees++;
+	free(ptr);
+}
+
 static uint64_t mono_ns(void)
 {
 	struct timespec ts;
@@ -358,8 +386,30 @@ int main(void)
 		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
 	struct ibv_qp *pqp = ibv_create_qp(par, &pqa);
 	CHECK(pqp, "QP in a parent domain errno %d", errno);
-	CHECK(ibv_destroy_qp(pqp) == 0 && ibv_destroy_cq(ibv_cq_ex_to_cq(pcq)) == 0, "destroy");
+	CHECK(ibv_dealloc_pd(par) == EBUSY, "a parent domain with a QP stays");
+	CHECK(ibv_destroy_qp(pqp) == 0, "destroy QP in the parent domain");
 	CHECK(ibv_dealloc_pd(par) == 0 && ibv_dealloc_td(td) == 0, "dealloc domains");
+
+	/* With allocators: the QP's send staging region comes from them. */
+	struct ibv_parent_domain_init_attr apa = { .pd = pd,
+		.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+			     IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+		.alloc = pd_alloc, .free = pd_free, .pd_context = (void *)0x5d };
+	struct ibv_pd *apar = ibv_alloc_parent_domain(ctx, &apa);
+	CHECK(apar, "parent domain with allocators");
+	pqa.cap.max_inline_data = 128;
+	pqp = ibv_create_qp(apar, &pqa);
+	CHECK(pqp && allocs == 1 && alloc_size >= 128 && alloc_align == 64, "allocator called (%d %zu %zu)",
+	      allocs, alloc_size, alloc_align);
+	CHECK(ibv_destroy_qp(pqp) == 0 && frees == 1, "free called at destroy (%d)", frees);
+	alloc_mode = 1;
+	pqp = ibv_create_qp(apar, &pqa);
+	CHECK(pqp && allocs == 2 && ibv_destroy_qp(pqp) == 0 && frees == 1, "USE_DEFAULT");
+	alloc_mode = 2;
+	errno = 0;
+	CHECK(!ibv_create_qp(apar, &pqa) && errno == ENOMEM, "a NULL allocation fails the QP");
+	CHECK(ibv_dealloc_pd(apar) == 0, "dealloc the parent domain with allocators");
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(pcq)) == 0, "destroy cq in parent domain");
 
 	/* Extended SRQ: basic with a CQ mask; XRC refused. */
 	struct ibv_srq_init_attr_ex sa = { .attr = { .max_wr = 8, .max_sge = 1 },
