@@ -86,6 +86,8 @@ pub fn qp_type_to_c(t: QpType) -> u32 {
         QpType::Rc => IBV_QPT_RC,
         QpType::Uc => IBV_QPT_UC,
         QpType::Ud => IBV_QPT_UD,
+        QpType::XrcSend => IBV_QPT_XRC_SEND,
+        QpType::XrcRecv => IBV_QPT_XRC_RECV,
     }
 }
 
