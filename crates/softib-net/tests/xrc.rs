@@ -1,7 +1,9 @@
 //! XRC through the softib-net API over real loopback sockets (two devices on 127.0.0.1 /
 //! 127.0.0.2): two initiator QPs on one device send into one XRC SRQ of the other, through
 //! two target QPs of one XRC domain; an RDMA WRITE lands under the SRQ's PD; a request
-//! naming an SRQ of another domain is refused.
+//! naming an SRQ of another domain is refused. The initiators' device writes a pcap, which
+//! softib-wire's dissector (what `softib decode` prints) and tshark both read: XRC opcodes
+//! with an XRCETH naming the SRQ, every ICRC valid.
 
 mod common;
 
@@ -80,7 +82,12 @@ fn send(a: &Side, id: u64, off: u64, len: u32, srqn: u32) -> SendWr {
 
 #[test]
 fn two_initiators_share_one_xrc_srq_across_real_sockets() {
-    let a = side("127.0.0.1:0", QpType::Rc, 1 << 16, |_| {});
+    let dir = std::env::temp_dir().join(format!("softib-net-xrc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("xrc.pcap");
+    let a = side("127.0.0.1:0", QpType::Rc, 1 << 16, |c| {
+        c.pcap = Some(pcap.clone())
+    });
     let b = side("127.0.0.2:0", QpType::Rc, 1 << 16, |_| {});
     let xrcd = b.ctx.open_xrcd();
     let srq_cq = b.ctx.create_cq(64).unwrap();
