@@ -27,3 +27,4 @@ pub mod roce;
 pub mod socket;
 pub mod tap;
 pub mod verbs;
+mod xrc;

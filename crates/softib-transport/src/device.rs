@@ -25,7 +25,7 @@ use crate::time::Nanos;
 use crate::verbs::{
     AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, MrKeys, Mtu, MwBind, MwType, PdHandle,
     QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle,
-    VendorErr, WcStatus, WorkCompletion, WrOpcode,
+    VendorErr, WcStatus, WorkCompletion, WrOpcode, XrcdHandle,
 };
 
 /// First QPN handed out; 0 and 1 are the special QPs (SMI, GSI) of IBA 10.2.5.
@@ -248,6 +248,10 @@ pub struct Device {
     pds: u32,
     /// PDs released by `dealloc_pd` (handles are never reused).
     dead_pds: Vec<u32>,
+    /// XRC domains opened so far (handles 1..=xrcds, never reused).
+    xrcds: u32,
+    /// XRC domains closed by `close_xrcd`.
+    dead_xrcds: Vec<u32>,
     rng: ChaCha8Rng,
     /// Round-robin of QP indexes that may have something to send.
     ready: VecDeque<u32>,
@@ -277,6 +281,8 @@ impl Device {
             retired: QpCounters::default(),
             pds: 0,
             dead_pds: Vec::new(),
+            xrcds: 0,
+            dead_xrcds: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -809,8 +815,112 @@ impl Device {
                 reason: "QPs are still attached; destroy them first",
             });
         }
+        if let Some(x) = s.xrc {
+            if let Some(Some(q)) = self.sh.cqs.get_mut(x.cq.0 as usize) {
+                q.users = q.users.saturating_sub(1);
+            }
+        }
         self.sh.srqs[srq.0 as usize] = None;
         Ok(())
+    }
+
+    /// Opens an XRC domain (`ibv_open_xrcd`, IBA Annex A14).
+    pub fn open_xrcd(&mut self) -> XrcdHandle {
+        self.xrcds += 1;
+        XrcdHandle(self.xrcds)
+    }
+
+    fn check_xrcd(&self, xrcd: XrcdHandle) -> Result<(), VerbsError> {
+        if xrcd.0 == 0 || xrcd.0 > self.xrcds || self.dead_xrcds.contains(&xrcd.0) {
+            return Err(unknown("XRCD", xrcd.0));
+        }
+        Ok(())
+    }
+
+    /// Closes an XRC domain no XRC SRQ or target QP uses any more (`ibv_close_xrcd`).
+    pub fn close_xrcd(&mut self, xrcd: XrcdHandle) -> Result<(), VerbsError> {
+        self.check_xrcd(xrcd)?;
+        let in_use = |what: &'static str| VerbsError::InUse {
+            kind: "XRCD",
+            value: xrcd.0,
+            reason: what,
+        };
+        if self.qps.iter().flatten().any(|q| q.xrcd == Some(xrcd)) {
+            return Err(in_use(
+                "XRC target QPs still belong to it; destroy them first",
+            ));
+        }
+        if self
+            .sh
+            .srqs
+            .iter()
+            .flatten()
+            .any(|s| s.xrc.is_some_and(|x| x.xrcd == xrcd))
+        {
+            return Err(in_use("XRC SRQs still belong to it; destroy them first"));
+        }
+        self.dead_xrcds.push(xrcd.0);
+        Ok(())
+    }
+
+    /// Creates an XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`): receives of requests
+    /// that name it (its [`Device::srq_num`]) in an XRCETH, through any target QP of
+    /// `xrcd`; their completions go to `cq`; `pd` protects the memory they touch.
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: PdHandle,
+        xrcd: XrcdHandle,
+        cq: CqHandle,
+        attr: SrqAttr,
+    ) -> Result<SrqHandle, VerbsError> {
+        self.check_xrcd(xrcd)?;
+        self.cq(cq).ok_or(unknown("CQ", cq.0))?;
+        let srq = self.create_srq(pd, attr)?;
+        if let Some(Some(s)) = self.sh.srqs.get_mut(srq.0 as usize) {
+            s.xrc = Some(crate::srq::XrcSrq { xrcd, cq });
+        }
+        // The CQ may not go while the SRQ completes into it.
+        if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
+            q.users += 1;
+        }
+        Ok(srq)
+    }
+
+    /// The XRC SRQ number of an XRC SRQ (`ibv_get_srq_num`): what an initiator puts in
+    /// `SendWr::xrc_remote_srqn`. None for an unknown or non-XRC SRQ.
+    pub fn srq_num(&self, srq: SrqHandle) -> Option<u32> {
+        let s = self.sh.srqs.get(srq.0 as usize)?.as_ref()?;
+        s.xrc.map(|_| srq.0)
+    }
+
+    /// Creates an XRC target QP in `xrcd` (`ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`): no
+    /// PD, CQ or queues of its own; it starts in RESET and is connected with `modify_qp`
+    /// like an RC QP (IBA Annex A14).
+    pub fn create_xrc_target_qp(&mut self, xrcd: XrcdHandle) -> Result<u32, VerbsError> {
+        self.check_xrcd(xrcd)?;
+        let cfg = &self.sh.config;
+        if self.qps.len() as u32 >= cfg.max_qp.min(0x00FF_FFFF - FIRST_QPN) {
+            return Err(VerbsError::LimitReached {
+                limit: "max_qp",
+                max: cfg.max_qp,
+            });
+        }
+        let qpn = FIRST_QPN + self.qps.len() as u32;
+        let init = QpInitAttr {
+            qp_type: QpType::XrcRecv,
+            send_cq: crate::rc::xrc::NO_CQ,
+            recv_cq: crate::rc::xrc::NO_CQ,
+            srq: None,
+            cap: crate::verbs::QpCap::default(),
+            sq_sig_all: false,
+        };
+        let mut qp = Qp::new(qpn, crate::rc::xrc::NO_PD, &init);
+        qp.xrcd = Some(xrcd);
+        self.qps.push(Some(qp));
+        if self.ready.capacity() < self.qps.len() {
+            self.ready.reserve(self.qps.len().max(64));
+        }
+        Ok(qpn)
     }
 
     /// Destroys an address handle (`ibv_destroy_ah`). WRs already posted keep their resolved
@@ -852,9 +962,28 @@ impl Device {
             0,
             cfg.max_inline_data,
         )?;
-        if init.srq.is_none() {
-            check("cap.max_recv_wr", cap.max_recv_wr, 0, cfg.max_qp_wr)?;
-            check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
+        match init.qp_type {
+            QpType::XrcRecv => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "qp_type",
+                    reason: "an XRC target QP belongs to an XRC domain, not a PD: create it \
+                             with create_xrc_target_qp"
+                        .into(),
+                })
+            }
+            QpType::XrcSend => {
+                if init.srq.is_some() {
+                    return Err(VerbsError::InvalidAttribute {
+                        attr: "srq",
+                        reason: "an XRC initiator QP has no receive side".into(),
+                    });
+                }
+            }
+            _ if init.srq.is_none() => {
+                check("cap.max_recv_wr", cap.max_recv_wr, 0, cfg.max_qp_wr)?;
+                check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
+            }
+            _ => {}
         }
         for cq in [init.send_cq, init.recv_cq] {
             self.cq(cq).ok_or(unknown("CQ", cq.0))?;
@@ -889,6 +1018,12 @@ impl Device {
             if let Some(Some(s)) = self.sh.srqs.get_mut(srq.0 as usize) {
                 s.users += 1;
             }
+        }
+        let mut init = init;
+        if init.qp_type == QpType::XrcSend {
+            // IBA Annex A14: no receive queue on an initiator.
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
         }
         let mut qp = Qp::new(qpn, pd, &init);
         qp.req.rec.paced = self.sh.config.resend == ResendPolicy::Paced;
@@ -997,7 +1132,9 @@ impl Device {
             });
         }
         let supported = match qp.qp_type {
-            QpType::Rc => true,
+            QpType::Rc | QpType::XrcSend => true,
+            // IBA Annex A14: a target QP has no send queue.
+            QpType::XrcRecv => false,
             // Local operations run on RC and UC send queues (rxe's opcode table).
             QpType::Uc => matches!(
                 wr.opcode,
@@ -1157,6 +1294,7 @@ impl Device {
             swap: wr.swap,
             ud,
             bind: wr.bind_mw,
+            xrc_srqn: wr.xrc_remote_srqn & crate::psn::PSN_MASK,
             length,
             first_psn: 0,
             npsn: 0,
@@ -1168,6 +1306,14 @@ impl Device {
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
         let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
         let qp = self.qps[i].as_mut().expect("index checked");
+        if qp.qp_type.is_xrc() {
+            return Err(VerbsError::InvalidWr {
+                wr_id: wr.wr_id,
+                reason: format!(
+                    "XRC QP {qpn:#x} has no receive queue; post to an XRC SRQ (IBA Annex A14)"
+                ),
+            });
+        }
         if qp.srq.is_some() {
             return Err(VerbsError::InvalidWr {
                 wr_id: wr.wr_id,
@@ -1285,6 +1431,7 @@ impl Device {
             (QpType::Rc, Service::Rc)
                 | (QpType::Uc, Service::Uc)
                 | (QpType::Ud, Service::Ud)
+                | (QpType::XrcSend | QpType::XrcRecv, Service::Xrc)
                 | (_, Service::Cnp)
         );
         if !service_ok {
@@ -1321,6 +1468,16 @@ impl Device {
         } else {
             match qp.qp_type {
                 QpType::Rc => qp.rc_handle_packet(now, meta, &pkt, &mut self.sh),
+                // An initiator only takes responses, a target only requests (Annex A14).
+                QpType::XrcSend if pkt.bth.opcode.is_response() => {
+                    qp.rc_handle_packet(now, meta, &pkt, &mut self.sh)
+                }
+                QpType::XrcRecv if !pkt.bth.opcode.is_response() => {
+                    qp.xrc_target_request(meta, &pkt, &mut self.sh)
+                }
+                QpType::XrcSend | QpType::XrcRecv => {
+                    self.sh.counters.wrong_service_drops += 1;
+                }
                 QpType::Uc => qp.uc_handle_packet(meta, &pkt, &mut self.sh),
                 QpType::Ud => {
                     if qp.ud_handle_packet(meta, &pkt, &mut self.sh).is_err() {

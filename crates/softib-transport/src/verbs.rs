@@ -52,7 +52,7 @@ bit_flags! {
     }
 }
 
-/// Transport service of a QP (IBA 9.8.1). RD and XRC are not implemented.
+/// Transport service of a QP (IBA 9.8.1). RD is not implemented.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QpType {
     /// Reliable connected.
@@ -61,7 +61,32 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`, IBA Annex A14): an RC send queue whose requests
+    /// carry an XRCETH naming the remote XRC SRQ (`SendWr::xrc_remote_srqn`); no receive
+    /// queue.
+    XrcSend,
+    /// XRC target (`IBV_QPT_XRC_RECV`, IBA Annex A14): an RC responder in an XRC domain
+    /// that delivers each request into the XRC SRQ its XRCETH names; no send queue.
+    /// Created with `Device::create_xrc_target_qp`.
+    XrcRecv,
 }
+
+impl QpType {
+    /// True for the services that run RC's reliability (RC and both XRC halves).
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// True for the XRC halves.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
+    }
+}
+
+/// An XRC domain (`ibv_xrcd`, IBA Annex A14): XRC SRQs and XRC target QPs of one domain
+/// belong together; a request may only reach an SRQ of its target QP's domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct XrcdHandle(pub u32);
 
 /// QP states (IBA 10.3.1, `ibv_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -450,6 +475,9 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// What a BIND_MW binds (required for `WrOpcode::BindMw`, ignored otherwise).
     pub bind_mw: Option<MwBind>,
+    /// XRC initiator QPs: the number of the remote XRC SRQ the message goes to (the
+    /// XRCETH's XRCSRQ, `qp_type.xrc.remote_srqn`; IBA Annex A14). Ignored otherwise.
+    pub xrc_remote_srqn: u32,
 }
 
 /// The kind of a memory window (`ibv_mw_type`, IBA 10.6.7.1).

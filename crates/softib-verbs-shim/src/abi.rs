@@ -693,6 +693,8 @@ pub const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
 pub const IBV_QPT_RC: u32 = 2;
 pub const IBV_QPT_UC: u32 = 3;
 pub const IBV_QPT_UD: u32 = 4;
+pub const IBV_QPT_XRC_SEND: u32 = 9;
+pub const IBV_QPT_XRC_RECV: u32 = 10;
 // enum ibv_wr_opcode
 pub const IBV_WR_RDMA_WRITE: u32 = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: u32 = 1;
@@ -807,6 +809,8 @@ pub const CHECKED_CONSTANTS: &[(&str, i64)] = &[
     ("IBV_WC_FETCH_ADD", IBV_WC_FETCH_ADD as i64),
     ("IBV_WC_RECV", IBV_WC_RECV as i64),
     ("IBV_WC_BIND_MW", IBV_WC_BIND_MW as i64),
+    ("IBV_QPT_XRC_SEND", IBV_QPT_XRC_SEND as i64),
+    ("IBV_QPT_XRC_RECV", IBV_QPT_XRC_RECV as i64),
     ("IBV_WC_LOCAL_INV", IBV_WC_LOCAL_INV as i64),
     ("IBV_MW_TYPE_1", IBV_MW_TYPE_1 as i64),
     ("IBV_MW_TYPE_2", IBV_MW_TYPE_2 as i64),

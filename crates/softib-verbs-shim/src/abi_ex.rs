@@ -298,6 +298,7 @@ pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
 pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
 pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
 pub const IBV_SRQT_BASIC: u32 = 0;
+pub const IBV_SRQT_XRC: u32 = 1;
 // enum ibv_access_flags beyond the four the engine knows
 pub const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
@@ -410,6 +411,7 @@ pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
     ("IBV_SRQ_INIT_ATTR_XRCD", IBV_SRQ_INIT_ATTR_XRCD as i64),
     ("IBV_SRQ_INIT_ATTR_CQ", IBV_SRQ_INIT_ATTR_CQ as i64),
     ("IBV_SRQT_BASIC", IBV_SRQT_BASIC as i64),
+    ("IBV_SRQT_XRC", IBV_SRQT_XRC as i64),
     ("IBV_ACCESS_LOCAL_WRITE", IBV_ACCESS_LOCAL_WRITE as i64),
     ("IBV_ACCESS_REMOTE_WRITE", IBV_ACCESS_REMOTE_WRITE as i64),
     ("IBV_ACCESS_REMOTE_READ", IBV_ACCESS_REMOTE_READ as i64),

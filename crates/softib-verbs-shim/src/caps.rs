@@ -39,7 +39,7 @@ pub fn fw_ver() -> [u8; 64] {
 /// - N_NOTIFY_CQ: `ibv_req_notify_cq` with `solicited_only` is honoured.
 ///
 /// Not advertised until they work: MEM_WINDOW / MEM_WINDOW_TYPE_2A/2B (branch `engine`),
-/// XRC (branch `engine`), MEM_MGT_EXTENSIONS (local invalidate / fast registration),
+/// MEM_MGT_EXTENSIONS (local invalidate / fast registration),
 /// SRQ_RESIZE (`ibv_modify_srq` with `IBV_SRQ_MAX_WR`), PORT_ACTIVE_EVENT (no port events),
 /// UD_IP_CSUM, RC_IP_CSUM, RAW_*.
 pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_RC_RNR_NAK_GEN
@@ -59,13 +59,15 @@ pub const DEVICE_CAP_FLAGS_EX_HIGH: u64 = 0;
 /// Memory windows: `max_mw` (0 until branch `engine` implements `ibv_alloc_mw`/bind).
 pub const MAX_MW: i32 = 0;
 
-/// XRC domains and SRQs (`IBV_DEVICE_XRC`): not yet (branch `engine`).
-pub const XRC: bool = false;
+/// XRC domains, XRC SRQs and XRC initiator/target QPs (`IBV_DEVICE_XRC`): the engine's
+/// `rc/xrc.rs` (branch `engine`), the shim's `ffi/xrc.rs`.
+pub const XRC: bool = true;
 
 /// On-demand paging (`odp_caps`): explicit and implicit ODP regions
 /// (`process_memory.rs`: reached through `process_vm_readv`/`process_vm_writev`, a hole
 /// is a remote access error), for every operation each service has: the engine moves all
-/// bytes through the same `Memory` trait. `xrc_odp_caps` stays 0 until XRC exists.
+/// bytes through the same `Memory` trait; XRC (`xrc_odp_caps`) as RC, its receives always
+/// on an SRQ.
 pub const ODP_CAPS: ibv_odp_caps = ibv_odp_caps {
     general_caps: IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
     rc_odp_caps: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
@@ -73,7 +75,8 @@ pub const ODP_CAPS: ibv_odp_caps = ibv_odp_caps {
     ud_odp_caps: ODP_SEND | ODP_RECV | ODP_SRQ_RECV,
 };
 /// `xrc_odp_caps`.
-pub const XRC_ODP_CAPS: u32 = 0;
+pub const XRC_ODP_CAPS: u32 =
+    ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV;
 
 /// `IBV_ODP_SUPPORT` in `odp_caps.general_caps`.
 const IBV_ODP_SUPPORT: u64 = 1;

@@ -76,6 +76,8 @@ pub fn qp_type_from_c(v: u32) -> Option<QpType> {
         IBV_QPT_RC => Some(QpType::Rc),
         IBV_QPT_UC => Some(QpType::Uc),
         IBV_QPT_UD => Some(QpType::Ud),
+        IBV_QPT_XRC_SEND => Some(QpType::XrcSend),
+        IBV_QPT_XRC_RECV => Some(QpType::XrcRecv),
         _ => None,
     }
 }
@@ -86,6 +88,8 @@ pub fn qp_type_to_c(t: QpType) -> u32 {
         QpType::Rc => IBV_QPT_RC,
         QpType::Uc => IBV_QPT_UC,
         QpType::Ud => IBV_QPT_UD,
+        QpType::XrcSend => IBV_QPT_XRC_SEND,
+        QpType::XrcRecv => IBV_QPT_XRC_RECV,
     }
 }
 
@@ -392,10 +396,16 @@ mod tests {
         for v in 0..7 {
             assert_eq!(qp_state_from_c(v).map(qp_state_to_c), Some(v));
         }
-        for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        for t in [
+            QpType::Rc,
+            QpType::Uc,
+            QpType::Ud,
+            QpType::XrcSend,
+            QpType::XrcRecv,
+        ] {
             assert_eq!(qp_type_from_c(qp_type_to_c(t)), Some(t));
         }
-        assert_eq!(qp_type_from_c(9), None);
+        assert_eq!(qp_type_from_c(8), None, "raw packet");
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct Shared {
     pub registry: Mutex<Registry>,
     /// Device memory allocated (at most `device_memory::MAX_DM_SIZE`).
     pub dm_used: AtomicUsize,
+    /// XRC domains opened through a file: (device, inode) -> domain and open count.
+    pub xrcd_files:
+        Mutex<std::collections::HashMap<(u64, u64), (softib_transport::XrcdHandle, u32)>>,
     /// Set once the event thread runs.
     notifier: OnceLock<()>,
 }
@@ -195,6 +198,7 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
         async_events,
         registry: Mutex::new(Registry::default()),
         dm_used: AtomicUsize::new(0),
+        xrcd_files: Mutex::new(Default::default()),
         notifier: OnceLock::new(),
     });
     *open = Arc::downgrade(&shared);
@@ -251,6 +255,19 @@ pub struct MrObj {
     pub access: u32,
     /// The region's first virtual address for its keys (`iova`).
     pub iova: u64,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// An XRC domain (`ibv_open_xrcd`).
+#[repr(C)]
+pub struct XrcdObj {
+    /// C view (`struct ibv_xrcd`: its context).
+    pub xrcd: *mut ibv_context,
+    /// Engine handle.
+    pub handle: softib_transport::XrcdHandle,
+    /// The file it was opened through, as (device, inode); None for `fd` -1.
+    pub file: Option<(u64, u64)>,
     /// The device.
     pub shared: Arc<Shared>,
 }

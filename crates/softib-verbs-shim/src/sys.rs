@@ -165,3 +165,15 @@ pub fn track_device_socket(fd: Option<RawFd>, ipv4: bool) {
     DEVICE_SOCKET_FAMILY.store(family, Ordering::Relaxed);
     DEVICE_SOCKET.store(fd.unwrap_or(-1), Ordering::Relaxed);
 }
+
+/// The (device, inode) of an open file: what names an XRC domain shared through a file
+/// (ibv_open_xrcd(3)).
+pub fn file_identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    // SAFETY: `stat` is plain data, for which all-zero bytes are a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st`; a bad descriptor makes it fail (EBADF), checked.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}

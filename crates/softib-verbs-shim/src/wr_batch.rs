@@ -37,6 +37,8 @@ pub struct PendingWr {
     pub inline: Option<Vec<u8>>,
     /// `bind_mw` of `ibv_send_wr` for a BIND_MW WR (see [`bind_mw_words`]).
     pub bind_mw: [u64; 6],
+    /// `qp_type.xrc.remote_srqn` (`ibv_wr_set_xrc_srqn`).
+    pub remote_srqn: u32,
 }
 
 /// The batch of one `ibv_wr_start` .. `ibv_wr_complete` section.
@@ -97,6 +99,13 @@ pub fn supported_send_ops(qp_type: u32) -> u64 {
         }
         IBV_QPT_UC => uc,
         IBV_QPT_UD => IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
+        // An XRC initiator carries RC's operations to the SRQ it names (IBA A14.4).
+        IBV_QPT_XRC_SEND => {
+            uc | IBV_QP_EX_WITH_RDMA_READ
+                | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | IBV_QP_EX_WITH_LOCAL_INV
+        }
         _ => 0,
     }
 }
@@ -190,6 +199,7 @@ impl WrBatch {
             sges: Vec::new(),
             inline: None,
             bind_mw: [0; 6],
+            remote_srqn: 0,
         });
     }
 
@@ -221,6 +231,13 @@ impl WrBatch {
         if let Some(w) = self.last("wr_set_ud_addr") {
             w.wr.word0 = ah as u64;
             w.wr.word1 = two_u32(remote_qpn, remote_qkey);
+        }
+    }
+
+    /// `ibv_wr_set_xrc_srqn`: the remote XRC SRQ of the last WR.
+    pub fn set_xrc_srqn(&mut self, remote_srqn: u32) {
+        if let Some(w) = self.last("wr_set_xrc_srqn") {
+            w.remote_srqn = remote_srqn;
         }
     }
 
@@ -307,7 +324,7 @@ impl PendingWr {
             send_flags: flags,
             imm_data: self.imm_data,
             wr: self.wr,
-            remote_srqn: 0,
+            remote_srqn: self.remote_srqn,
             bind_mw_or_tso: self.bind_mw,
         }
     }

@@ -163,6 +163,8 @@ pub(crate) struct Qp {
     pub send_cq: CqHandle,
     pub recv_cq: CqHandle,
     pub srq: Option<SrqHandle>,
+    /// XRC target QPs: their domain (the SRQ, PD and CQ come per request from the XRCETH).
+    pub xrcd: Option<crate::verbs::XrcdHandle>,
     pub sq_sig_all: bool,
     /// Current attributes; `attr.qp_state` is the state.
     pub attr: QpAttr,
@@ -196,6 +198,7 @@ impl Qp {
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
             srq: init.srq,
+            xrcd: None,
             sq_sig_all: init.sq_sig_all,
             attr,
             sq: SendQueue::new(init.cap.max_send_wr),
@@ -232,6 +235,16 @@ impl Qp {
         self.attr.qp_state
     }
 
+    /// The BTH service of this QP's RC-style packets: XRC QPs send XRC opcodes (requests
+    /// and responses, IBA Annex A14), RC QPs RC ones.
+    pub fn rc_service(&self) -> softib_wire::Service {
+        if self.qp_type.is_xrc() {
+            softib_wire::Service::Xrc
+        } else {
+            softib_wire::Service::Rc
+        }
+    }
+
     /// The peer's address for RC/UC packets.
     pub fn path(&self) -> PathInfo {
         PathInfo {
@@ -261,7 +274,7 @@ impl Qp {
             return true;
         }
         match self.qp_type {
-            QpType::Rc => self.rc_has_request_work(sh),
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => self.rc_has_request_work(sh),
             QpType::Uc | QpType::Ud => self.unreliable_has_work(),
         }
     }
@@ -280,7 +293,7 @@ impl Qp {
             }
             return None;
         }
-        if self.qp_type == QpType::Rc {
+        if self.qp_type.is_reliable() {
             if let Some(t) = self.rc_poll_response(buf, sh) {
                 return Some(t);
             }
@@ -295,9 +308,9 @@ impl Qp {
         self.set_timer(kind, None);
         match kind {
             TimerKind::Pacing => self.cc_pacing_expired(now, sh),
-            TimerKind::Retransmit if self.qp_type == QpType::Rc => self.rc_ack_timeout(now, sh),
-            TimerKind::Rnr if self.qp_type == QpType::Rc => self.rc_rnr_timer_expired(),
-            TimerKind::GapCheck if self.qp_type == QpType::Rc => self.rc_gap_check(now, sh),
+            TimerKind::Retransmit if self.qp_type.is_reliable() => self.rc_ack_timeout(now, sh),
+            TimerKind::Rnr if self.qp_type.is_reliable() => self.rc_rnr_timer_expired(),
+            TimerKind::GapCheck if self.qp_type.is_reliable() => self.rc_gap_check(now, sh),
             TimerKind::Retransmit | TimerKind::Rnr | TimerKind::GapCheck => {}
         }
     }

@@ -37,6 +37,8 @@ pub(crate) struct SendWqe {
     pub ud: Option<UdTarget>,
     /// BIND_MW: what to bind.
     pub bind: Option<MwBind>,
+    /// XRC initiator: the remote XRC SRQ (XRCETH).
+    pub xrc_srqn: u32,
     /// Message length in bytes.
     pub length: u64,
     /// First PSN, assigned when the WQE starts.

@@ -4,8 +4,7 @@
 //! precede any memory access.
 
 use softib_wire::{
-    AethRepr, AtomicAckEthRepr, CreditCode, NakCode, Operation, PacketRepr, RnrTimer, Service,
-    Syndrome,
+    AethRepr, AtomicAckEthRepr, CreditCode, NakCode, Operation, PacketRepr, RnrTimer, Syndrome,
 };
 
 use crate::device::{RxMeta, Shared, Transmit};
@@ -60,7 +59,7 @@ impl Qp {
     }
 
     /// A class C responder error (IBA 9.9.3.1.2): NAK, then the QP goes to ERR.
-    fn nak_fatal(&mut self, sh: &mut Shared, psn_: u32, code: NakCode) {
+    pub(crate) fn nak_fatal(&mut self, sh: &mut Shared, psn_: u32, code: NakCode) {
         match code {
             NakCode::RemoteAccessError => self.counters.remote_access_errors += 1,
             NakCode::RemoteOperationalError => self.counters.remote_operational_errors += 1,
@@ -646,7 +645,7 @@ impl Qp {
         let pkey = self.pkey(sh);
         let dest = self.attr.dest_qp_num;
         let mut repr = PacketRepr::new(emit::bth(
-            emit::opcode(Service::Rc, Operation::Acknowledge),
+            emit::opcode(self.rc_service(), Operation::Acknowledge),
             pkey,
             dest,
             0,
@@ -670,7 +669,7 @@ impl Qp {
                 n
             }
             Response::Atomic { psn, orig, msn, .. } => {
-                repr.bth.opcode = emit::opcode(Service::Rc, Operation::AtomicAcknowledge);
+                repr.bth.opcode = emit::opcode(self.rc_service(), Operation::AtomicAcknowledge);
                 repr.bth.psn = psn;
                 repr.aeth = Some(AethRepr {
                     syndrome: Syndrome::Ack {
@@ -703,7 +702,7 @@ impl Qp {
                     (false, true) => Operation::ReadResponseLast,
                     (false, false) => Operation::ReadResponseMiddle,
                 };
-                repr.bth.opcode = emit::opcode(Service::Rc, op);
+                repr.bth.opcode = emit::opcode(self.rc_service(), op);
                 repr.bth.psn = psn;
                 if op != Operation::ReadResponseMiddle {
                     repr.aeth = Some(AethRepr {

@@ -151,6 +151,8 @@ pub(super) unsafe fn post_one_send(
         compare_add: if atomic { w.wr.compare_add() } else { 0 },
         swap: if atomic { w.wr.swap() } else { 0 },
         ud,
+        // `qp_type.xrc.remote_srqn`: the remote XRC SRQ, for XRC initiator QPs.
+        xrc_remote_srqn: w.remote_srqn,
         bind_mw: if opcode == WrOpcode::BindMw {
             // SAFETY: forwarded function contract (the WR's window and region are ours).
             Some(unsafe { super::mw::bind_of_wr(w) }?)

@@ -17,6 +17,7 @@ mod qp_ex;
 mod resources;
 mod slots;
 mod unsupported;
+mod xrc;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

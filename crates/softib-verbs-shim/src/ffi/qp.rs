@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 
-use softib_transport::{CqHandle, QpAttrMask, QpCap, QpInitAttr, SrqHandle};
+use softib_transport::{CqHandle, QpAttrMask, QpCap, QpInitAttr, QpType, SrqHandle};
 
 use super::{fail, guard, obj, report};
 use crate::abi::*;
@@ -51,7 +51,10 @@ pub(super) unsafe fn create_qp_in(
         let Some(qp_type) = qp_type_from_c(init.qp_type) else {
             return fail(
                 libc::EOPNOTSUPP,
-                &format!("QP type {} (softib has RC, UC and UD)", init.qp_type),
+                &format!(
+                    "QP type {} (softib has RC, UC, UD, XRC_SEND and XRC_RECV)",
+                    init.qp_type
+                ),
             );
         };
         // SAFETY: CQs and SRQ from this library, as ibv_create_qp(3) requires.
@@ -61,6 +64,13 @@ pub(super) unsafe fn create_qp_in(
                 obj::<_, CqObj>(init.recv_cq),
                 obj::<_, SrqObj>(init.srq),
             )
+        };
+        // An XRC initiator has no receive side: its receive CQ may be NULL (the engine is
+        // given the send CQ, which it never completes receives on for such a QP).
+        let recv_cq = if qp_type == QpType::XrcSend {
+            recv_cq.or(send_cq)
+        } else {
+            recv_cq
         };
         let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
             return fail(libc::EINVAL, &"send_cq and recv_cq are required");

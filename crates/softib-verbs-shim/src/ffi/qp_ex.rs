@@ -74,8 +74,20 @@ pub(super) unsafe extern "C" fn create_qp_ex(
             set_errno(report(s, "ibv_create_qp_ex", errno, why));
             std::ptr::null_mut()
         };
-        if a.comp_mask & IBV_QP_INIT_ATTR_XRCD != 0 {
-            return fail(libc::EOPNOTSUPP, &"XRC domains (IBV_QP_INIT_ATTR_XRCD)");
+        if a.qp_type == IBV_QPT_XRC_RECV {
+            if a.comp_mask & !(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
+                return fail(
+                    libc::EINVAL,
+                    &format!("comp_mask {:#x} for an XRC_RECV QP", a.comp_mask),
+                );
+            }
+            if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+                return fail(
+                    libc::EOPNOTSUPP,
+                    &format!("create_flags {:#x}", a.create_flags),
+                );
+            }
+            return super::xrc::create_xrc_target_qp(c, ctx, a);
         }
         if a.comp_mask & !SUPPORTED_COMP_MASK != 0 {
             return fail(
@@ -388,9 +400,9 @@ unsafe extern "C" fn wr_atomic_write(
     unsafe { unsupported_builder(qp, "ibv_wr_atomic_write") }
 }
 
-unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) {
     // SAFETY: as in wr_start.
-    unsafe { unsupported_builder(qp, "ibv_wr_set_xrc_srqn (XRC)") }
+    unsafe { with_batch(qp, |b, _, _, _| b.set_xrc_srqn(remote_srqn)) }
 }
 
 unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {

@@ -843,8 +843,16 @@ pub(super) unsafe extern "C" fn create_srq_ex(
         } else {
             IBV_SRQT_BASIC
         };
+        if ty == IBV_SRQT_XRC {
+            return super::xrc::create_xrc_srq(c, a);
+        }
         if ty != IBV_SRQT_BASIC || a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD != 0 {
-            return null_with(report(s, "ibv_create_srq_ex", libc::EOPNOTSUPP, &format!("SRQ type {ty} (softib has basic SRQs; XRC and tag matching are not implemented)")));
+            return null_with(report(
+                s,
+                "ibv_create_srq_ex",
+                libc::EOPNOTSUPP,
+                &format!("SRQ type {ty} (softib has basic and XRC SRQs; tag matching is not implemented)"),
+            ));
         }
         let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ;
         if a.comp_mask & !known != 0 {

@@ -22,5 +22,8 @@ pub(super) fn extension_slots() -> [*mut c_void; VERBS_CONTEXT_EXT_SLOTS] {
     s[slot::REG_DM_MR] = super::dm::reg_dm_mr as *mut c_void;
     s[slot::CREATE_SRQ_EX] = super::resources::create_srq_ex as *mut c_void;
     s[slot::ADVISE_MR] = super::resources::advise_mr as *mut c_void;
+    s[slot::OPEN_XRCD] = super::xrc::open_xrcd as *mut c_void;
+    s[slot::CLOSE_XRCD] = super::xrc::close_xrcd as *mut c_void;
+    s[slot::GET_SRQ_NUM] = super::xrc::get_srq_num as *mut c_void;
     s
 }

@@ -124,11 +124,12 @@ int main(void)
 	cq = ibv_create_cq(ctx, 64, (void *)0x1234, ch, 0);
 	CHECK(cq, "cq errno %d", errno);
 
-	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_XRC_SEND,
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RAW_PACKET,
 		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
 			 .max_recv_sge = 2, .max_inline_data = 64 } };
 	errno = 0;
-	CHECK(ibv_create_qp(pd, &qa) == NULL && errno == EOPNOTSUPP, "XRC refused (%d)", errno);
+	CHECK(ibv_create_qp(pd, &qa) == NULL && errno == EOPNOTSUPP, "raw packet refused (%d)",
+	      errno);
 	qa.qp_type = IBV_QPT_RC;
 	struct ibv_qp *a = ibv_create_qp(pd, &qa), *b = ibv_create_qp(pd, &qa);
 	CHECK(a && b, "qps errno %d", errno);

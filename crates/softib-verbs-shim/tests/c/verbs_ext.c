@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <infiniband/verbs.h>
@@ -419,7 +420,82 @@ int main(void)
 	CHECK(srq && ibv_destroy_srq(srq) == 0, "basic srq_ex errno %d", errno);
 	sa.srq_type = IBV_SRQT_XRC;
 	errno = 0;
-	CHECK(!ibv_create_srq_ex(ctx, &sa) && errno == EOPNOTSUPP, "XRC SRQ refused");
+	CHECK(!ibv_create_srq_ex(ctx, &sa) && errno == EINVAL, "an XRC SRQ needs a domain");
+
+	/* XRC: a domain, an XRC SRQ, an initiator QP and a target QP; a SEND through the
+	 * initiator names the SRQ and completes on the SRQ's CQ. */
+	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD |
+					 IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT };
+	struct ibv_xrcd *xrcd = ibv_open_xrcd(ctx, &xa);
+	CHECK(xrcd, "open_xrcd errno %d", errno);
+	sa.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD;
+	sa.xrcd = xrcd;
+	struct ibv_srq *xsrq = ibv_create_srq_ex(ctx, &sa);
+	CHECK(xsrq, "XRC SRQ errno %d", errno);
+	uint32_t srqn = 0;
+	CHECK(ibv_get_srq_num(xsrq, &srqn) == 0 && srqn != 0, "srq num");
+	struct ibv_qp_init_attr_ex ta = { .qp_type = IBV_QPT_XRC_RECV,
+		.comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = xrcd };
+	struct ibv_qp *tgt = ibv_create_qp_ex(ctx, &ta);
+	CHECK(tgt, "XRC target errno %d", errno);
+	struct ibv_qp *ini = qp_ex_create(ctx, pd, IBV_QPT_XRC_SEND, IBV_QP_EX_WITH_SEND);
+	CHECK(ini, "XRC initiator errno %d", errno);
+	CHECK(ibv_close_xrcd(xrcd) == EBUSY, "a domain in use stays");
+	struct ibv_qp_attr q = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	CHECK(!ibv_modify_qp(tgt, &q, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				      IBV_QP_ACCESS_FLAGS), "target INIT errno %d", errno);
+	CHECK(!ibv_modify_qp(ini, &q, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				      IBV_QP_ACCESS_FLAGS), "initiator INIT errno %d", errno);
+	memset(&q, 0, sizeof(q));
+	q.qp_state = IBV_QPS_RTR;
+	q.path_mtu = IBV_MTU_1024;
+	q.rq_psn = 5;
+	q.ah_attr.is_global = 1;
+	q.ah_attr.grh.dgid = gid;
+	q.ah_attr.grh.hop_limit = 64;
+	q.ah_attr.port_num = 1;
+	q.dest_qp_num = ini->qp_num;
+	q.max_dest_rd_atomic = 1;
+	q.min_rnr_timer = 12;
+	CHECK(!ibv_modify_qp(tgt, &q, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+	      "target RTR errno %d", errno);
+	q.dest_qp_num = tgt->qp_num;
+	CHECK(!ibv_modify_qp(ini, &q, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN),
+	      "initiator RTR errno %d", errno);
+	memset(&q, 0, sizeof(q));
+	q.qp_state = IBV_QPS_RTS;
+	q.sq_psn = 5;
+	q.timeout = 14;
+	q.retry_cnt = 7;
+	q.rnr_retry = 7;
+	q.max_rd_atomic = 1;
+	CHECK(!ibv_modify_qp(ini, &q, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+				      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				      IBV_QP_MAX_QP_RD_ATOMIC), "initiator RTS errno %d", errno);
+	struct ibv_sge xs = { (uintptr_t)(other + 3000), 32, bmr->lkey }; /* bmr covers `other` since the rereg */
+	struct ibv_recv_wr xr = { .wr_id = 700, .sg_list = &xs, .num_sge = 1 }, *xbad;
+	CHECK(ibv_post_srq_recv(xsrq, &xr, &xbad) == 0, "post to the XRC SRQ");
+	struct ibv_qp_ex *ix = ibv_qp_to_qp_ex(ini);
+	ibv_wr_start(ix);
+	ix->wr_id = 701;
+	ix->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(ix);
+	ibv_wr_set_xrc_srqn(ix, srqn);
+	ibv_wr_set_inline_data(ix, "xrc-hello", 9);
+	CHECK(ibv_wr_complete(ix) == 0, "XRC send");
+	struct got x1 = wait_ex(), x2 = wait_ex();
+	struct got *xrecv = x1.wr_id == 700 ? &x1 : &x2;
+	CHECK(x1.status == IBV_WC_SUCCESS && x2.status == IBV_WC_SUCCESS, "XRC statuses %d %d",
+	      x1.status, x2.status);
+	CHECK(xrecv->wr_id == 700 && xrecv->byte_len == 9 && !memcmp(other + 3000, "xrc-hello", 9),
+	      "the XRC SRQ received it");
+	CHECK(ibv_destroy_qp(ini) == 0 && ibv_destroy_qp(tgt) == 0 && ibv_destroy_srq(xsrq) == 0,
+	      "destroy XRC objects");
+	CHECK(ibv_close_xrcd(xrcd) == 0, "close_xrcd");
 
 	/* On-demand paging: an implicit region spans the address space. */
 	struct ibv_mr *imr = ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND |
