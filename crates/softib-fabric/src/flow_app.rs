@@ -48,6 +48,7 @@ pub fn wc_status_name(s: WcStatus) -> &'static str {
         WcStatus::RemOpErr => "IBV_WC_REM_OP_ERR",
         WcStatus::RetryExcErr => "IBV_WC_RETRY_EXC_ERR",
         WcStatus::RnrRetryExcErr => "IBV_WC_RNR_RETRY_EXC_ERR",
+        WcStatus::MwBindErr => "IBV_WC_MW_BIND_ERR",
         WcStatus::GeneralErr => "IBV_WC_GENERAL_ERR",
     }
 }

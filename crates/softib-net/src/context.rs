@@ -643,7 +643,7 @@ impl Context {
                         | QpAttrMask::DEST_QPN
                         | QpAttrMask::RQ_PSN
                 }
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                     QpAttrMask::STATE
                         | QpAttrMask::AV
                         | QpAttrMask::PATH_MTU
@@ -661,7 +661,7 @@ impl Context {
             attr.rnr_retry = o.rnr_retry;
             attr.max_rd_atomic = o.max_rd_atomic;
             let rts_mask = match qp_type {
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                     QpAttrMask::STATE
                         | QpAttrMask::SQ_PSN
                         | QpAttrMask::TIMEOUT

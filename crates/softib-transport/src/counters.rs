@@ -55,6 +55,8 @@ pub struct QpCounters {
     pub bad_pkey_drops: u64,
     /// UD packets dropped for a Q_Key mismatch.
     pub bad_qkey_drops: u64,
+    /// XRC requests whose XRCETH named no XRC SRQ of the target QP's domain (NAKed).
+    pub xrc_bad_srq: u64,
 }
 
 impl QpCounters {
@@ -89,7 +91,8 @@ impl QpCounters {
             throttled_ns,
             wrong_state_drops,
             bad_pkey_drops,
-            bad_qkey_drops
+            bad_qkey_drops,
+            xrc_bad_srq
         );
     }
 }

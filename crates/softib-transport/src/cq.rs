@@ -69,6 +69,24 @@ impl CompletionQueue {
         n
     }
 
+    /// Changes the capacity to `depth` entries (ibv_resize_cq(3)), keeping every waiting
+    /// completion in order. Refused (false) when more completions wait than `depth` holds:
+    /// shrinking must not lose one.
+    pub fn resize(&mut self, depth: u32) -> bool {
+        if (depth as usize) < self.entries.len() {
+            return false;
+        }
+        self.depth = depth as usize;
+        self.entries.shrink_to(self.depth);
+        self.entries.reserve(self.depth - self.entries.len());
+        true
+    }
+
+    /// Removes the completions of QP `qpn` (the QP went back to Reset).
+    pub fn purge_qp(&mut self, qpn: u32) {
+        self.entries.retain(|w| w.qp_num != qpn);
+    }
+
     /// Arms the notification for the next (or next solicited) completion.
     pub fn arm(&mut self, solicited_only: bool) {
         // Arming "any" after "solicited" widens it; arming solicited never narrows an "any".
@@ -86,5 +104,61 @@ impl CompletionQueue {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::WcOpcode;
+
+    fn wc(id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: 1,
+            src_qp: 0,
+            slid: 0,
+            sl: 0,
+            wc_flags: WcFlags(0),
+            vendor_err: 0,
+        }
+    }
+
+    #[test]
+    fn resize_keeps_waiting_completions_and_refuses_to_drop_one() {
+        let mut q = CompletionQueue::new(2);
+        assert!(!q.push(wc(1)).overflow);
+        assert!(!q.push(wc(2)).overflow);
+        assert!(q.push(wc(3)).overflow);
+        assert!(!q.resize(1), "two wait: shrinking to one would lose one");
+        assert!(q.resize(4));
+        assert!(!q.push(wc(3)).overflow);
+        assert!(!q.push(wc(4)).overflow);
+        assert!(q.push(wc(5)).overflow);
+        let mut out = [wc(0), wc(0), wc(0), wc(0)];
+        assert_eq!(q.poll(&mut out), 4);
+        assert_eq!(out.map(|w| w.wr_id), [1, 2, 3, 4]);
+        assert!(q.resize(1));
+        assert!(!q.push(wc(6)).overflow);
+        assert!(q.push(wc(7)).overflow);
+    }
+
+    #[test]
+    fn purge_removes_only_that_qps_completions() {
+        let mut q = CompletionQueue::new(4);
+        let mut other = wc(2);
+        other.qp_num = 9;
+        q.push(wc(1));
+        q.push(other);
+        q.push(wc(3));
+        q.purge_qp(1);
+        let mut out = [wc(0), wc(0), wc(0)];
+        assert_eq!(q.poll(&mut out), 1);
+        assert_eq!((out[0].wr_id, out[0].qp_num), (2, 9));
     }
 }

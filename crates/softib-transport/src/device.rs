@@ -24,9 +24,9 @@ use crate::qpn::{QpnAllocation, QpnMap, SLOT_BITS};
 use crate::srq::SharedRecvQueue;
 use crate::time::Nanos;
 use crate::verbs::{
-    AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr,
-    QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle,
-    VendorErr, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, MrKeys, Mtu, MwBind, MwType, PdHandle,
+    QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle,
+    VendorErr, WcStatus, WorkCompletion, WrOpcode, XrcdHandle,
 };
 
 /// First QPN handed out; 0 and 1 are the special QPs (SMI, GSI) of IBA 10.2.5.
@@ -61,6 +61,8 @@ pub struct DeviceConfig {
     pub max_cqe: u32,
     /// Memory regions.
     pub max_mr: u32,
+    /// Memory windows (`max_mw`).
+    pub max_mw: u32,
     /// Protection domains.
     pub max_pd: u32,
     /// Shared receive queues.
@@ -120,6 +122,7 @@ impl Default for DeviceConfig {
             max_cq: 1 << 16,
             max_cqe: 1 << 20,
             max_mr: 1 << 20,
+            max_mw: 1 << 16,
             max_pd: 1 << 16,
             max_srq: 1 << 12,
             max_ah: 1 << 16,
@@ -252,6 +255,10 @@ pub struct Device {
     pds: u32,
     /// PDs released by `dealloc_pd` (handles are never reused).
     dead_pds: Vec<u32>,
+    /// XRC domains opened so far (handles 1..=xrcds, never reused).
+    xrcds: u32,
+    /// XRC domains closed by `close_xrcd`.
+    dead_xrcds: Vec<u32>,
     rng: ChaCha8Rng,
     /// Round-robin of QP indexes that may have something to send.
     ready: VecDeque<u32>,
@@ -282,6 +289,8 @@ impl Device {
             retired: QpCounters::default(),
             pds: 0,
             dead_pds: Vec::new(),
+            xrcds: 0,
+            dead_xrcds: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -431,6 +440,11 @@ impl Device {
         if self.sh.srqs.iter().flatten().any(|s| s.pd == pd) {
             return Err(in_use("SRQs still belong to it; destroy them first"));
         }
+        if self.sh.mrs.windows.any_in_pd(pd) {
+            return Err(in_use(
+                "memory windows are still allocated in it; deallocate them first",
+            ));
+        }
         if self.sh.ahs.iter().flatten().any(|(p, _)| *p == pd) {
             return Err(in_use(
                 "address handles still belong to it; destroy them first",
@@ -492,13 +506,161 @@ impl Device {
         })
     }
 
-    /// Deregisters a region and hands its memory back.
+    /// Changes a region in place, keeping its keys (ibv_rereg_mr(3)): a new PD, new
+    /// memory at a new virtual address, and/or new access rights; `None` keeps the current
+    /// value. Returns the replaced memory (to drop after the call). All checks run before
+    /// anything changes, so a refused rereg leaves the region as it was.
+    pub fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        pd: Option<PdHandle>,
+        translation: Option<(Box<dyn Memory>, u64)>,
+        access: Option<AccessFlags>,
+    ) -> Result<Option<Box<dyn Memory>>, VerbsError> {
+        if let Some(pd) = pd {
+            self.check_pd(pd)?;
+        }
+        let mr = self.sh.mrs.get_mut(lkey).ok_or(unknown("lkey", lkey))?;
+        let new_access = access.unwrap_or(mr.access);
+        // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic requires local write.
+        if new_access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !new_access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "access",
+                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE".into(),
+            });
+        }
+        if let Some((memory, iova)) = &translation {
+            if iova.checked_add(memory.len() as u64).is_none() {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "iova",
+                    reason: "iova + length overflows 64 bits".into(),
+                });
+            }
+        }
+        if let Some(pd) = pd {
+            mr.pd = pd;
+        }
+        mr.access = new_access;
+        Ok(translation.map(|(memory, iova)| {
+            mr.iova = iova;
+            std::mem::replace(&mut mr.memory, memory)
+        }))
+    }
+
+    /// Deregisters a region and hands its memory back. Refused while memory windows are
+    /// bound to it (IBA 10.6.7.2.6; rxe_dereg_mr fails with EINVAL).
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<Box<dyn Memory>, VerbsError> {
+        let mr = self.sh.mrs.get(lkey).ok_or(unknown("lkey", lkey))?;
+        if mr.bound_windows > 0 {
+            return Err(VerbsError::InUse {
+                kind: "MR",
+                value: lkey,
+                reason: "memory windows are bound to it; invalidate or deallocate them first",
+            });
+        }
         self.sh
             .mrs
             .remove(lkey)
             .map(|mr| mr.memory)
             .ok_or(unknown("lkey", lkey))
+    }
+
+    /// The offset into its region of a local SGE of a QP in `pd`, when the key, PD and
+    /// bounds allow it (ibv_advise_mr(3) names ranges this way); no access rights or
+    /// residency are checked.
+    pub fn local_region_offset(&self, pd: PdHandle, sge: &crate::verbs::Sge) -> Option<usize> {
+        let mr = self.sh.mrs.get(sge.lkey)?;
+        if mr.pd != pd {
+            return None;
+        }
+        let start = sge.addr.checked_sub(mr.iova)?;
+        let end = start.checked_add(u64::from(sge.length))?;
+        (end <= mr.memory.len() as u64).then_some(start as usize)
+    }
+
+    /// Allocates a memory window of `kind` in `pd` (`ibv_alloc_mw`, IBA 10.6.7.1) and
+    /// returns its R_Key. A type 1 window is valid but unbound (length 0); a type 2 window
+    /// is free until a BIND_MW work request binds it.
+    pub fn alloc_mw(&mut self, pd: PdHandle, kind: MwType) -> Result<u32, VerbsError> {
+        self.check_pd(pd)?;
+        let max = self.sh.config.max_mw;
+        if self.sh.mrs.windows.live() as u32 >= max {
+            return Err(VerbsError::LimitReached {
+                limit: "max_mw",
+                max,
+            });
+        }
+        let key_byte = (self.rng.next_u32() & 0xFF) as u8;
+        self.sh
+            .mrs
+            .alloc_window(pd, kind, key_byte)
+            .ok_or(VerbsError::LimitReached {
+                limit: "24-bit MW index",
+                max: 1 << 23,
+            })
+    }
+
+    /// Deallocates a memory window (`ibv_dealloc_mw`); a bound window is unbound first, so
+    /// its R_Key stops working at once (rxe_dealloc_mw). `rkey` is any key the window has
+    /// had: its index names it.
+    pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), VerbsError> {
+        if self.sh.mrs.dealloc_window(rkey) {
+            Ok(())
+        } else {
+            Err(unknown("MW", rkey))
+        }
+    }
+
+    /// The Bind Memory Window verb for a type 1 window (`ibv_bind_mw`): posts a BIND_MW
+    /// work request on `qpn` (as rxe does; the bind runs in order with the QP's other
+    /// WRs and completes with `WcOpcode::BindMw` and `wr_id`). `bind.new_rkey` is ignored:
+    /// the window's key part moves on by one (`ibv_inc_rkey`). Returns the R_Key the
+    /// window will have once the bind completes; on an error completion the old one stays.
+    pub fn bind_mw(
+        &mut self,
+        now: Nanos,
+        qpn: u32,
+        wr_id: u64,
+        flags: SendFlags,
+        bind: MwBind,
+    ) -> Result<u32, VerbsError> {
+        let invalid = |reason: &str| VerbsError::InvalidWr {
+            wr_id,
+            reason: reason.into(),
+        };
+        let w = self
+            .sh
+            .mrs
+            .windows
+            .by_index(bind.mw_rkey)
+            .ok_or(unknown("MW", bind.mw_rkey))?;
+        if w.kind != MwType::Type1 {
+            return Err(invalid(
+                "ibv_bind_mw binds type 1 windows; bind a type 2 window with a BIND_MW WR",
+            ));
+        }
+        if bind.access.contains(AccessFlags::ZERO_BASED) {
+            // o10-36.2.2; rxe's provider refuses it before posting.
+            return Err(invalid("a type 1 window cannot be zero-based"));
+        }
+        let new_rkey = crate::mw::next_rkey(bind.mw_rkey);
+        let wr = SendWr {
+            wr_id,
+            opcode: WrOpcode::BindMw,
+            flags,
+            bind_mw: Some(MwBind { new_rkey, ..bind }),
+            ..SendWr::default()
+        };
+        self.post_send(now, qpn, &wr)?;
+        Ok(new_rkey)
+    }
+
+    /// The R_Key a window has now, and whether it is bound (for drivers mirroring
+    /// `ibv_mw::rkey`). None if `rkey` names no window.
+    pub fn mw_bound(&self, rkey: u32) -> Option<bool> {
+        self.sh.mrs.windows.get(rkey).map(|w| w.length > 0)
     }
 
     /// The memory of a region (the application reads its buffers).
@@ -531,6 +693,32 @@ impl Device {
         }
         self.sh.cqs.push(Some(CompletionQueue::new(cqe)));
         Ok(CqHandle(self.sh.cqs.len() as u32 - 1))
+    }
+
+    /// Changes a CQ's capacity to `cqe` entries (ibv_resize_cq(3)): EINVAL-class errors for
+    /// a size outside 1..=max_cqe or below the completions waiting in it.
+    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<(), VerbsError> {
+        let max = self.sh.config.max_cqe;
+        let q = self
+            .sh
+            .cqs
+            .get_mut(cq.0 as usize)
+            .and_then(|c| c.as_mut())
+            .ok_or(unknown("CQ", cq.0))?;
+        if cqe == 0 || cqe > max {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "cqe",
+                reason: format!("{cqe} is not in 1..={max}"),
+            });
+        }
+        let waiting = q.len();
+        if !q.resize(cqe) {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "cqe",
+                reason: format!("{waiting} completions wait, more than {cqe}"),
+            });
+        }
+        Ok(())
     }
 
     /// Destroys a CQ no QP uses.
@@ -635,8 +823,112 @@ impl Device {
                 reason: "QPs are still attached; destroy them first",
             });
         }
+        if let Some(x) = s.xrc {
+            if let Some(Some(q)) = self.sh.cqs.get_mut(x.cq.0 as usize) {
+                q.users = q.users.saturating_sub(1);
+            }
+        }
         self.sh.srqs[srq.0 as usize] = None;
         Ok(())
+    }
+
+    /// Opens an XRC domain (`ibv_open_xrcd`, IBA Annex A14).
+    pub fn open_xrcd(&mut self) -> XrcdHandle {
+        self.xrcds += 1;
+        XrcdHandle(self.xrcds)
+    }
+
+    fn check_xrcd(&self, xrcd: XrcdHandle) -> Result<(), VerbsError> {
+        if xrcd.0 == 0 || xrcd.0 > self.xrcds || self.dead_xrcds.contains(&xrcd.0) {
+            return Err(unknown("XRCD", xrcd.0));
+        }
+        Ok(())
+    }
+
+    /// Closes an XRC domain no XRC SRQ or target QP uses any more (`ibv_close_xrcd`).
+    pub fn close_xrcd(&mut self, xrcd: XrcdHandle) -> Result<(), VerbsError> {
+        self.check_xrcd(xrcd)?;
+        let in_use = |what: &'static str| VerbsError::InUse {
+            kind: "XRCD",
+            value: xrcd.0,
+            reason: what,
+        };
+        if self.qps.iter().flatten().any(|q| q.xrcd == Some(xrcd)) {
+            return Err(in_use(
+                "XRC target QPs still belong to it; destroy them first",
+            ));
+        }
+        if self
+            .sh
+            .srqs
+            .iter()
+            .flatten()
+            .any(|s| s.xrc.is_some_and(|x| x.xrcd == xrcd))
+        {
+            return Err(in_use("XRC SRQs still belong to it; destroy them first"));
+        }
+        self.dead_xrcds.push(xrcd.0);
+        Ok(())
+    }
+
+    /// Creates an XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`): receives of requests
+    /// that name it (its [`Device::srq_num`]) in an XRCETH, through any target QP of
+    /// `xrcd`; their completions go to `cq`; `pd` protects the memory they touch.
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: PdHandle,
+        xrcd: XrcdHandle,
+        cq: CqHandle,
+        attr: SrqAttr,
+    ) -> Result<SrqHandle, VerbsError> {
+        self.check_xrcd(xrcd)?;
+        self.cq(cq).ok_or(unknown("CQ", cq.0))?;
+        let srq = self.create_srq(pd, attr)?;
+        if let Some(Some(s)) = self.sh.srqs.get_mut(srq.0 as usize) {
+            s.xrc = Some(crate::srq::XrcSrq { xrcd, cq });
+        }
+        // The CQ may not go while the SRQ completes into it.
+        if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
+            q.users += 1;
+        }
+        Ok(srq)
+    }
+
+    /// The XRC SRQ number of an XRC SRQ (`ibv_get_srq_num`): what an initiator puts in
+    /// `SendWr::xrc_remote_srqn`. None for an unknown or non-XRC SRQ.
+    pub fn srq_num(&self, srq: SrqHandle) -> Option<u32> {
+        let s = self.sh.srqs.get(srq.0 as usize)?.as_ref()?;
+        s.xrc.map(|_| srq.0)
+    }
+
+    /// Creates an XRC target QP in `xrcd` (`ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`): no
+    /// PD, CQ or queues of its own; it starts in RESET and is connected with `modify_qp`
+    /// like an RC QP (IBA Annex A14).
+    pub fn create_xrc_target_qp(&mut self, xrcd: XrcdHandle) -> Result<u32, VerbsError> {
+        self.check_xrcd(xrcd)?;
+        let cfg = &self.sh.config;
+        if self.qps.len() as u32 >= cfg.max_qp.min(0x00FF_FFFF - FIRST_QPN) {
+            return Err(VerbsError::LimitReached {
+                limit: "max_qp",
+                max: cfg.max_qp,
+            });
+        }
+        let qpn = FIRST_QPN + self.qps.len() as u32;
+        let init = QpInitAttr {
+            qp_type: QpType::XrcRecv,
+            send_cq: crate::rc::xrc::NO_CQ,
+            recv_cq: crate::rc::xrc::NO_CQ,
+            srq: None,
+            cap: crate::verbs::QpCap::default(),
+            sq_sig_all: false,
+        };
+        let mut qp = Qp::new(qpn, crate::rc::xrc::NO_PD, &init);
+        qp.xrcd = Some(xrcd);
+        self.qps.push(Some(qp));
+        if self.ready.capacity() < self.qps.len() {
+            self.ready.reserve(self.qps.len().max(64));
+        }
+        Ok(qpn)
     }
 
     /// Destroys an address handle (`ibv_destroy_ah`). WRs already posted keep their resolved
@@ -678,9 +970,27 @@ impl Device {
             0,
             cfg.max_inline_data,
         )?;
-        if init.srq.is_none() {
-            check("cap.max_recv_wr", cap.max_recv_wr, 0, cfg.max_qp_wr)?;
-            check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
+        match init.qp_type {
+            QpType::XrcRecv => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "qp_type",
+                    reason: "an XRC target QP belongs to an XRC domain, not a PD: create it \
+                             with create_xrc_target_qp"
+                        .into(),
+                })
+            }
+            QpType::XrcSend if init.srq.is_some() => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "srq",
+                    reason: "an XRC initiator QP has no receive side".into(),
+                });
+            }
+            QpType::XrcSend => {}
+            _ if init.srq.is_none() => {
+                check("cap.max_recv_wr", cap.max_recv_wr, 0, cfg.max_qp_wr)?;
+                check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
+            }
+            _ => {}
         }
         for cq in [init.send_cq, init.recv_cq] {
             self.cq(cq).ok_or(unknown("CQ", cq.0))?;
@@ -716,6 +1026,12 @@ impl Device {
                 s.users += 1;
             }
         }
+        let mut init = init;
+        if init.qp_type == QpType::XrcSend {
+            // IBA Annex A14: no receive queue on an initiator.
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
+        }
         let mut qp = Qp::new(qpn, pd, &init);
         qp.req.rec.paced = self.sh.config.resend == ResendPolicy::Paced;
         self.qps.push(Some(qp));
@@ -736,6 +1052,16 @@ impl Device {
         let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
         let qp = self.qps[i].as_mut().expect("index checked");
         qp.modify(now, attr, mask, &mut self.sh)?;
+        if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
+            // A QP back in Reset starts afresh: completions it left in its CQs (flushed
+            // WRs of the error state) go, as mlx5's provider cleans them, so the next
+            // connection on the QP does not poll its predecessor's.
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
+                    q.purge_qp(qpn);
+                }
+            }
+        }
         self.after_qp(i);
         Ok(())
     }
@@ -813,13 +1139,18 @@ impl Device {
             });
         }
         let supported = match qp.qp_type {
-            QpType::Rc => true,
+            QpType::Rc | QpType::XrcSend => true,
+            // IBA Annex A14: a target QP has no send queue.
+            QpType::XrcRecv => false,
+            // Local operations run on RC and UC send queues (rxe's opcode table).
             QpType::Uc => matches!(
                 wr.opcode,
                 WrOpcode::Send
                     | WrOpcode::SendWithImm
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::BindMw
+                    | WrOpcode::LocalInv
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
         };
@@ -851,6 +1182,17 @@ impl Device {
         );
         if has_imm && wr.imm_data.is_none() {
             return Err(invalid(format!("{} needs imm_data", wr.opcode.name())));
+        }
+        if wr.opcode == WrOpcode::BindMw && wr.bind_mw.is_none() {
+            return Err(invalid(
+                "BIND_MW needs `bind_mw` (window, region, range, rights)".into(),
+            ));
+        }
+        if wr.opcode.is_local() && !wr.sg_list.is_empty() {
+            return Err(invalid(format!(
+                "{} moves no data and takes no SGEs",
+                wr.opcode.name()
+            )));
         }
         if wr.opcode.is_atomic() && length != 8 {
             return Err(invalid(format!(
@@ -958,6 +1300,8 @@ impl Device {
             compare_add: wr.compare_add,
             swap: wr.swap,
             ud,
+            bind: wr.bind_mw,
+            xrc_srqn: wr.xrc_remote_srqn & crate::psn::PSN_MASK,
             length,
             first_psn: 0,
             npsn: 0,
@@ -969,6 +1313,14 @@ impl Device {
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
         let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
         let qp = self.qps[i].as_mut().expect("index checked");
+        if qp.qp_type.is_xrc() {
+            return Err(VerbsError::InvalidWr {
+                wr_id: wr.wr_id,
+                reason: format!(
+                    "XRC QP {qpn:#x} has no receive queue; post to an XRC SRQ (IBA Annex A14)"
+                ),
+            });
+        }
         if qp.srq.is_some() {
             return Err(VerbsError::InvalidWr {
                 wr_id: wr.wr_id,
@@ -1086,6 +1438,7 @@ impl Device {
             (QpType::Rc, Service::Rc)
                 | (QpType::Uc, Service::Uc)
                 | (QpType::Ud, Service::Ud)
+                | (QpType::XrcSend | QpType::XrcRecv, Service::Xrc)
                 | (_, Service::Cnp)
         );
         if !service_ok {
@@ -1096,7 +1449,7 @@ impl Device {
         // must be the one in the QP context; rxe's check_addr does the same for RoCEv2).
         // Checked before anything a packet may count on the QP, so a third host leaves no
         // trace on it; a QP before RTR has no peer yet and drops by state below.
-        if matches!(qp.qp_type, QpType::Rc | QpType::Uc)
+        if qp.qp_type != QpType::Ud
             && matches!(
                 qp.state(),
                 QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
@@ -1136,6 +1489,16 @@ impl Device {
         } else {
             match qp.qp_type {
                 QpType::Rc => qp.rc_handle_packet(now, meta, &pkt, &mut self.sh),
+                // An initiator only takes responses, a target only requests (Annex A14).
+                QpType::XrcSend if pkt.bth.opcode.is_response() => {
+                    qp.rc_handle_packet(now, meta, &pkt, &mut self.sh)
+                }
+                QpType::XrcRecv if !pkt.bth.opcode.is_response() => {
+                    qp.xrc_target_request(meta, &pkt, &mut self.sh)
+                }
+                QpType::XrcSend | QpType::XrcRecv => {
+                    self.sh.counters.wrong_service_drops += 1;
+                }
                 QpType::Uc => qp.uc_handle_packet(meta, &pkt, &mut self.sh),
                 QpType::Ud => {
                     if qp.ud_handle_packet(meta, &pkt, &mut self.sh).is_err() {

@@ -25,6 +25,8 @@ macro_rules! bit_flags {
             pub const fn contains(self, other: Self) -> bool { self.0 & other.0 == other.0 }
             /// True when any flag of `other` is set in `self`.
             pub const fn intersects(self, other: Self) -> bool { self.0 & other.0 != 0 }
+            /// The flags set in either (usable in constants).
+            pub const fn union(self, other: Self) -> Self { $name(self.0 | other.0) }
             /// True when no flag is set.
             pub const fn is_empty(self) -> bool { self.0 == 0 }
             /// Sets or clears the flags of `other`.

@@ -218,6 +218,9 @@ pub struct QpOptions {
     pub qkey: u32,
     /// Virtual address of side 0's buffer (side 1 uses this + 0x1000_0000).
     pub addr: u64,
+    /// Build the endpoints in these PDs (side 0, side 1) instead of fresh ones, so several
+    /// QPs of one side can share a PD (memory window and SRQ tests).
+    pub pds: Option<[PdHandle; 2]>,
 }
 
 impl Default for QpOptions {
@@ -243,6 +246,7 @@ impl Default for QpOptions {
             psn: 0x100,
             qkey: 0x1111_1111,
             addr: 0x1000_0000,
+            pds: None,
         }
     }
 }
@@ -300,10 +304,19 @@ impl Pair {
     /// Builds one connected QP per side (or two UD QPs that know each other's address),
     /// each with its own PD, CQs and a registered buffer, and moves them to RTS.
     pub fn connect(&mut self, o: &QpOptions) -> (Endpoint, Endpoint) {
-        let mut eps = [0, 1].map(|side| self.endpoint(side, o));
+        let eps = [0, 1].map(|side| self.endpoint(side, o));
+        self.bring_up([eps[0].qpn, eps[1].qpn], o);
+        (eps[0], eps[1])
+    }
+
+    /// Moves QP `qpns[0]` of device 0 and QP `qpns[1]` of device 1 from RESET to RTS,
+    /// connected to each other, through the real `modify_qp` rules with the attributes of
+    /// `o` (`o.qp_type` picks the attribute masks; XRC halves take RC's).
+    pub fn bring_up(&mut self, qpns: [u32; 2], o: &QpOptions) {
         for side in 0..2 {
-            let peer = eps[1 - side];
-            let me = &mut eps[side];
+            let peer_qpn = qpns[1 - side];
+            let peer_side = 1 - side;
+            let my_qpn = qpns[side];
             let dev = &mut self.devices[side];
             let mut attr = QpAttr {
                 qp_state: QpState::Init,
@@ -321,22 +334,22 @@ impl Pair {
                     | QpAttrMask::PORT
                     | QpAttrMask::ACCESS_FLAGS
             };
-            dev.modify_qp(0, me.qpn, &attr, init_mask)
+            dev.modify_qp(0, my_qpn, &attr, init_mask)
                 .expect("RESET->INIT with the attributes the man page lists");
             let sq_psn = o.psn.wrapping_add(side as u32 * 0x1000) & 0xFF_FFFF;
             let rq_psn = o.psn.wrapping_add((1 - side) as u32 * 0x1000) & 0xFF_FFFF;
             attr.qp_state = QpState::Rtr;
             attr.path_mtu = o.mtu;
-            attr.dest_qp_num = peer.qpn;
+            attr.dest_qp_num = peer_qpn;
             attr.rq_psn = rq_psn;
             attr.max_dest_rd_atomic = o.max_dest_rd_atomic;
             attr.min_rnr_timer = o.min_rnr_timer;
             attr.ah_attr = AhAttr {
-                dlid: peer.side as u16 + 1,
+                dlid: peer_side as u16 + 1,
                 sl: 0,
                 src_path_bits: 0,
                 grh: Some(GlobalRoute {
-                    dgid: gid_of(peer.side),
+                    dgid: gid_of(peer_side),
                     flow_label: 0,
                     sgid_index: 0,
                     hop_limit: 64,
@@ -352,7 +365,7 @@ impl Pair {
                         | QpAttrMask::DEST_QPN
                         | QpAttrMask::RQ_PSN
                 }
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                     QpAttrMask::STATE
                         | QpAttrMask::AV
                         | QpAttrMask::PATH_MTU
@@ -362,7 +375,7 @@ impl Pair {
                         | QpAttrMask::MIN_RNR_TIMER
                 }
             };
-            dev.modify_qp(0, me.qpn, &attr, rtr_mask)
+            dev.modify_qp(0, my_qpn, &attr, rtr_mask)
                 .expect("INIT->RTR");
             attr.qp_state = QpState::Rts;
             attr.sq_psn = sq_psn;
@@ -371,7 +384,7 @@ impl Pair {
             attr.rnr_retry = o.rnr_retry;
             attr.max_rd_atomic = o.max_rd_atomic;
             let rts_mask = match o.qp_type {
-                QpType::Rc => {
+                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                     QpAttrMask::STATE
                         | QpAttrMask::SQ_PSN
                         | QpAttrMask::TIMEOUT
@@ -381,14 +394,16 @@ impl Pair {
                 }
                 _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
             };
-            dev.modify_qp(0, me.qpn, &attr, rts_mask).expect("RTR->RTS");
+            dev.modify_qp(0, my_qpn, &attr, rts_mask).expect("RTR->RTS");
         }
-        (eps[0], eps[1])
     }
 
     fn endpoint(&mut self, side: usize, o: &QpOptions) -> Endpoint {
         let dev = &mut self.devices[side];
-        let pd = dev.alloc_pd();
+        let pd = match o.pds {
+            Some(pds) => pds[side],
+            None => dev.alloc_pd(),
+        };
         let send_cq = dev.create_cq(o.cq_depth).expect("CQ");
         let recv_cq = dev.create_cq(o.cq_depth).expect("CQ");
         let addr = o.addr + side as u64 * 0x1000_0000;

@@ -22,6 +22,7 @@ pub mod error;
 pub mod events;
 pub mod harness;
 pub mod memory;
+pub mod mw;
 pub mod psn;
 mod qp;
 pub mod qpn;
@@ -39,5 +40,6 @@ pub use device::{
 pub use error::VerbsError;
 pub use events::AsyncEvent;
 pub use memory::{Memory, VecMemory};
+pub use mw::{next_rkey, InvalidateFault, MwBindFault};
 pub use time::{local_ack_timeout, Nanos};
 pub use verbs::*;

@@ -24,6 +24,15 @@ pub trait Memory: Send {
     fn compare_swap(&mut self, offset: usize, compare: u64, swap: u64) -> u64;
     /// 8-byte fetch-and-add, little-endian in memory, wrapping. Returns the original value.
     fn fetch_add(&mut self, offset: usize, add: u64) -> u64;
+    /// True when `len` bytes at `offset` (inside the region) can be read, and written when
+    /// `write`, right now. Memory that is always there (a buffer, a pinned registration)
+    /// keeps the default; memory that may be absent inside its bounds (an on-demand-paging
+    /// registration of the whole address space) says no for a hole, and the access fails
+    /// as one outside the region would (IBA 10.6.3: protection check before any byte moves).
+    fn accessible(&self, offset: usize, len: usize, write: bool) -> bool {
+        let _ = (offset, len, write);
+        true
+    }
 }
 
 /// An owned buffer: what the simulator and the tests register.
@@ -74,8 +83,12 @@ pub(crate) struct MemoryRegion {
     pub access: AccessFlags,
     /// The full 32-bit key (index << 8 | key byte); lkey and rkey are equal, as in rxe.
     pub key: u32,
-    /// False once a SEND_WITH_INV invalidated the rkey (IBA 10.6.6); remote access then fails.
+    /// False once a SEND_WITH_INV or LOCAL_INV invalidated the rkey (IBA 10.6.6); remote
+    /// access and binding windows to it then fail.
     pub valid: bool,
+    /// Memory windows bound to the region: while any are, it can be neither deregistered
+    /// (IBA 10.6.7.2.6; rxe_dereg_mr) nor invalidated.
+    pub bound_windows: u32,
     pub memory: Box<dyn Memory>,
 }
 
@@ -92,6 +105,18 @@ pub enum RemoteAccessFault {
     AccessDenied,
     /// An atomic's VA is not 8-byte aligned (IBA 9.4.5: invalid request, not access error).
     Misaligned,
+    /// The R_Key names a type 2 window bound to another QP (IBA 10.6.7.3).
+    OtherQp,
+}
+
+/// Where an accepted remote access lands: the region (by its key) and the offset in it.
+/// For an R_Key naming a window, the region is the one the window lies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RemoteTarget {
+    /// Key of the region the bytes live in.
+    pub key: u32,
+    /// Offset into that region.
+    pub offset: usize,
 }
 
 /// Why a local SGE was refused (completion status LOC_PROT_ERR).
@@ -112,6 +137,8 @@ pub enum LocalAccessFault {
 pub(crate) struct MrTable {
     slots: Vec<Option<MemoryRegion>>,
     live: u32,
+    /// The memory windows (`mw.rs`), here because an R_Key may name either.
+    pub windows: crate::mw::MwTable,
 }
 
 /// The 24-bit index part of a key.
@@ -123,6 +150,7 @@ impl MrTable {
     /// Heap bytes of the table's slots (the registered memory itself is the application's).
     pub fn heap_bytes(&self) -> usize {
         crate::footprint::slots::<Option<MemoryRegion>>(self.slots.capacity())
+            + self.windows.heap_bytes()
     }
 
     /// True when a live region belongs to `pd`.
@@ -147,7 +175,7 @@ impl MrTable {
         let index = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
-                if self.slots.len() >= (1 << 24) {
+                if self.slots.len() >= crate::mw::MW_INDEX_BASE {
                     return None;
                 }
                 self.slots.push(None);
@@ -161,6 +189,7 @@ impl MrTable {
             access,
             key,
             valid: true,
+            bound_windows: 0,
             memory,
         });
         self.live += 1;
@@ -194,24 +223,31 @@ impl MrTable {
             .filter(|mr| mr.key == key)
     }
 
-    /// Checks a remote access of `len` bytes at `va` under `rkey` for a QP in `pd` that
-    /// needs `need` (IBA 10.6.3 / 9.7.4.1.x). Returns the offset into the region.
-    /// Zero-length accesses are checked by the caller's rules (they touch no memory).
+    /// Checks a remote access of `len` bytes at `va` under `rkey` for QP `qpn` in `pd`
+    /// that needs `need` (IBA 10.6.3 / 9.7.4.1.x; for windows IBA 10.6.7.3). Returns where
+    /// the bytes are. Zero-length accesses are checked by the caller's rules (they touch
+    /// no memory).
     pub fn check_remote(
         &self,
         rkey: u32,
         pd: PdHandle,
+        qpn: u32,
         va: u64,
         len: u64,
         need: AccessFlags,
-    ) -> Result<usize, RemoteAccessFault> {
+    ) -> Result<RemoteTarget, RemoteAccessFault> {
+        if crate::mw::is_window_key(rkey) {
+            let (key, offset) = self.check_window(rkey, pd, qpn, va, len, need)?;
+            return Ok(RemoteTarget { key, offset });
+        }
         let mr = self.get(rkey).ok_or(RemoteAccessFault::BadRkey)?;
-        check_region(mr, pd, va, len, need).map_err(|f| match f {
+        let offset = check_region(mr, pd, va, len, need).map_err(|f| match f {
             RegionFault::Pd => RemoteAccessFault::PdMismatch,
             RegionFault::Bounds => RemoteAccessFault::OutOfBounds,
             RegionFault::Access => RemoteAccessFault::AccessDenied,
             RegionFault::Invalid => RemoteAccessFault::BadRkey,
-        })
+        })?;
+        Ok(RemoteTarget { key: rkey, offset })
     }
 
     /// Checks a local SGE for a QP in `pd`; `write` when the HCA writes into it.
@@ -275,6 +311,12 @@ fn check_region_local(
     if !mr.access.contains(need) {
         return Err(RegionFault::Access);
     }
+    let write = need.intersects(
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+    );
+    if len > 0 && !mr.memory.accessible(start as usize, len as usize, write) {
+        return Err(RegionFault::Bounds);
+    }
     Ok(start as usize)
 }
 
@@ -325,29 +367,32 @@ mod tests {
         let (t, key) = table();
         assert_eq!(key & 0xff, 0xab);
         let r = AccessFlags::REMOTE_READ;
-        assert_eq!(t.check_remote(key, PdHandle(1), 0x1010, 16, r), Ok(0x10));
         assert_eq!(
-            t.check_remote(key ^ 1, PdHandle(1), 0x1010, 16, r),
+            t.check_remote(key, PdHandle(1), 0x11, 0x1010, 16, r),
+            Ok(RemoteTarget { key, offset: 0x10 })
+        );
+        assert_eq!(
+            t.check_remote(key ^ 1, PdHandle(1), 0x11, 0x1010, 16, r),
             Err(RemoteAccessFault::BadRkey)
         );
         assert_eq!(
-            t.check_remote(key, PdHandle(2), 0x1010, 16, r),
+            t.check_remote(key, PdHandle(2), 0x11, 0x1010, 16, r),
             Err(RemoteAccessFault::PdMismatch)
         );
         assert_eq!(
-            t.check_remote(key, PdHandle(1), 0x1039, 8, r),
+            t.check_remote(key, PdHandle(1), 0x11, 0x1039, 8, r),
             Err(RemoteAccessFault::OutOfBounds)
         );
         assert_eq!(
-            t.check_remote(key, PdHandle(1), 0xfff, 1, r),
+            t.check_remote(key, PdHandle(1), 0x11, 0xfff, 1, r),
             Err(RemoteAccessFault::OutOfBounds)
         );
         assert_eq!(
-            t.check_remote(key, PdHandle(1), u64::MAX, 2, r),
+            t.check_remote(key, PdHandle(1), 0x11, u64::MAX, 2, r),
             Err(RemoteAccessFault::OutOfBounds)
         );
         assert_eq!(
-            t.check_remote(key, PdHandle(1), 0x1000, 8, AccessFlags::REMOTE_WRITE),
+            t.check_remote(key, PdHandle(1), 0x11, 0x1000, 8, AccessFlags::REMOTE_WRITE),
             Err(RemoteAccessFault::AccessDenied)
         );
     }

@@ -1,7 +1,15 @@
 //! Shared receive queues (IBA 10.2.9) with the limit event.
 
 use crate::qp::recv_queue::{RecvQueue, RecvWqe};
-use crate::verbs::PdHandle;
+use crate::verbs::{CqHandle, PdHandle, XrcdHandle};
+
+/// What makes an SRQ an XRC SRQ (IBA Annex A14): its domain, and the CQ its receive
+/// completions go to (an XRC SRQ, not the target QP, owns the completion queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct XrcSrq {
+    pub xrcd: XrcdHandle,
+    pub cq: CqHandle,
+}
 
 /// A shared receive queue.
 pub(crate) struct SharedRecvQueue {
@@ -12,6 +20,8 @@ pub(crate) struct SharedRecvQueue {
     pub limit: u32,
     /// QPs attached.
     pub users: u32,
+    /// Set for XRC SRQs.
+    pub xrc: Option<XrcSrq>,
 }
 
 impl SharedRecvQueue {
@@ -22,6 +32,7 @@ impl SharedRecvQueue {
             queue: RecvQueue::new(max_wr),
             limit,
             users: 0,
+            xrc: None,
         }
     }
 

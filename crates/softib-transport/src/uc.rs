@@ -7,6 +7,7 @@ use softib_wire::{DethRepr, Operation, PacketRepr, RethRepr, Service};
 use crate::device::{RxMeta, Shared, Transmit};
 use crate::dma;
 use crate::emit;
+use crate::memory::RemoteTarget;
 use crate::psn;
 use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp};
@@ -40,6 +41,7 @@ impl Qp {
         buf: &mut [u8],
         sh: &mut Shared,
     ) -> Option<Transmit> {
+        self.run_local_ops(sh);
         if !self.unreliable_has_work() {
             return None;
         }
@@ -313,17 +315,21 @@ impl Qp {
                 self.counters.invalid_requests += 1;
                 return;
             }
-            let offset = if total == 0 {
-                0
+            let target = if total == 0 {
+                RemoteTarget {
+                    key: reth.rkey,
+                    offset: 0,
+                }
             } else {
                 match sh.mrs.check_remote(
                     reth.rkey,
                     self.pd,
+                    self.qpn,
                     reth.va,
                     total,
                     AccessFlags::REMOTE_WRITE,
                 ) {
-                    Ok(o) => o as u64,
+                    Ok(t) => t,
                     Err(_) => {
                         // IBA 9.8.2.2 / class D: UC drops the message silently.
                         self.counters.remote_access_errors += 1;
@@ -332,8 +338,8 @@ impl Qp {
                 }
             };
             self.resp.msg = Some(InMessage::Write(WriteCursor {
-                key: reth.rkey,
-                offset,
+                key: target.key,
+                offset: target.offset as u64,
                 remaining: total,
                 total,
             }));

@@ -43,10 +43,16 @@ bit_flags! {
         const REMOTE_READ = 4;
         /// A remote peer may run atomics on the region.
         const REMOTE_ATOMIC = 8;
+        /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`, IBA 10.6.7.2,
+        /// C10-73). Meaningless on a window's own access rights.
+        const MW_BIND = 16;
+        /// A type 2 window bound with this flag is zero-based: remote VAs are offsets from
+        /// the window's start (`IBV_ACCESS_ZERO_BASED`, IBA 10.6.7.2.3).
+        const ZERO_BASED = 32;
     }
 }
 
-/// Transport service of a QP (IBA 9.8.1). RD and XRC are not implemented.
+/// Transport service of a QP (IBA 9.8.1). RD is not implemented.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QpType {
     /// Reliable connected.
@@ -55,7 +61,32 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`, IBA Annex A14): an RC send queue whose requests
+    /// carry an XRCETH naming the remote XRC SRQ (`SendWr::xrc_remote_srqn`); no receive
+    /// queue.
+    XrcSend,
+    /// XRC target (`IBV_QPT_XRC_RECV`, IBA Annex A14): an RC responder in an XRC domain
+    /// that delivers each request into the XRC SRQ its XRCETH names; no send queue.
+    /// Created with `Device::create_xrc_target_qp`.
+    XrcRecv,
 }
+
+impl QpType {
+    /// True for the services that run RC's reliability (RC and both XRC halves).
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// True for the XRC halves.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
+    }
+}
+
+/// An XRC domain (`ibv_xrcd`, IBA Annex A14): XRC SRQs and XRC target QPs of one domain
+/// belong together; a request may only reach an SRQ of its target QP's domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct XrcdHandle(pub u32);
 
 /// QP states (IBA 10.3.1, `ibv_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -164,6 +195,9 @@ pub enum WcStatus {
     RetryExcErr,
     /// rnr_retry exhausted (`IBV_WC_RNR_RETRY_EXC_ERR`).
     RnrRetryExcErr,
+    /// A memory window bind failed: window, region, range or rights (`IBV_WC_MW_BIND_ERR`,
+    /// IBA 10.6.7.2.x).
+    MwBindErr,
     /// Anything else (`IBV_WC_GENERAL_ERR`).
     GeneralErr,
 }
@@ -184,6 +218,7 @@ impl WcStatus {
             WcStatus::RemOpErr => "remote operation error",
             WcStatus::RetryExcErr => "transport retry counter exceeded",
             WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::MwBindErr => "memory management operation error",
             WcStatus::GeneralErr => "general error",
         }
     }
@@ -212,6 +247,10 @@ pub enum WcOpcode {
     Recv,
     /// A receive WR consumed by an incoming RDMA WRITE with immediate.
     RecvRdmaWithImm,
+    /// A memory window bind (`IBV_WC_BIND_MW`).
+    BindMw,
+    /// A local invalidate (`IBV_WC_LOCAL_INV`).
+    LocalInv,
 }
 
 bit_flags! {
@@ -285,6 +324,10 @@ pub enum VendorErr {
     RnrNak = 10,
     /// A local atomic buffer is not 8 bytes.
     AtomicBuffer = 11,
+    /// A BIND_MW failed one of the bind rules ([`crate::memory::MwBindFault`]).
+    MwBind = 12,
+    /// A LOCAL_INV named no valid window or region, or one that cannot be invalidated.
+    Invalidate = 13,
 }
 
 bit_flags! {
@@ -321,6 +364,12 @@ pub enum WrOpcode {
     AtomicCmpAndSwp,
     /// 8-byte fetch-and-add (RC only).
     AtomicFetchAndAdd,
+    /// Binds a memory window (RC and UC; a local operation, nothing goes on the wire;
+    /// IBA 10.6.7.2). The details are in `SendWr::bind_mw`.
+    BindMw,
+    /// Invalidates `invalidate_rkey`, a type 2 window or a region, locally (RC and UC;
+    /// IBA 10.6.7.2.5, 10.8.2.x "Local Invalidate").
+    LocalInv,
 }
 
 impl WrOpcode {
@@ -335,6 +384,8 @@ impl WrOpcode {
             WrOpcode::RdmaRead => "RDMA_READ",
             WrOpcode::AtomicCmpAndSwp => "ATOMIC_CMP_AND_SWP",
             WrOpcode::AtomicFetchAndAdd => "ATOMIC_FETCH_AND_ADD",
+            WrOpcode::BindMw => "BIND_MW",
+            WrOpcode::LocalInv => "LOCAL_INV",
         }
     }
 
@@ -344,6 +395,12 @@ impl WrOpcode {
             self,
             WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
         )
+    }
+
+    /// True for the operations that run on the local HCA alone (BIND_MW, LOCAL_INV): they
+    /// put nothing on the wire and take no PSN.
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::BindMw | WrOpcode::LocalInv)
     }
 
     /// True for the atomics.
@@ -362,6 +419,8 @@ impl WrOpcode {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
         }
     }
 }
@@ -414,6 +473,40 @@ pub struct SendWr {
     pub swap: u64,
     /// Destination for UD QPs.
     pub ud: Option<UdDest>,
+    /// What a BIND_MW binds (required for `WrOpcode::BindMw`, ignored otherwise).
+    pub bind_mw: Option<MwBind>,
+    /// XRC initiator QPs: the number of the remote XRC SRQ the message goes to (the
+    /// XRCETH's XRCSRQ, `qp_type.xrc.remote_srqn`; IBA Annex A14). Ignored otherwise.
+    pub xrc_remote_srqn: u32,
+}
+
+/// The kind of a memory window (`ibv_mw_type`, IBA 10.6.7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MwType {
+    /// Type 1: bound by the Bind Memory Window verb, valid for any QP of its PD.
+    Type1,
+    /// Type 2: bound by a BIND_MW work request; only the QP that bound it may use it.
+    /// QPNs are never reused, so IBA's 2A (bound to a QP number) and 2B (bound to a QP)
+    /// cannot be told apart here.
+    Type2,
+}
+
+/// The arguments of a memory window bind (`ibv_mw_bind_info` plus the window's keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MwBind {
+    /// The window's current R_Key (`ibv_mw::rkey`), which names the window.
+    pub mw_rkey: u32,
+    /// The R_Key after the bind: the window's index with a new 8-bit key part (type 2:
+    /// the consumer's choice, `ibv_send_wr::bind_mw.rkey`; IBA 10.6.7.2.4).
+    pub new_rkey: u32,
+    /// The region the window lies in (`bind_info.mr->lkey`); ignored when `length` is 0.
+    pub mr_lkey: u32,
+    /// First byte of the window, a VA inside the region.
+    pub addr: u64,
+    /// Bytes; 0 unbinds a type 1 window (a type 2 window cannot be bound with 0).
+    pub length: u64,
+    /// REMOTE_READ / REMOTE_WRITE / REMOTE_ATOMIC, and ZERO_BASED (type 2 only).
+    pub access: AccessFlags,
 }
 
 impl core::fmt::Display for WrOpcode {

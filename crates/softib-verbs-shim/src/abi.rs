@@ -392,6 +392,33 @@ pub struct ibv_send_wr {
     pub bind_mw_or_tso: [u64; 6],
 }
 
+impl ibv_send_wr {
+    /// `bind_mw.mw`: the window a BIND_MW WR binds.
+    pub fn bind_mw_mw(&self) -> *mut ibv_mw {
+        self.bind_mw_or_tso[0] as usize as *mut ibv_mw
+    }
+    /// `bind_mw.rkey`: the window's R_Key after the bind.
+    pub fn bind_mw_rkey(&self) -> u32 {
+        u32::from_ne_bytes(
+            self.bind_mw_or_tso[1].to_ne_bytes()[..4]
+                .try_into()
+                .unwrap_or([0; 4]),
+        )
+    }
+    /// `bind_mw.bind_info`.
+    pub fn bind_mw_info(&self) -> ibv_mw_bind_info {
+        let w = &self.bind_mw_or_tso;
+        ibv_mw_bind_info {
+            mr: w[2] as usize as *mut ibv_mr,
+            addr: w[3],
+            length: w[4],
+            mw_access_flags: u32::from_ne_bytes(
+                w[5].to_ne_bytes()[..4].try_into().unwrap_or([0; 4]),
+            ),
+        }
+    }
+}
+
 impl ibv_send_wr_wr {
     /// `wr.rdma.remote_addr` (also `wr.atomic.remote_addr`).
     pub fn remote_addr(&self) -> u64 {
@@ -525,8 +552,44 @@ pub type PostSendFn =
 pub type PostRecvFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> i32;
 
-/// `struct ibv_context_ops`: the five data-path entries the inline verbs of verbs.h call;
-/// every `_compat_*` slot and the memory-window ones stay NULL.
+/// `ops.alloc_mw`, called by the inline `ibv_alloc_mw`.
+pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, u32) -> *mut ibv_mw;
+/// `ops.bind_mw`, called by the inline `ibv_bind_mw` (returns an errno).
+pub type BindMwFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> i32;
+/// `ops.dealloc_mw`, called by the inline `ibv_dealloc_mw`.
+pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> i32;
+
+/// `struct ibv_mw` of verbs.h.
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub type_: u32,
+}
+
+/// `struct ibv_mw_bind_info` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: u32,
+}
+
+/// `struct ibv_mw_bind` of verbs.h.
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `struct ibv_context_ops`: the data-path entries the inline verbs of verbs.h call (post,
+/// poll, notify, and the memory-window verbs); every `_compat_*` slot stays NULL.
 #[repr(C)]
 pub struct ibv_context_ops {
     pub _compat_query_device: *mut c_void,
@@ -536,9 +599,9 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: *mut c_void,
     pub _compat_rereg_mr: *mut c_void,
     pub _compat_dereg_mr: *mut c_void,
-    pub alloc_mw: *mut c_void,
-    pub bind_mw: *mut c_void,
-    pub dealloc_mw: *mut c_void,
+    pub alloc_mw: Option<AllocMwFn>,
+    pub bind_mw: Option<BindMwFn>,
+    pub dealloc_mw: Option<DeallocMwFn>,
     pub _compat_create_cq: *mut c_void,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyCqFn>,
@@ -630,6 +693,8 @@ pub const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
 pub const IBV_QPT_RC: u32 = 2;
 pub const IBV_QPT_UC: u32 = 3;
 pub const IBV_QPT_UD: u32 = 4;
+pub const IBV_QPT_XRC_SEND: u32 = 9;
+pub const IBV_QPT_XRC_RECV: u32 = 10;
 // enum ibv_wr_opcode
 pub const IBV_WR_RDMA_WRITE: u32 = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: u32 = 1;
@@ -657,6 +722,14 @@ pub const IBV_WC_COMP_SWAP: u32 = 3;
 pub const IBV_WC_FETCH_ADD: u32 = 4;
 pub const IBV_WC_RECV: u32 = 128;
 pub const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
+pub const IBV_WC_BIND_MW: u32 = 5;
+pub const IBV_WC_LOCAL_INV: u32 = 6;
+// enum ibv_mw_type
+pub const IBV_MW_TYPE_1: u32 = 1;
+pub const IBV_MW_TYPE_2: u32 = 2;
+// enum ibv_access_flags bits beyond the four remote/local ones
+pub const IBV_ACCESS_MW_BIND: u32 = 1 << 4;
+pub const IBV_ACCESS_ZERO_BASED: u32 = 1 << 5;
 // enum ibv_wc_flags
 pub const IBV_WC_GRH: u32 = 1;
 pub const IBV_WC_WITH_IMM: u32 = 2;
@@ -735,6 +808,14 @@ pub const CHECKED_CONSTANTS: &[(&str, i64)] = &[
     ("IBV_WC_COMP_SWAP", IBV_WC_COMP_SWAP as i64),
     ("IBV_WC_FETCH_ADD", IBV_WC_FETCH_ADD as i64),
     ("IBV_WC_RECV", IBV_WC_RECV as i64),
+    ("IBV_WC_BIND_MW", IBV_WC_BIND_MW as i64),
+    ("IBV_QPT_XRC_SEND", IBV_QPT_XRC_SEND as i64),
+    ("IBV_QPT_XRC_RECV", IBV_QPT_XRC_RECV as i64),
+    ("IBV_WC_LOCAL_INV", IBV_WC_LOCAL_INV as i64),
+    ("IBV_MW_TYPE_1", IBV_MW_TYPE_1 as i64),
+    ("IBV_MW_TYPE_2", IBV_MW_TYPE_2 as i64),
+    ("IBV_ACCESS_MW_BIND", IBV_ACCESS_MW_BIND as i64),
+    ("IBV_ACCESS_ZERO_BASED", IBV_ACCESS_ZERO_BASED as i64),
     (
         "IBV_WC_RECV_RDMA_WITH_IMM",
         IBV_WC_RECV_RDMA_WITH_IMM as i64,
@@ -835,6 +916,17 @@ pub fn checked_layouts() -> Vec<(&'static str, usize)> {
         off!(ibv_wc, dlid_path_bits),
         size!(ibv_pd),
         off!(ibv_pd, handle),
+        size!(ibv_mw),
+        off!(ibv_mw, rkey),
+        off!(ibv_mw, handle),
+        off!(ibv_mw, type_, "type"),
+        size!(ibv_mw_bind_info),
+        off!(ibv_mw_bind_info, addr),
+        off!(ibv_mw_bind_info, length),
+        off!(ibv_mw_bind_info, mw_access_flags),
+        size!(ibv_mw_bind),
+        off!(ibv_mw_bind, send_flags),
+        off!(ibv_mw_bind, bind_info),
         size!(ibv_mr),
         off!(ibv_mr, addr),
         off!(ibv_mr, length),
@@ -913,6 +1005,27 @@ pub fn checked_layouts() -> Vec<(&'static str, usize)> {
         ),
         off!(ibv_send_wr, remote_srqn, "qp_type.xrc.remote_srqn"),
         off!(ibv_send_wr, bind_mw_or_tso, "bind_mw"),
+        // The bind_mw members `ibv_send_wr::bind_mw_*` read (8-byte words).
+        (
+            "offsetof(struct ibv_send_wr, bind_mw.rkey)",
+            offset_of!(ibv_send_wr, bind_mw_or_tso) + 8,
+        ),
+        (
+            "offsetof(struct ibv_send_wr, bind_mw.bind_info.mr)",
+            offset_of!(ibv_send_wr, bind_mw_or_tso) + 16,
+        ),
+        (
+            "offsetof(struct ibv_send_wr, bind_mw.bind_info.addr)",
+            offset_of!(ibv_send_wr, bind_mw_or_tso) + 24,
+        ),
+        (
+            "offsetof(struct ibv_send_wr, bind_mw.bind_info.length)",
+            offset_of!(ibv_send_wr, bind_mw_or_tso) + 32,
+        ),
+        (
+            "offsetof(struct ibv_send_wr, bind_mw.bind_info.mw_access_flags)",
+            offset_of!(ibv_send_wr, bind_mw_or_tso) + 40,
+        ),
         size!(ibv_recv_wr),
         off!(ibv_recv_wr, num_sge),
         size!(ibv_srq),

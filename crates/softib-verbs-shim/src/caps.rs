@@ -40,7 +40,7 @@ pub fn fw_ver() -> [u8; 64] {
 /// - N_NOTIFY_CQ: `ibv_req_notify_cq` with `solicited_only` is honoured.
 ///
 /// Not advertised until they work: MEM_WINDOW / MEM_WINDOW_TYPE_2A/2B (branch `engine`),
-/// XRC (branch `engine`), MEM_MGT_EXTENSIONS (local invalidate / fast registration),
+/// MEM_MGT_EXTENSIONS (local invalidate / fast registration),
 /// SRQ_RESIZE (`ibv_modify_srq` with `IBV_SRQ_MAX_WR`), PORT_ACTIVE_EVENT (no port events),
 /// UD_IP_CSUM, RC_IP_CSUM, RAW_*.
 pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_RC_RNR_NAK_GEN
@@ -60,38 +60,50 @@ pub const DEVICE_CAP_FLAGS_EX_HIGH: u64 = 0;
 /// Memory windows: `max_mw` (0 until branch `engine` implements `ibv_alloc_mw`/bind).
 pub const MAX_MW: i32 = 0;
 
-/// XRC domains and SRQs (`IBV_DEVICE_XRC`): not yet (branch `engine`).
-pub const XRC: bool = false;
+/// XRC domains, XRC SRQs and XRC initiator/target QPs (`IBV_DEVICE_XRC`): the engine's
+/// `rc/xrc.rs` (branch `engine`), the shim's `ffi/xrc.rs`.
+pub const XRC: bool = true;
 
-/// On-demand paging: `odp_caps` and `xrc_odp_caps` (all zero: no ODP yet, branch `ext`).
-/// While `general_caps` lacks `IBV_ODP_SUPPORT`, `ibv_reg_mr` refuses
-/// `IBV_ACCESS_ON_DEMAND` with EOPNOTSUPP, as the kernel does on a device without ODP
-/// (include/rdma/ib_verbs.h `ib_check_mr_access`).
+/// On-demand paging (`odp_caps`): explicit and implicit ODP regions
+/// (`process_memory.rs`: reached through `process_vm_readv`/`process_vm_writev`, a hole
+/// is a remote access error), for every operation each service has: the engine moves all
+/// bytes through the same `Memory` trait; XRC (`xrc_odp_caps`) as RC, its receives always
+/// on an SRQ.
 pub const ODP_CAPS: ibv_odp_caps = ibv_odp_caps {
-    general_caps: 0,
-    rc_odp_caps: 0,
-    uc_odp_caps: 0,
-    ud_odp_caps: 0,
+    general_caps: IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
+    rc_odp_caps: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
+    uc_odp_caps: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_SRQ_RECV,
+    ud_odp_caps: ODP_SEND | ODP_RECV | ODP_SRQ_RECV,
 };
 /// `xrc_odp_caps`.
-pub const XRC_ODP_CAPS: u32 = 0;
+pub const XRC_ODP_CAPS: u32 =
+    ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV;
 
 /// `IBV_ODP_SUPPORT` in `odp_caps.general_caps`.
 const IBV_ODP_SUPPORT: u64 = 1;
+/// `IBV_ODP_SUPPORT_IMPLICIT`: address NULL / length SIZE_MAX regions.
+const IBV_ODP_SUPPORT_IMPLICIT: u64 = 2;
+// enum ibv_odp_transport_cap_bits
+const ODP_SEND: u32 = 1;
+const ODP_RECV: u32 = 2;
+const ODP_WRITE: u32 = 4;
+const ODP_READ: u32 = 8;
+const ODP_ATOMIC: u32 = 16;
+const ODP_SRQ_RECV: u32 = 32;
 
 /// True when `ibv_reg_mr` may take `IBV_ACCESS_ON_DEMAND`.
 pub const fn odp_supported() -> bool {
     ODP_CAPS.general_caps & IBV_ODP_SUPPORT != 0
 }
 
-/// `completion_timestamp_mask` and `hca_core_clock`: 0 (no completion timestamps; rxe
-/// reports 0 too). Branch `ext` sets them with `ibv_create_cq_ex` timestamps.
-pub const COMPLETION_TIMESTAMP_MASK: u64 = 0;
-/// `hca_core_clock` in kHz.
-pub const HCA_CORE_CLOCK: u64 = 0;
+/// `completion_timestamp_mask`: extended CQs stamp completions with a 64-bit nanosecond
+/// clock as they leave the engine (`cq_ex.rs`).
+pub const COMPLETION_TIMESTAMP_MASK: u64 = crate::cq_ex::COMPLETION_TIMESTAMP_MASK;
+/// `hca_core_clock` in kHz: the timestamp clock runs at 1 GHz (nanoseconds).
+pub const HCA_CORE_CLOCK: u64 = crate::cq_ex::HCA_CORE_CLOCK_KHZ;
 
-/// Device memory (`max_dm_size`): 0 until branch `ext` implements `ibv_alloc_dm`.
-pub const MAX_DM_SIZE: u64 = 0;
+/// Device memory (`max_dm_size`): `ibv_alloc_dm` of up to this many bytes in all.
+pub const MAX_DM_SIZE: u64 = crate::device_memory::MAX_DM_SIZE as u64;
 
 /// `raw_packet_caps`: 0 (no raw packet QPs).
 pub const RAW_PACKET_CAPS: u32 = 0;
@@ -177,6 +189,19 @@ pub fn device_attr_ex(s: &Shared) -> ibv_device_attr_ex {
         phys_port_cnt_ex: u32::from(PHYS_PORT_CNT),
     }
 }
+
+// What ext advertises, checked when the crate compiles: ODP includes implicit regions;
+// UD has neither RDMA nor atomics (IBA 9.8.3), so no ODP for them; no XRC ODP without XRC;
+// a 1 GHz timestamp clock over all 64 bits (a timestamp in ns converts back exactly).
+const _: () = {
+    assert!(odp_supported());
+    assert!(ODP_CAPS.general_caps & IBV_ODP_SUPPORT_IMPLICIT != 0);
+    assert!(ODP_CAPS.ud_odp_caps & (ODP_WRITE | ODP_READ | ODP_ATOMIC) == 0);
+    assert!(XRC || XRC_ODP_CAPS == 0);
+    assert!(MAX_DM_SIZE as usize == crate::device_memory::MAX_DM_SIZE);
+    assert!(HCA_CORE_CLOCK == 1_000_000);
+    assert!(COMPLETION_TIMESTAMP_MASK == u64::MAX);
+};
 
 #[cfg(test)]
 mod tests {

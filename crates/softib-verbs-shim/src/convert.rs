@@ -76,6 +76,8 @@ pub fn qp_type_from_c(v: u32) -> Option<QpType> {
         IBV_QPT_RC => Some(QpType::Rc),
         IBV_QPT_UC => Some(QpType::Uc),
         IBV_QPT_UD => Some(QpType::Ud),
+        IBV_QPT_XRC_SEND => Some(QpType::XrcSend),
+        IBV_QPT_XRC_RECV => Some(QpType::XrcRecv),
         _ => None,
     }
 }
@@ -86,14 +88,22 @@ pub fn qp_type_to_c(t: QpType) -> u32 {
         QpType::Rc => IBV_QPT_RC,
         QpType::Uc => IBV_QPT_UC,
         QpType::Ud => IBV_QPT_UD,
+        QpType::XrcSend => IBV_QPT_XRC_SEND,
+        QpType::XrcRecv => IBV_QPT_XRC_RECV,
     }
 }
 
-/// The four access bits the engine knows; the others (MW_BIND, ZERO_BASED, ON_DEMAND,
-/// HUGETLB, RELAXED_ORDERING) change nothing for memory the engine reads and writes by
-/// copying, so they are accepted and ignored.
+/// The region access bits the engine knows: the four local/remote ones and MW_BIND; the
+/// others (ZERO_BASED, ON_DEMAND, HUGETLB, RELAXED_ORDERING) change nothing for memory the
+/// engine reads and writes by copying, so they are accepted and ignored.
 pub fn access_from_c(v: u32) -> AccessFlags {
-    AccessFlags(v & 0xF)
+    AccessFlags(v & (0xF | IBV_ACCESS_MW_BIND))
+}
+
+/// A memory window's access bits (`bind_info.mw_access_flags`): the remote rights and
+/// ZERO_BASED (LOCAL_WRITE is accepted and means nothing on a window, as in rxe).
+pub fn mw_access_from_c(v: u32) -> AccessFlags {
+    AccessFlags(v & (0xF | IBV_ACCESS_ZERO_BASED))
 }
 
 /// An address vector from C.
@@ -235,7 +245,7 @@ pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
 }
 
 /// The engine opcode of an `enum ibv_wr_opcode`: Err(EOPNOTSUPP) for the opcodes softib
-/// does not implement (LOCAL_INV, BIND_MW, TSO, DRIVER1, ATOMIC_WRITE), Err(EINVAL) for
+/// does not implement (TSO, DRIVER1, ATOMIC_WRITE), Err(EINVAL) for
 /// values verbs.h does not define.
 pub fn wr_opcode_from_c(v: u32) -> Result<WrOpcode, i32> {
     Ok(match v {
@@ -247,9 +257,9 @@ pub fn wr_opcode_from_c(v: u32) -> Result<WrOpcode, i32> {
         IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpAndSwp,
         IBV_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAndAdd,
         IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv,
-        IBV_WR_LOCAL_INV | IBV_WR_BIND_MW | IBV_WR_TSO | IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE => {
-            return Err(libc::EOPNOTSUPP)
-        }
+        IBV_WR_LOCAL_INV => WrOpcode::LocalInv,
+        IBV_WR_BIND_MW => WrOpcode::BindMw,
+        IBV_WR_TSO | IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE => return Err(libc::EOPNOTSUPP),
         _ => return Err(libc::EINVAL),
     })
 }
@@ -269,6 +279,7 @@ pub fn wc_status_to_c(s: WcStatus) -> u32 {
         WcStatus::RemOpErr => 11,
         WcStatus::RetryExcErr => 12,
         WcStatus::RnrRetryExcErr => 13,
+        WcStatus::MwBindErr => 6,
         WcStatus::GeneralErr => 21,
     }
 }
@@ -324,6 +335,8 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
             WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
             WcOpcode::Recv => IBV_WC_RECV,
             WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
+            WcOpcode::BindMw => IBV_WC_BIND_MW,
+            WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
         },
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
@@ -383,15 +396,23 @@ mod tests {
         for v in 0..7 {
             assert_eq!(qp_state_from_c(v).map(qp_state_to_c), Some(v));
         }
-        for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        for t in [
+            QpType::Rc,
+            QpType::Uc,
+            QpType::Ud,
+            QpType::XrcSend,
+            QpType::XrcRecv,
+        ] {
             assert_eq!(qp_type_from_c(qp_type_to_c(t)), Some(t));
         }
-        assert_eq!(qp_type_from_c(9), None);
+        assert_eq!(qp_type_from_c(8), None, "raw packet");
     }
 
     #[test]
     fn unsupported_opcodes_and_masks_get_eopnotsupp() {
-        assert_eq!(wr_opcode_from_c(IBV_WR_BIND_MW), Err(libc::EOPNOTSUPP));
+        assert_eq!(wr_opcode_from_c(IBV_WR_BIND_MW), Ok(WrOpcode::BindMw));
+        assert_eq!(wr_opcode_from_c(IBV_WR_LOCAL_INV), Ok(WrOpcode::LocalInv));
+        assert_eq!(wr_opcode_from_c(IBV_WR_TSO), Err(libc::EOPNOTSUPP));
         assert_eq!(wr_opcode_from_c(IBV_WR_ATOMIC_WRITE), Err(libc::EOPNOTSUPP));
         assert_eq!(wr_opcode_from_c(77), Err(libc::EINVAL));
         assert_eq!(wr_opcode_from_c(IBV_WR_RDMA_READ), Ok(WrOpcode::RdmaRead));

@@ -17,12 +17,18 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod abi_ex;
 mod caps;
 pub mod config;
 pub mod convert;
+pub mod cq_ex;
+pub mod device_memory;
+pub mod domain;
 mod events;
 mod ffi;
 mod objects;
+mod process_memory;
 mod raw_memory;
 mod sys;
 mod validate;
+pub mod wr_batch;

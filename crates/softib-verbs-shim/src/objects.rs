@@ -4,7 +4,7 @@
 
 use std::cell::UnsafeCell;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use softib_net::context::{Context, WaitMode};
@@ -12,6 +12,7 @@ use softib_net::driver::NetConfig;
 use softib_transport::{AhHandle, CqHandle, DeviceConfig, PdHandle, QpType, SrqHandle};
 
 use crate::abi::*;
+use crate::abi_ex::*;
 use crate::config::{Config, ConfigError};
 use crate::events::{EventQueue, Registry};
 
@@ -74,6 +75,11 @@ pub struct Shared {
     pub async_events: EventQueue<(usize, u32)>,
     /// C objects by engine handle, for events.
     pub registry: Mutex<Registry>,
+    /// Device memory allocated (at most `device_memory::MAX_DM_SIZE`).
+    pub dm_used: AtomicUsize,
+    /// XRC domains opened through a file: (device, inode) -> domain and open count.
+    pub xrcd_files:
+        Mutex<std::collections::HashMap<(u64, u64), (softib_transport::XrcdHandle, u32)>>,
     /// Set once the event thread runs.
     notifier: OnceLock<()>,
 }
@@ -93,6 +99,10 @@ impl Drop for Shared {
             if *v != 0 {
                 line.push_str(&format!(" {k}={v}"));
             }
+        }
+        let odp = crate::process_memory::failed_copies();
+        if odp != 0 {
+            line.push_str(&format!(" odp_failed_copies={odp}"));
         }
         eprintln!("{line}");
     }
@@ -187,6 +197,8 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
         limits,
         async_events,
         registry: Mutex::new(Registry::default()),
+        dm_used: AtomicUsize::new(0),
+        xrcd_files: Mutex::new(Default::default()),
         notifier: OnceLock::new(),
     });
     *open = Arc::downgrade(&shared);
@@ -208,6 +220,10 @@ pub struct ContextObj {
     pub vctx: verbs_context,
     /// The device.
     pub shared: Arc<Shared>,
+    /// What `context->cmd_fd` refers to: `/dev/null`, since softib has no uverbs command
+    /// file, but a real descriptor, so a program that duplicates or passes it on (to
+    /// `ibv_import_device`, which then fails with EOPNOTSUPP) gets a valid fd, not EBADF.
+    pub cmd_file: Option<std::fs::File>,
 }
 
 /// A protection domain, with the bounce region inline sends are staged in.
@@ -219,6 +235,11 @@ pub struct PdObj {
     pub handle: PdHandle,
     /// lkey of the PD's inline staging region (`max_inline_data` bytes, iova 0).
     pub bounce_lkey: std::sync::atomic::AtomicU32,
+    /// For a parent domain (`ibv_alloc_parent_domain`): what it was built from.
+    pub parent: Option<crate::domain::ParentDomain>,
+    /// Parent domains built on this PD, or for a parent domain the QPs in it (it cannot
+    /// be deallocated under them).
+    pub children: std::sync::atomic::AtomicU32,
     /// The device.
     pub shared: Arc<Shared>,
 }
@@ -228,6 +249,47 @@ pub struct PdObj {
 pub struct MrObj {
     /// C view.
     pub mr: ibv_mr,
+    /// The device memory it is registered on (`ibv_reg_dm_mr`), else NULL.
+    pub dm: *const DmObj,
+    /// The `ibv_reg_mr` access flags (`ibv_rereg_mr` keeps what it does not change).
+    pub access: u32,
+    /// The region's first virtual address for its keys (`iova`).
+    pub iova: u64,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// An XRC domain (`ibv_open_xrcd`).
+#[repr(C)]
+pub struct XrcdObj {
+    /// C view (`struct ibv_xrcd`: its context).
+    pub xrcd: *mut ibv_context,
+    /// Engine handle.
+    pub handle: softib_transport::XrcdHandle,
+    /// The file it was opened through, as (device, inode); None for `fd` -1.
+    pub file: Option<(u64, u64)>,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A device-memory allocation (`ibv_alloc_dm`).
+#[repr(C)]
+pub struct DmObj {
+    /// C view (its function pointers are the shim's copies).
+    pub dm: ibv_dm,
+    /// The memory.
+    pub buf: crate::device_memory::DmBuffer,
+    /// MRs registered on it (it cannot be freed under them).
+    pub mrs: AtomicU32,
+    /// The device.
+    pub shared: Arc<Shared>,
+}
+
+/// A memory window.
+#[repr(C)]
+pub struct MwObj {
+    /// C view (`rkey` is the window's current key as the application sees it).
+    pub mw: ibv_mw,
     /// The device.
     pub shared: Arc<Shared>,
 }
@@ -244,11 +306,16 @@ pub struct ChannelObj {
     pub queue: Arc<EventQueue<usize>>,
 }
 
-/// A completion queue.
+/// A completion queue. Every CQ carries the extended structure (`ibv_cq_ex` starts with
+/// the fields of `ibv_cq`, so the classic handle is the same pointer, as
+/// `ibv_cq_ex_to_cq` assumes); the polling functions are set only for `ibv_create_cq_ex`.
 #[repr(C)]
 pub struct CqObj {
-    /// C view (`comp_events_completed` changes under the application's pointer).
-    pub cq: UnsafeCell<ibv_cq>,
+    /// C view (`comp_events_completed`, `status` and `wr_id` change under the
+    /// application's pointer).
+    pub cq: UnsafeCell<ibv_cq_ex>,
+    /// The extended-poll state (`None` for a classic CQ).
+    pub ex: Option<crate::cq_ex::CqExState>,
     /// The channel given at creation (NULL: none).
     pub channel: *mut ibv_comp_channel,
     /// Engine handle.
@@ -270,11 +337,18 @@ pub struct SrqObj {
     pub shared: Arc<Shared>,
 }
 
-/// A queue pair.
+/// A queue pair: libibverbs' `struct verbs_qp` first (the `ibv_qp` handle, and for
+/// `ibv_create_qp_ex` the `ibv_qp_ex` builder functions around it).
 #[repr(C)]
 pub struct QpObj {
-    /// C view (`state` changes under the application's pointer).
-    pub qp: UnsafeCell<ibv_qp>,
+    /// C view (`state`, `wr_id` and `wr_flags` change under the application's pointer).
+    pub qp: UnsafeCell<verbs_qp>,
+    /// The WRs built between `ibv_wr_start` and `ibv_wr_complete`.
+    pub batch: Mutex<crate::wr_batch::WrBatch>,
+    /// `send_ops_flags` of `ibv_create_qp_ex` (0 for `ibv_create_qp`).
+    pub send_ops: u64,
+    /// The send staging region from a parent domain's allocator (None: the PD's).
+    pub staging: Option<crate::domain::AllocatedStaging>,
     /// QP number.
     pub qpn: u32,
     /// The PD it was created in.

@@ -58,6 +58,20 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e }
 }
 
+/// Nanoseconds of a POSIX clock (`CLOCK_MONOTONIC`: the "HCA clock" of completion
+/// timestamps and `ibv_query_rt_values_ex`; `CLOCK_REALTIME`: wall-clock timestamps).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out pointer; both clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
 /// Descriptor of the device's bound UDP socket, for the fork handler (-1: none open).
 static DEVICE_SOCKET: AtomicI32 = AtomicI32::new(-1);
 /// Address family of that socket (`AF_INET` or `AF_INET6`).
@@ -150,4 +164,16 @@ pub fn track_device_socket(fd: Option<RawFd>, ipv4: bool) {
     let family = if ipv4 { libc::AF_INET } else { libc::AF_INET6 };
     DEVICE_SOCKET_FAMILY.store(family, Ordering::Relaxed);
     DEVICE_SOCKET.store(fd.unwrap_or(-1), Ordering::Relaxed);
+}
+
+/// The (device, inode) of an open file: what names an XRC domain shared through a file
+/// (ibv_open_xrcd(3)).
+pub fn file_identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    // SAFETY: `stat` is plain data, for which all-zero bytes are a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st`; a bad descriptor makes it fail (EBADF), checked.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
 }

@@ -47,7 +47,7 @@ const RULES: &[&str] = &[
     "reg_mr.remote_write_needs_local_write",
     "reg_mr.remote_atomic_needs_local_write",
     "reg_mr.undefined_access_bit",
-    "reg_mr.on_demand_without_odp",
+    "reg_mr.on_demand_with_odp",
     "reg_mr.relaxed_ordering_accepted",
     "reg_mr_iova.page_offset_differs",
     "reg_mr_iova.same_page_offset",

@@ -66,6 +66,29 @@ fn ibv_srq_pingpong() {
     check_pingpong(&pingpong(5, "ibv_srq_pingpong", &["-q", "4"]));
 }
 
+/// `ibv_xsrq_pingpong`: XRC (an XRC domain, an XRC SRQ, initiator and target QPs per
+/// side, each SEND naming the peer's SRQ number), with completion events. The tool has no
+/// byte check; it prints "success" once every test message came back.
+#[test]
+fn ibv_xsrq_pingpong_event_mode() {
+    let program = binary("ibv_xsrq_pingpong", "ibverbs-utils");
+    let port = tcp_port(30).to_string();
+    let a = args(&["-g", "0", "-n", "50", "-e", "-p", &port]);
+    let p = run_pair(30, &program, &a, &a, DEADLINE, 3);
+    assert!(
+        p.server.ok() && p.client.ok(),
+        "xsrq pingpong failed:\n{}",
+        p.dump()
+    );
+    for side in [&p.server, &p.client] {
+        assert!(
+            side.output.contains("success"),
+            "no success line:\n{}",
+            p.dump()
+        );
+    }
+}
+
 /// The figures line under perftest's `#bytes` header: (size, iterations, other columns).
 fn result_row(output: &str) -> Option<(u64, u64, Vec<f64>)> {
     let mut lines = output.lines();

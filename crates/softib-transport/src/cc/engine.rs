@@ -204,7 +204,10 @@ impl Qp {
                 opcode.operation(),
                 Operation::Acknowledge | Operation::AtomicAcknowledge
             );
-        if self.cc.becn_pending && opcode.service() == Service::Rc && opcode.is_response() {
+        if self.cc.becn_pending
+            && matches!(opcode.service(), Service::Rc | Service::Xrc)
+            && opcode.is_response()
+        {
             // BTH byte 4 bit 6 (IBA 9.2): outside the ICRC, so the driver's CRC is unaffected.
             buf[4] |= 0x40;
             self.cc.becn_pending = false;

@@ -44,7 +44,7 @@ pub fn notification(opcode: Opcode, fecn: bool, ecn_ce: bool) -> Notify {
     if ecn_ce {
         return Notify::Cnp;
     }
-    if opcode.service() == Service::Rc && !opcode.is_response() {
+    if matches!(opcode.service(), Service::Rc | Service::Xrc) && !opcode.is_response() {
         Notify::BecnInAck
     } else {
         Notify::Cnp

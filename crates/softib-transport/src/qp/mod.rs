@@ -1,5 +1,6 @@
 //! Queue pairs: the per-QP state the protocol modules (`rc`, `uc`, `ud`) work on.
 
+pub(crate) mod local_ops;
 pub(crate) mod modify;
 pub(crate) mod recv_queue;
 pub(crate) mod send_queue;
@@ -162,6 +163,8 @@ pub(crate) struct Qp {
     pub send_cq: CqHandle,
     pub recv_cq: CqHandle,
     pub srq: Option<SrqHandle>,
+    /// XRC target QPs: their domain (the SRQ, PD and CQ come per request from the XRCETH).
+    pub xrcd: Option<crate::verbs::XrcdHandle>,
     pub sq_sig_all: bool,
     /// Current attributes; `attr.qp_state` is the state.
     pub attr: QpAttr,
@@ -195,6 +198,7 @@ impl Qp {
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
             srq: init.srq,
+            xrcd: None,
             sq_sig_all: init.sq_sig_all,
             attr,
             sq: SendQueue::new(init.cap.max_send_wr),
@@ -231,7 +235,8 @@ impl Qp {
         self.attr.qp_state
     }
 
-    /// True when a received RC/UC packet comes from this QP's peer: with a GRH (RoCEv2,
+    /// True when a received packet of a connected service (RC, UC, XRC) comes from this
+    /// QP's peer: with a GRH (RoCEv2,
     /// routed IB) its source GID is the address vector's destination GID and its
     /// destination GID is the device's own (any, for a device bound to the unspecified
     /// address); without one (native IB in a subnet) its SLID is the address vector's DLID.
@@ -244,6 +249,16 @@ impl Qp {
             (None, None) => meta.slid == self.attr.ah_attr.dlid,
             // A GRH where the peer sends none, or none where it must: not the peer.
             _ => false,
+        }
+    }
+
+    /// The BTH service of this QP's RC-style packets: XRC QPs send XRC opcodes (requests
+    /// and responses, IBA Annex A14), RC QPs RC ones.
+    pub fn rc_service(&self) -> softib_wire::Service {
+        if self.qp_type.is_xrc() {
+            softib_wire::Service::Xrc
+        } else {
+            softib_wire::Service::Rc
         }
     }
 
@@ -276,7 +291,7 @@ impl Qp {
             return true;
         }
         match self.qp_type {
-            QpType::Rc => self.rc_has_request_work(sh),
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => self.rc_has_request_work(sh),
             QpType::Uc | QpType::Ud => self.unreliable_has_work(),
         }
     }
@@ -295,7 +310,7 @@ impl Qp {
             }
             return None;
         }
-        if self.qp_type == QpType::Rc {
+        if self.qp_type.is_reliable() {
             if let Some(t) = self.rc_poll_response(buf, sh) {
                 return Some(t);
             }
@@ -310,9 +325,9 @@ impl Qp {
         self.set_timer(kind, None);
         match kind {
             TimerKind::Pacing => self.cc_pacing_expired(now, sh),
-            TimerKind::Retransmit if self.qp_type == QpType::Rc => self.rc_ack_timeout(now, sh),
-            TimerKind::Rnr if self.qp_type == QpType::Rc => self.rc_rnr_timer_expired(),
-            TimerKind::GapCheck if self.qp_type == QpType::Rc => self.rc_gap_check(now, sh),
+            TimerKind::Retransmit if self.qp_type.is_reliable() => self.rc_ack_timeout(now, sh),
+            TimerKind::Rnr if self.qp_type.is_reliable() => self.rc_rnr_timer_expired(),
+            TimerKind::GapCheck if self.qp_type.is_reliable() => self.rc_gap_check(now, sh),
             TimerKind::Retransmit | TimerKind::Rnr | TimerKind::GapCheck => {}
         }
     }

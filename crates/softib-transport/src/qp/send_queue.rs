@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::device::PathInfo;
-use crate::verbs::{Sge, WrOpcode};
+use crate::verbs::{MwBind, Sge, WrOpcode};
 
 /// Where a UD WQE goes, resolved from its address handle at post time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +35,10 @@ pub(crate) struct SendWqe {
     pub compare_add: u64,
     pub swap: u64,
     pub ud: Option<UdTarget>,
+    /// BIND_MW: what to bind.
+    pub bind: Option<MwBind>,
+    /// XRC initiator: the remote XRC SRQ (XRCETH).
+    pub xrc_srqn: u32,
     /// Message length in bytes.
     pub length: u64,
     /// First PSN, assigned when the WQE starts.

@@ -29,15 +29,52 @@ const fn m(bits: &[M]) -> M {
 pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRule> {
     use M as A;
     let none = M::empty();
+    // XRC halves follow RC's table except where Linux's qp_state_table differs: an
+    // initiator has no responder (INIT->RTR does not need its responder attributes), a
+    // target no requester (RTR->RTS needs only SQ_PSN and TIMEOUT).
+    match (qp_type, from, to) {
+        (T::XrcSend, S::Init, S::Rtr) => {
+            return Some(rule(
+                m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
+                m(&[
+                    A::ALT_PATH,
+                    A::ACCESS_FLAGS,
+                    A::PKEY_INDEX,
+                    A::MAX_DEST_RD_ATOMIC,
+                    A::MIN_RNR_TIMER,
+                ]),
+            ))
+        }
+        (T::XrcRecv, S::Rtr, S::Rts) => {
+            return Some(rule(
+                m(&[A::SQ_PSN, A::TIMEOUT]),
+                m(&[
+                    A::CUR_STATE,
+                    A::ALT_PATH,
+                    A::ACCESS_FLAGS,
+                    A::MIN_RNR_TIMER,
+                    A::PATH_MIG_STATE,
+                    A::RETRY_CNT,
+                    A::RNR_RETRY,
+                    A::MAX_QP_RD_ATOMIC,
+                ]),
+            ))
+        }
+        _ => {}
+    }
     Some(match (from, to) {
         (_, S::Reset) | (_, S::Err) => rule(none, none),
         (S::Reset, S::Init) => match qp_type {
             T::Ud => rule(m(&[A::PKEY_INDEX, A::PORT, A::QKEY]), none),
-            T::Rc | T::Uc => rule(m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]), none),
+            T::Rc | T::Uc | T::XrcSend | T::XrcRecv => {
+                rule(m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]), none)
+            }
         },
         (S::Init, S::Init) => match qp_type {
             T::Ud => rule(none, m(&[A::PKEY_INDEX, A::PORT, A::QKEY])),
-            T::Rc | T::Uc => rule(none, m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS])),
+            T::Rc | T::Uc | T::XrcSend | T::XrcRecv => {
+                rule(none, m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]))
+            }
         },
         (S::Init, S::Rtr) => match qp_type {
             T::Ud => rule(none, m(&[A::PKEY_INDEX, A::QKEY])),
@@ -45,7 +82,7 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
                 m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
                 m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
             ),
-            T::Rc => rule(
+            T::Rc | T::XrcSend | T::XrcRecv => rule(
                 m(&[
                     A::AV,
                     A::PATH_MTU,
@@ -68,7 +105,7 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
                     A::PATH_MIG_STATE,
                 ]),
             ),
-            T::Rc => rule(
+            T::Rc | T::XrcSend | T::XrcRecv => rule(
                 m(&[
                     A::SQ_PSN,
                     A::TIMEOUT,
@@ -96,8 +133,8 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
                     A::PATH_MIG_STATE,
                 ]),
             ),
-            T::Rc if from == S::Sqe => return None,
-            T::Rc => rule(
+            T::Rc | T::XrcSend | T::XrcRecv if from == S::Sqe => return None,
+            T::Rc | T::XrcSend | T::XrcRecv => rule(
                 none,
                 m(&[
                     A::CUR_STATE,
@@ -121,7 +158,7 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
                     A::PATH_MIG_STATE,
                 ]),
             ),
-            T::Rc => rule(
+            T::Rc | T::XrcSend | T::XrcRecv => rule(
                 none,
                 m(&[
                     A::CUR_STATE,

@@ -4,6 +4,7 @@
 pub(crate) mod recovery;
 pub(crate) mod requester;
 pub(crate) mod responder;
+pub(crate) mod xrc;
 
 use softib_wire::PacketRepr;
 

@@ -4,9 +4,7 @@
 //! fences, read-response placement with partial-read retry, atomic responses, and error
 //! completions.
 
-use softib_wire::{
-    AethRepr, AtomicEthRepr, NakCode, Operation, PacketRepr, RethRepr, Service, Syndrome,
-};
+use softib_wire::{AethRepr, AtomicEthRepr, NakCode, Operation, PacketRepr, RethRepr, Syndrome};
 
 use crate::device::{Shared, Transmit};
 use crate::dma;
@@ -100,6 +98,11 @@ impl Qp {
     fn rc_start_next(&mut self, sh: &mut Shared) -> bool {
         let idx = self.sq.started;
         let w = &self.sq.wqes[idx];
+        if w.opcode.is_local() {
+            // Runs once every earlier WR has completed (qp/local_ops.rs).
+            self.req.blocked_local_error = true;
+            return false;
+        }
         let write = w.opcode.is_read_or_atomic();
         if let Err(fault) = dma::check_sges(&sh.mrs, self.pd, &w.sges, write) {
             if idx == 0 {
@@ -140,6 +143,7 @@ impl Qp {
         buf: &mut [u8],
         sh: &mut Shared,
     ) -> Option<Transmit> {
+        self.run_local_ops(sh);
         if !self.rc_has_request_work(sh) {
             return None;
         }
@@ -157,7 +161,7 @@ impl Qp {
         let k = psn::diff(p, w.first_psn).max(0) as u32;
         let last = k + 1 >= w.npsn;
         let mut repr = PacketRepr::new(emit::bth(
-            emit::opcode(Service::Rc, Operation::Acknowledge),
+            emit::opcode(self.rc_service(), Operation::Acknowledge),
             pkey,
             dest,
             p,
@@ -200,7 +204,13 @@ impl Qp {
                 (op, off, len)
             }
         };
-        repr.bth.opcode = emit::opcode(Service::Rc, op);
+        repr.bth.opcode = emit::opcode(self.rc_service(), op);
+        if self.qp_type == crate::verbs::QpType::XrcSend {
+            // Every XRC request names the remote XRC SRQ, right after the BTH (Annex A14).
+            repr.xrceth = Some(softib_wire::XrcethRepr {
+                xrc_srq: w.xrc_srqn,
+            });
+        }
         let is_read_or_atomic = w.opcode.is_read_or_atomic();
         let next_psn = if w.opcode == WrOpcode::RdmaRead {
             psn::add(w.last_psn(), 1)

@@ -4,15 +4,14 @@
 //! precede any memory access.
 
 use softib_wire::{
-    AethRepr, AtomicAckEthRepr, CreditCode, NakCode, Operation, PacketRepr, RnrTimer, Service,
-    Syndrome,
+    AethRepr, AtomicAckEthRepr, CreditCode, NakCode, Operation, PacketRepr, RnrTimer, Syndrome,
 };
 
 use crate::device::{RxMeta, Shared, Transmit};
 use crate::dma;
 use crate::emit;
 use crate::events::AsyncEvent;
-use crate::memory::RemoteAccessFault;
+use crate::memory::{RemoteAccessFault, RemoteTarget};
 use crate::psn;
 use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp, Resource, Response};
@@ -60,7 +59,7 @@ impl Qp {
     }
 
     /// A class C responder error (IBA 9.9.3.1.2): NAK, then the QP goes to ERR.
-    fn nak_fatal(&mut self, sh: &mut Shared, psn_: u32, code: NakCode) {
+    pub(crate) fn nak_fatal(&mut self, sh: &mut Shared, psn_: u32, code: NakCode) {
         match code {
             NakCode::RemoteAccessError => self.counters.remote_access_errors += 1,
             NakCode::RemoteOperationalError => self.counters.remote_operational_errors += 1,
@@ -291,13 +290,14 @@ impl Qp {
             let mut inv = None;
             if let Some(rkey) = pkt.ieth {
                 // SEND with Invalidate (IBA 9.4.1.1 / 10.6.6): the named rkey stops working.
-                match sh.mrs.get_mut(rkey) {
-                    Some(mr) if mr.pd == self.pd => {
-                        mr.valid = false;
+                // A window must be a bound type 2 window associated with this QP
+                // (IBA 10.6.7.2.5; mw.rs); a region must have no windows bound.
+                match sh.mrs.invalidate(rkey, self.pd, self.qpn, true) {
+                    Ok(()) => {
                         flags |= WcFlags::WITH_INV;
                         inv = Some(rkey);
                     }
-                    _ => {
+                    Err(_) => {
                         let src = self.attr.dest_qp_num;
                         self.complete_recv(
                             sh,
@@ -371,17 +371,21 @@ impl Qp {
                 self.nak_fatal(sh, p, NakCode::InvalidRequest);
                 return;
             }
-            let offset = if total == 0 {
-                0
+            let target = if total == 0 {
+                RemoteTarget {
+                    key: reth.rkey,
+                    offset: 0,
+                }
             } else {
                 match sh.mrs.check_remote(
                     reth.rkey,
                     self.pd,
+                    self.qpn,
                     reth.va,
                     total,
                     AccessFlags::REMOTE_WRITE,
                 ) {
-                    Ok(o) => o as u64,
+                    Ok(t) => t,
                     Err(f) => {
                         self.fault_nak(sh, p, f);
                         return;
@@ -389,8 +393,8 @@ impl Qp {
                 }
             };
             self.resp.msg = Some(InMessage::Write(WriteCursor {
-                key: reth.rkey,
-                offset,
+                key: target.key,
+                offset: target.offset as u64,
                 remaining: total,
                 total,
             }));
@@ -450,14 +454,21 @@ impl Qp {
             self.nak_fatal(sh, p, NakCode::InvalidRequest);
             return;
         }
-        let offset = if total == 0 {
-            0
+        let target = if total == 0 {
+            RemoteTarget {
+                key: reth.rkey,
+                offset: 0,
+            }
         } else {
-            match sh
-                .mrs
-                .check_remote(reth.rkey, self.pd, reth.va, total, AccessFlags::REMOTE_READ)
-            {
-                Ok(o) => o as u64,
+            match sh.mrs.check_remote(
+                reth.rkey,
+                self.pd,
+                self.qpn,
+                reth.va,
+                total,
+                AccessFlags::REMOTE_READ,
+            ) {
+                Ok(t) => t,
                 Err(f) => {
                     self.fault_nak(sh, p, f);
                     return;
@@ -474,8 +485,8 @@ impl Qp {
         self.resp.queue.push_back(Response::Read {
             psn: p,
             last_psn,
-            key: reth.rkey,
-            offset,
+            key: target.key,
+            offset: target.offset as u64,
             remaining: total,
             first: true,
             msn: self.resp.msn,
@@ -504,17 +515,22 @@ impl Qp {
             self.nak_fatal(sh, p, NakCode::InvalidRequest);
             return;
         }
-        let offset = match sh
-            .mrs
-            .check_remote(a.rkey, self.pd, a.va, 8, AccessFlags::REMOTE_ATOMIC)
-        {
-            Ok(o) => o,
+        let target = match sh.mrs.check_remote(
+            a.rkey,
+            self.pd,
+            self.qpn,
+            a.va,
+            8,
+            AccessFlags::REMOTE_ATOMIC,
+        ) {
+            Ok(t) => t,
             Err(f) => {
                 self.fault_nak(sh, p, f);
                 return;
             }
         };
-        let Some(mr) = sh.mrs.get_mut(a.rkey) else {
+        let offset = target.offset;
+        let Some(mr) = sh.mrs.get_mut(target.key) else {
             return;
         };
         // The engine is single-threaded, so this is atomic with respect to every other
@@ -562,17 +578,21 @@ impl Qp {
                 {
                     return;
                 }
-                let offset = if total == 0 {
-                    0
+                let target = if total == 0 {
+                    RemoteTarget {
+                        key: reth.rkey,
+                        offset: 0,
+                    }
                 } else {
                     match sh.mrs.check_remote(
                         reth.rkey,
                         self.pd,
+                        self.qpn,
                         reth.va,
                         total,
                         AccessFlags::REMOTE_READ,
                     ) {
-                        Ok(o) => o as u64,
+                        Ok(t) => t,
                         Err(_) => return,
                     }
                 };
@@ -580,8 +600,8 @@ impl Qp {
                 self.resp.queue.push_back(Response::Read {
                     psn: p,
                     last_psn: new_last,
-                    key: reth.rkey,
-                    offset,
+                    key: target.key,
+                    offset: target.offset as u64,
                     remaining: total,
                     first: true,
                     msn,
@@ -625,7 +645,7 @@ impl Qp {
         let pkey = self.pkey(sh);
         let dest = self.attr.dest_qp_num;
         let mut repr = PacketRepr::new(emit::bth(
-            emit::opcode(Service::Rc, Operation::Acknowledge),
+            emit::opcode(self.rc_service(), Operation::Acknowledge),
             pkey,
             dest,
             0,
@@ -649,7 +669,7 @@ impl Qp {
                 n
             }
             Response::Atomic { psn, orig, msn, .. } => {
-                repr.bth.opcode = emit::opcode(Service::Rc, Operation::AtomicAcknowledge);
+                repr.bth.opcode = emit::opcode(self.rc_service(), Operation::AtomicAcknowledge);
                 repr.bth.psn = psn;
                 repr.aeth = Some(AethRepr {
                     syndrome: Syndrome::Ack {
@@ -682,7 +702,7 @@ impl Qp {
                     (false, true) => Operation::ReadResponseLast,
                     (false, false) => Operation::ReadResponseMiddle,
                 };
-                repr.bth.opcode = emit::opcode(Service::Rc, op);
+                repr.bth.opcode = emit::opcode(self.rc_service(), op);
                 repr.bth.psn = psn;
                 if op != Operation::ReadResponseMiddle {
                     repr.aeth = Some(AethRepr {

@@ -210,6 +210,9 @@ pub fn case_strategy(
         QpType::Rc => RC_OPS,
         QpType::Uc => UC_OPS,
         QpType::Ud => UD_OPS,
+        QpType::XrcSend | QpType::XrcRecv => {
+            panic!("the workload model connects RC/UC/UD pairs; XRC is tested in tests/xrc.rs")
+        }
     };
     let side = move |mtu: Mtu| {
         let max_len = if qp_type == QpType::Ud {

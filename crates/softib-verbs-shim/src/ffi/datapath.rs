@@ -17,7 +17,7 @@ use crate::convert::{errno_of, imm_from_c, roce_v2_packet_type, wc_to_c, wr_opco
 use crate::objects::{AhObj, CqObj, PdObj, QpObj, SrqObj};
 
 /// Why one WR was refused: errno and the message for `SOFTIB_DEBUG`.
-type Refusal = (i32, String);
+pub(super) type Refusal = (i32, String);
 
 fn refuse(e: VerbsError) -> Refusal {
     (errno_of(&e), e.to_string())
@@ -49,7 +49,7 @@ unsafe fn sges(list: *const ibv_sge, n: i32) -> Result<Vec<Sge>, Refusal> {
 ///
 /// # Safety
 /// `w` is a valid send WR whose SGEs (and, for INLINE, the bytes they name) are readable.
-unsafe fn post_one_send(
+pub(super) unsafe fn post_one_send(
     q: &QpObj,
     bounce: u32,
     e: &mut Device,
@@ -137,7 +137,7 @@ unsafe fn post_one_send(
         sg_list,
         flags,
         imm_data: has_imm.then(|| imm_from_c(w.imm_data)),
-        invalidate_rkey: if opcode == WrOpcode::SendWithInv {
+        invalidate_rkey: if matches!(opcode, WrOpcode::SendWithInv | WrOpcode::LocalInv) {
             w.imm_data
         } else {
             0
@@ -151,6 +151,14 @@ unsafe fn post_one_send(
         compare_add: if atomic { w.wr.compare_add() } else { 0 },
         swap: if atomic { w.wr.swap() } else { 0 },
         ud,
+        // `qp_type.xrc.remote_srqn`: the remote XRC SRQ, for XRC initiator QPs.
+        xrc_remote_srqn: w.remote_srqn,
+        bind_mw: if opcode == WrOpcode::BindMw {
+            // SAFETY: forwarded function contract (the WR's window and region are ours).
+            Some(unsafe { super::mw::bind_of_wr(w) }?)
+        } else {
+            None
+        },
     };
     e.post_send(now, q.qpn, &wr).map_err(refuse)
 }
@@ -166,8 +174,13 @@ pub unsafe extern "C" fn post_send(
             return libc::EINVAL;
         };
         // SAFETY: the QP's PD is one of ours and outlives the QP.
-        let bounce =
-            unsafe { obj::<_, PdObj>(q.pd) }.map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire));
+        let bounce = q.staging.map_or_else(
+            || {
+                unsafe { obj::<_, PdObj>(q.pd) }
+                    .map_or(0, |p| p.bounce_lkey.load(Ordering::Acquire))
+            },
+            |st| st.lkey,
+        );
         let mut cur = wr;
         let r = q.shared.net.with_engine(|e, now| {
             while !cur.is_null() {

@@ -99,9 +99,9 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             _compat_reg_mr: std::ptr::null_mut(),
             _compat_rereg_mr: std::ptr::null_mut(),
             _compat_dereg_mr: std::ptr::null_mut(),
-            alloc_mw: std::ptr::null_mut(),
-            bind_mw: std::ptr::null_mut(),
-            dealloc_mw: std::ptr::null_mut(),
+            alloc_mw: Some(super::mw::alloc_mw),
+            bind_mw: Some(super::mw::bind_mw),
+            dealloc_mw: Some(super::mw::dealloc_mw),
             _compat_create_cq: std::ptr::null_mut(),
             poll_cq: Some(super::datapath::poll_cq),
             req_notify_cq: Some(super::datapath::req_notify_cq),
@@ -125,7 +125,15 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             _compat_detach_mcast: std::ptr::null_mut(),
             _compat_async_event: std::ptr::null_mut(),
         };
-        let mut ext = [std::ptr::null_mut(); VERBS_CONTEXT_EXT_SLOTS];
+        let cmd_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .ok();
+        let cmd_fd = cmd_file
+            .as_ref()
+            .map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
+        let mut ext = super::slots::extension_slots();
         ext[EXT_SLOT_QUERY_DEVICE_EX] = query_device_ex as QueryDeviceExFn as *mut c_void;
         let obj = Box::new(ContextObj {
             vctx: verbs_context {
@@ -135,7 +143,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                 context: ibv_context {
                     device: dev,
                     ops,
-                    cmd_fd: -1,
+                    cmd_fd,
                     async_fd: shared.async_events.raw_fd(),
                     num_comp_vectors: crate::caps::NUM_COMP_VECTORS,
                     mutex: libc::PTHREAD_MUTEX_INITIALIZER,
@@ -143,6 +151,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                 },
             },
             shared,
+            cmd_file,
         });
         let obj = Box::into_raw(obj);
         // SAFETY: `obj` is a live, exclusively owned box; the application gets a pointer

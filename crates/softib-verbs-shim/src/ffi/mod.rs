@@ -6,11 +6,18 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)]
 
+mod cq_ex;
 mod datapath;
 mod device;
+mod dm;
+mod domain;
+mod mw;
 mod qp;
+mod qp_ex;
 mod resources;
+mod slots;
 mod unsupported;
+mod xrc;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -56,6 +63,9 @@ fn errno_name(e: i32) -> &'static str {
         libc::ENODEV => "ENODEV",
         libc::EINTR => "EINTR",
         libc::EAGAIN => "EAGAIN",
+        libc::ENOSPC => "ENOSPC",
+        libc::EFAULT => "EFAULT",
+        libc::ENOENT => "ENOENT",
         _ => "errno",
     }
 }

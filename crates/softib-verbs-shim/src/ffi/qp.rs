@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 
-use softib_transport::{CqHandle, QpAttrMask, QpCap, QpInitAttr, SrqHandle};
+use softib_transport::{CqHandle, QpAttrMask, QpCap, QpInitAttr, QpType, SrqHandle};
 
 use super::{fail, guard, obj, report};
 use crate::abi::*;
@@ -19,7 +19,25 @@ pub unsafe extern "C" fn ibv_create_qp(
     init: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: a PD from ibv_alloc_pd and the caller's attributes (ibv_create_qp(3)).
+        // SAFETY: the caller's attributes (ibv_create_qp(3)).
+        unsafe { create_qp_in(pd, init, "ibv_create_qp", None) }
+    })
+}
+
+/// Creates a QP for `ibv_create_qp`, and for `ibv_create_qp_ex` with `send_ops` (its
+/// `IBV_QP_EX_WITH_*` flags, already checked): then the QP is a `verbs_qp` with
+/// `VERBS_QP_EX` and the `ibv_wr_*` builder functions.
+///
+/// # Safety
+/// `pd` is NULL or a PD of this library; `init` is NULL or the caller's attributes.
+pub(super) unsafe fn create_qp_in(
+    pd: *mut ibv_pd,
+    init: *mut ibv_qp_init_attr,
+    verb: &str,
+    send_ops: Option<u64>,
+) -> *mut ibv_qp {
+    {
+        // SAFETY: a PD from ibv_alloc_pd and the caller's attributes (function contract).
         let (Some(p), Some(init)) = (unsafe { obj::<_, PdObj>(pd) }, unsafe { init.as_mut() })
         else {
             set_errno(libc::EINVAL);
@@ -27,13 +45,16 @@ pub unsafe extern "C" fn ibv_create_qp(
         };
         let s = &p.shared;
         let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_create_qp", errno, why));
+            set_errno(report(s, verb, errno, why));
             std::ptr::null_mut()
         };
         let Some(qp_type) = qp_type_from_c(init.qp_type) else {
             return fail(
                 libc::EOPNOTSUPP,
-                &format!("QP type {} (softib has RC, UC and UD)", init.qp_type),
+                &format!(
+                    "QP type {} (softib has RC, UC, UD, XRC_SEND and XRC_RECV)",
+                    init.qp_type
+                ),
             );
         };
         // SAFETY: CQs and SRQ from this library, as ibv_create_qp(3) requires.
@@ -43,6 +64,13 @@ pub unsafe extern "C" fn ibv_create_qp(
                 obj::<_, CqObj>(init.recv_cq),
                 obj::<_, SrqObj>(init.srq),
             )
+        };
+        // An XRC initiator has no receive side: its receive CQ may be NULL (the engine is
+        // given the send CQ, which it never completes receives on for such a QP).
+        let recv_cq = if qp_type == QpType::XrcSend {
+            recv_cq.or(send_cq)
+        } else {
+            recv_cq
         };
         let (Some(send_cq), Some(recv_cq)) = (send_cq, recv_cq) else {
             return fail(libc::EINVAL, &"send_cq and recv_cq are required");
@@ -66,6 +94,18 @@ pub unsafe extern "C" fn ibv_create_qp(
             Ok(q) => q,
             Err(e) => return fail(errno_of(&e), &e),
         };
+        // A parent domain's allocator provides the send staging region (domain.rs).
+        let staging = match super::domain::alloc_staging(p, pd, cap.max_inline_data) {
+            Ok(st) => st,
+            Err((errno, why)) => {
+                let _ = s.net.destroy_qp(qpn);
+                return fail(errno, &why);
+            }
+        };
+        if p.parent.is_some() {
+            // A parent domain with QPs cannot be deallocated (mlx5: EBUSY).
+            p.children.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         // ibv_create_qp(3): the structure returns the capacities actually granted.
         init.cap = cap_to_c(&cap);
         let o = Box::into_raw(Box::new(QpObj {
@@ -77,21 +117,27 @@ pub unsafe extern "C" fn ibv_create_qp(
                 recv_cq: init.recv_cq,
                 srq: init.srq,
             },
-            qp: UnsafeCell::new(ibv_qp {
-                context: p.pd.context,
-                qp_context: init.qp_context,
-                pd,
-                send_cq: init.send_cq,
-                recv_cq: init.recv_cq,
-                srq: init.srq,
-                handle: qpn,
-                qp_num: qpn,
-                state: 0,
-                qp_type: init.qp_type,
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                cond: libc::PTHREAD_COND_INITIALIZER,
-                events_completed: 0,
-            }),
+            qp: UnsafeCell::new(super::qp_ex::verbs_qp_of(
+                ibv_qp {
+                    context: p.pd.context,
+                    qp_context: init.qp_context,
+                    pd,
+                    send_cq: init.send_cq,
+                    recv_cq: init.recv_cq,
+                    srq: init.srq,
+                    handle: qpn,
+                    qp_num: qpn,
+                    state: 0,
+                    qp_type: init.qp_type,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    events_completed: 0,
+                },
+                send_ops,
+            )),
+            batch: Default::default(),
+            send_ops: send_ops.unwrap_or(0),
+            staging,
             qp_type,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all != 0,
@@ -103,7 +149,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             .qps
             .insert(qpn, o as usize);
         o.cast()
-    })
+    }
 }
 
 #[no_mangle]
@@ -142,7 +188,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         if let Some(st) = s.net.qp_state(q.qpn) {
             // SAFETY: the C structure lives in an UnsafeCell; applications read `state`
             // without synchronisation with libibverbs too.
-            unsafe { (*q.qp.get()).state = qp_state_to_c(st) };
+            unsafe { (*q.qp.get()).qp_ex.qp_base.state = qp_state_to_c(st) };
         }
         0
     })
@@ -172,7 +218,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         let mut c = qp_attr_to_c(&a);
         c.cap = q.cap;
         // SAFETY: as in ibv_modify_qp.
-        unsafe { (*q.qp.get()).state = c.qp_state };
+        unsafe { (*q.qp.get()).qp_ex.qp_base.state = c.qp_state };
         // SAFETY: both outputs are non-NULL structures of the caller.
         unsafe {
             attr.write(c);
@@ -209,6 +255,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // Out of the registry, the QP gets no new events; those already queued go too.
         let addr = qp as usize;
         s.async_events.discard(|&(a, _)| a == addr);
+        if let Some(st) = q.staging {
+            // SAFETY: the QP is gone from the engine, so nothing reads the region now.
+            unsafe { super::domain::free_staging(&s, &st) };
+        }
+        // SAFETY: the QP's PD outlives it (a parent domain refuses to go while it has QPs).
+        if let Some(p) = unsafe { obj::<_, PdObj>(q.pd) }.filter(|p| p.parent.is_some()) {
+            p.children.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
         // SAFETY: boxed by ibv_create_qp; the application no longer uses it.
         drop(unsafe { Box::from_raw(qp.cast::<QpObj>()) });
         0

@@ -10,9 +10,11 @@ use softib_transport::{AccessFlags, SrqAttr, VecMemory};
 
 use super::{ctx_obj, fail, guard, obj, report};
 use crate::abi::*;
+use crate::abi_ex::*;
 use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
 use crate::events::{CqTarget, EventQueue};
 use crate::objects::{AhObj, ChannelObj, CqObj, MrObj, PdObj, Shared, SrqObj};
+use crate::process_memory::ProcessMemory;
 use crate::raw_memory::RawMemory;
 use crate::sys::set_errno;
 
@@ -63,6 +65,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
             },
             handle,
             bounce_lkey: bounce.into(),
+            parent: None,
+            children: 0.into(),
             shared: s.clone(),
         });
         Box::into_raw(o).cast()
@@ -77,6 +81,13 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             return fail(libc::EINVAL);
         };
         let s = &p.shared;
+        if let Some(parent) = &p.parent {
+            // SAFETY: a parent domain the application gives up (ibv_dealloc_pd(3)).
+            return unsafe { super::domain::dealloc_parent_domain(pd, parent) };
+        }
+        if p.children.load(Ordering::Acquire) > 0 {
+            return report(s, "ibv_dealloc_pd", libc::EBUSY, &"parent domains use it");
+        }
         let bounce = p.bounce_lkey.load(Ordering::Acquire);
         let r = s.net.with_engine(|e, _| {
             e.dereg_mr(bounce)?;
@@ -112,16 +123,31 @@ fn reg_mr_common(
     if let Err(r) = checks {
         return null_with(report(s, "ibv_reg_mr", r.errno, &r.why));
     }
-    if addr.is_null() {
+    let on_demand = access & IBV_ACCESS_ON_DEMAND != 0;
+    // The implicit ODP region (ibv_reg_mr(3)): address NULL, length SIZE_MAX, the whole
+    // address space at iova 0.
+    let implicit = on_demand && addr.is_null() && length == usize::MAX;
+    if addr.is_null() && !implicit {
         // The kernel cannot pin page 0 of the process: EFAULT.
         return null_with(report(s, "ibv_reg_mr", libc::EFAULT, &"NULL address"));
     }
-    // SAFETY: ibv_reg_mr(3): the application keeps `addr..addr+length` mapped until
-    // ibv_dereg_mr, which drops this RawMemory.
-    let memory = unsafe { RawMemory::new(addr.cast(), length) };
+    let (memory, iova): (Box<dyn softib_transport::Memory>, u64) = if implicit {
+        (Box::new(ProcessMemory::new(0, usize::MAX)), 0)
+    } else if on_demand {
+        // Explicit ODP: the range may be (partly) unmapped now or later, so it is reached
+        // only through system calls that cannot fault (process_memory.rs).
+        (Box::new(ProcessMemory::new(addr as usize, length)), iova)
+    } else {
+        // SAFETY: ibv_reg_mr(3): the application keeps `addr..addr+length` mapped until
+        // ibv_dereg_mr, which drops this RawMemory.
+        (
+            Box::new(unsafe { RawMemory::new(addr.cast(), length) }),
+            iova,
+        )
+    };
     let r = s
         .net
-        .with_engine(|e, _| e.reg_mr(p.handle, Box::new(memory), iova, access_from_c(access)));
+        .with_engine(|e, _| e.reg_mr(p.handle, memory, iova, access_from_c(access)));
     match r {
         Ok(keys) => Box::into_raw(Box::new(MrObj {
             mr: ibv_mr {
@@ -133,6 +159,9 @@ fn reg_mr_common(
                 lkey: keys.lkey,
                 rkey: keys.rkey,
             },
+            dm: std::ptr::null(),
+            access,
+            iova,
             shared: s.clone(),
         }))
         .cast(),
@@ -187,7 +216,16 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         };
         let s = &m.shared;
         if let Err(e) = s.net.with_engine(|e, _| e.dereg_mr(m.mr.lkey)) {
-            return report(s, "ibv_dereg_mr", errno_of(&e), &e);
+            // An MR with memory windows bound: rxe_dereg_mr fails with EINVAL, not EBUSY.
+            let errno = match e {
+                softib_transport::VerbsError::InUse { kind: "MR", .. } => libc::EINVAL,
+                _ => errno_of(&e),
+            };
+            return report(s, "ibv_dereg_mr", errno, &e);
+        }
+        // SAFETY: a DM outlives its MRs (free_dm refuses while `mrs` > 0).
+        if let Some(dm) = unsafe { m.dm.as_ref() } {
+            dm.mrs.fetch_sub(1, Ordering::AcqRel);
         }
         // SAFETY: boxed by reg_mr_common; the application no longer uses it.
         drop(unsafe { Box::from_raw(mr.cast::<MrObj>()) });
@@ -256,31 +294,61 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(std::ptr::null_mut(), || {
+        create_cq_in(
+            ctx,
+            cqe,
+            cq_context,
+            channel,
+            comp_vector,
+            None,
+            "ibv_create_cq",
+        )
+        .cast()
+    })
+}
+
+/// Creates a CQ for `ibv_create_cq`, and for `ibv_create_cq_ex` with `ex` (the extended
+/// polling functions and their state, already checked).
+pub(super) fn create_cq_in(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    ex: Option<crate::cq_ex::CqExState>,
+    verb: &str,
+) -> *mut ibv_cq_ex {
+    {
         // SAFETY: a context from ibv_open_device (ibv_create_cq(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
             return null_with(libc::EINVAL);
         };
         let s = &c.shared;
         if let Err(r) = crate::validate::create_cq(cqe, comp_vector, s.limits.max_cqe) {
-            return null_with(report(s, "ibv_create_cq", r.errno, &r.why));
+            return null_with(report(s, verb, r.errno, &r.why));
         }
         let handle = match s.net.create_cq(cqe as u32) {
             Ok(h) => h,
-            Err(e) => return null_with(report(s, "ibv_create_cq", errno_of(&e), &e)),
+            Err(e) => return null_with(report(s, verb, errno_of(&e), &e)),
         };
+        let with_polling = ex.is_some();
         let o = Box::into_raw(Box::new(CqObj {
             channel,
-            cq: UnsafeCell::new(ibv_cq {
-                context: ctx,
-                channel,
-                cq_context,
-                handle: handle.0,
-                cqe,
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                cond: libc::PTHREAD_COND_INITIALIZER,
-                comp_events_completed: 0,
-                async_events_completed: 0,
-            }),
+            cq: UnsafeCell::new(super::cq_ex::cq_ex_of(
+                ibv_cq {
+                    context: ctx,
+                    channel,
+                    cq_context,
+                    handle: handle.0,
+                    cqe,
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    cond: libc::PTHREAD_COND_INITIALIZER,
+                    comp_events_completed: 0,
+                    async_events_completed: 0,
+                },
+                with_polling,
+            )),
+            ex,
             handle,
             shared: s.clone(),
         }));
@@ -298,7 +366,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             );
         }
         o.cast()
-    })
+    }
 }
 
 #[no_mangle]
@@ -625,5 +693,268 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
         }
         // SAFETY: as above; `a` is a local structure.
         unsafe { ibv_create_ah(pd, &mut a) }
+    })
+}
+
+/// `ibv_rereg_mr`'s return values (enum ibv_rereg_mr_err_code).
+const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+const IBV_REREG_MR_ERR_CMD: c_int = -4;
+
+/// What libibverbs checks before the kernel sees a rereg (libibverbs/verbs.c): the
+/// failures return `IBV_REREG_MR_ERR_INPUT` with errno EINVAL.
+fn rereg_input_ok(
+    m: &MrObj,
+    flags: c_int,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> bool {
+    let flags = flags as u32;
+    let all = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+    m.dm.is_null()
+        && flags & !all == 0
+        && !(flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (length == 0 || addr.is_null()))
+        && !(access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+}
+
+/// ibv_rereg_mr(3): changes the translation, PD and/or access of a region. The kernel's
+/// rules apply (no flag is EINVAL, as are a foreign PD or invalid access bits; these return
+/// `IBV_REREG_MR_ERR_CMD`). The region changes in place and keeps its lkey and rkey, so a
+/// peer holding the rkey reaches the region under its new rules.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        // SAFETY: an MR of this library (ibv_rereg_mr(3)); the application does not use it
+        // concurrently with this verb.
+        let Some(m) = (unsafe { obj::<_, MrObj>(mr) }) else {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        };
+        let s = m.shared.clone();
+        if !rereg_input_ok(m, flags, addr, length, access) {
+            set_errno(report(
+                &s,
+                "ibv_rereg_mr",
+                libc::EINVAL,
+                &format!("flags {flags:#x}, access {access:#x}, addr {addr:p}, length {length}"),
+            ));
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        let cmd_fail = |errno: i32, why: &dyn std::fmt::Display| {
+            set_errno(report(&s, "ibv_rereg_mr", errno, why));
+            IBV_REREG_MR_ERR_CMD
+        };
+        let flags = flags as u32;
+        if flags == 0 {
+            return cmd_fail(libc::EINVAL, &"no IBV_REREG_MR_CHANGE_* flag");
+        }
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            pd
+        } else {
+            m.mr.pd
+        };
+        // SAFETY: NULL or a PD of this library.
+        let Some(p) = (unsafe { obj::<_, PdObj>(new_pd) }) else {
+            return cmd_fail(libc::EINVAL, &"the new PD is not a PD of this device");
+        };
+        let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            access as u32
+        } else {
+            m.access
+        };
+        let (new_addr, new_len, new_iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            (addr, length, addr as u64)
+        } else {
+            (m.mr.addr, m.mr.length, m.iova)
+        };
+        let translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0).then(|| {
+            // SAFETY: ibv_rereg_mr(3) with CHANGE_TRANSLATION: the application keeps the
+            // new range mapped until ibv_dereg_mr, as for ibv_reg_mr.
+            let m: Box<dyn softib_transport::Memory> =
+                Box::new(unsafe { RawMemory::new(new_addr.cast(), new_len) });
+            (m, new_iova)
+        });
+        let lkey = m.mr.lkey;
+        let engine_pd = (flags & IBV_REREG_MR_CHANGE_PD != 0).then_some(p.handle);
+        let engine_access =
+            (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then(|| access_from_c(new_access));
+        let r = s
+            .net
+            .with_engine(|e, _| e.rereg_mr(lkey, engine_pd, translation, engine_access));
+        match r {
+            // The replaced view of the old buffer goes here, outside the device lock.
+            Ok(old) => drop(old),
+            Err(e) => return cmd_fail(errno_of(&e), &e),
+        }
+        let o = mr.cast::<MrObj>();
+        // SAFETY: the object is ours and not otherwise referenced now (`m` is not used
+        // after this point); the application does not use the MR during the verb.
+        unsafe {
+            (*o).mr.pd = new_pd;
+            (*o).mr.addr = new_addr;
+            (*o).mr.length = new_len;
+            (*o).access = new_access;
+            (*o).iova = new_iova;
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a CQ of this library (ibv_resize_cq(3)).
+        let Some(q) = (unsafe { obj::<_, CqObj>(cq) }) else {
+            return libc::EINVAL;
+        };
+        let Ok(n) = u32::try_from(cqe) else {
+            return report(
+                &q.shared,
+                "ibv_resize_cq",
+                libc::EINVAL,
+                &format!("cqe {cqe}"),
+            );
+        };
+        if let Err(e) = q.shared.net.with_engine(|en, _| en.resize_cq(q.handle, n)) {
+            return report(&q.shared, "ibv_resize_cq", errno_of(&e), &e);
+        }
+        // SAFETY: the C structure lives in an UnsafeCell; libibverbs' providers update
+        // `cqe` the same way.
+        unsafe { (*q.cq.get()).cqe = cqe };
+        0
+    })
+}
+
+/// The `create_srq_ex` slot: basic SRQs (the inline wrapper calls it for any comp_mask
+/// beyond PD and TYPE); XRC and tag-matching SRQs are not implemented.
+pub(super) unsafe extern "C" fn create_srq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the inline ibv_create_srq_ex passes our context and the caller's attributes.
+        let (Some(c), Some(a)) = (unsafe { ctx_obj(ctx) }, unsafe { attr.as_ref() }) else {
+            return null_with(libc::EINVAL);
+        };
+        let s = &c.shared;
+        let ty = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+            a.srq_type
+        } else {
+            IBV_SRQT_BASIC
+        };
+        if ty == IBV_SRQT_XRC {
+            return super::xrc::create_xrc_srq(c, a);
+        }
+        if ty != IBV_SRQT_BASIC || a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD != 0 {
+            return null_with(report(
+                s,
+                "ibv_create_srq_ex",
+                libc::EOPNOTSUPP,
+                &format!("SRQ type {ty} (softib has basic and XRC SRQs; tag matching is not implemented)"),
+            ));
+        }
+        let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ;
+        if a.comp_mask & !known != 0 {
+            return null_with(report(
+                s,
+                "ibv_create_srq_ex",
+                libc::EOPNOTSUPP,
+                &format!("comp_mask {:#x}", a.comp_mask),
+            ));
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+            return null_with(report(
+                s,
+                "ibv_create_srq_ex",
+                libc::EINVAL,
+                &"a PD is required",
+            ));
+        }
+        // SAFETY: `ibv_srq_init_attr_ex` starts with the fields of `ibv_srq_init_attr`
+        // (verbs.h's own fallback relies on it).
+        unsafe { ibv_create_srq(a.pd, attr.cast()) }
+    })
+}
+
+/// The `advise_mr` slot (ibv_advise_mr(3)): prefetching ODP ranges. softib has no page
+/// tables of its own to fill, so a prefetch is a probe: with `IBV_ADVISE_MR_FLAG_FLUSH`
+/// (synchronous) every range must be accessible now (readable; writable for
+/// `PREFETCH_WRITE`) or the verb fails with EFAULT, as a failed synchronous page fault
+/// does; without it the advice is accepted as a hint. `PREFETCH_NO_FAULT` never faults, so
+/// it always succeeds once the SGEs are valid.
+pub(super) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: u32,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: the inline ibv_advise_mr passes our PD.
+        let Some(p) = (unsafe { obj::<_, PdObj>(pd) }) else {
+            return libc::EINVAL;
+        };
+        let s = &p.shared;
+        if advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0
+        {
+            return report(
+                s,
+                "ibv_advise_mr",
+                libc::EOPNOTSUPP,
+                &format!("advice {advice}, flags {flags:#x}"),
+            );
+        }
+        if num_sge == 0 || sg_list.is_null() {
+            return report(s, "ibv_advise_mr", libc::EINVAL, &"no SGE");
+        }
+        // SAFETY: ibv_advise_mr(3): `sg_list` holds `num_sge` SGEs.
+        let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+        let write = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+        let probe = flags & IBV_ADVISE_MR_FLAG_FLUSH != 0
+            && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+        let r = s.net.with_engine(|e, _| {
+            for g in sges {
+                let sge = softib_transport::Sge {
+                    addr: g.addr,
+                    length: g.length,
+                    lkey: g.lkey,
+                };
+                // The SGE must name an ODP region of this PD (checked like a local SGE).
+                let Some(off) = e.local_region_offset(p.handle, &sge) else {
+                    return Err((
+                        libc::EINVAL,
+                        format!("SGE lkey {:#x} addr {:#x} len {}", g.lkey, g.addr, g.length),
+                    ));
+                };
+                if probe {
+                    let ok = e
+                        .memory(g.lkey)
+                        .is_some_and(|m| m.accessible(off, g.length as usize, write));
+                    if !ok {
+                        return Err((
+                            libc::EFAULT,
+                            format!(
+                                "{:#x}+{} is not mapped{}",
+                                g.addr,
+                                g.length,
+                                if write { " writable" } else { "" }
+                            ),
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => 0,
+            Err((errno, why)) => report(s, "ibv_advise_mr", errno, &why),
+        }
     })
 }

@@ -6,7 +6,6 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::guard;
 use crate::abi::*;
 use crate::convert::wc_status_str;
 use crate::sys::set_errno;
@@ -14,11 +13,6 @@ use crate::sys::set_errno;
 fn unsupported_null<T>() -> *mut T {
     set_errno(libc::EOPNOTSUPP);
     std::ptr::null_mut()
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    guard(std::ptr::null_mut(), unsupported_null)
 }
 
 #[no_mangle]
@@ -42,25 +36,6 @@ pub unsafe extern "C" fn ibv_detach_mcast(
     _lid: u16,
 ) -> c_int {
     libc::EOPNOTSUPP
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `IBV_REREG_MR_ERR_INPUT`: rereg is not implemented; the MR stays as it was.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
-) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
 }
 
 #[no_mangle]
