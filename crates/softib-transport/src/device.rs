@@ -906,14 +906,7 @@ impl Device {
     /// like an RC QP (IBA Annex A14).
     pub fn create_xrc_target_qp(&mut self, xrcd: XrcdHandle) -> Result<u32, VerbsError> {
         self.check_xrcd(xrcd)?;
-        let cfg = &self.sh.config;
-        if self.qps.len() as u32 >= cfg.max_qp.min(0x00FF_FFFF - FIRST_QPN) {
-            return Err(VerbsError::LimitReached {
-                limit: "max_qp",
-                max: cfg.max_qp,
-            });
-        }
-        let qpn = FIRST_QPN + self.qps.len() as u32;
+        let qpn = self.next_qpn()?;
         let init = QpInitAttr {
             qp_type: QpType::XrcRecv,
             send_cq: crate::rc::xrc::NO_CQ,
@@ -924,11 +917,28 @@ impl Device {
         };
         let mut qp = Qp::new(qpn, crate::rc::xrc::NO_PD, &init);
         qp.xrcd = Some(xrcd);
+        self.push_qp(qp);
+        Ok(qpn)
+    }
+
+    /// The QPN the next QP gets (its slot is the table's end), or `LimitReached`.
+    fn next_qpn(&self) -> Result<u32, VerbsError> {
+        let cfg = &self.sh.config;
+        if self.qps.len() as u32 >= cfg.max_qp.min(1 << SLOT_BITS) {
+            return Err(VerbsError::LimitReached {
+                limit: "max_qp",
+                max: cfg.max_qp,
+            });
+        }
+        Ok(FIRST_QPN + self.qpn_map.offset_of_slot(self.qps.len() as u32))
+    }
+
+    /// Puts a new QP (numbered by [`Self::next_qpn`]) into the table's end.
+    fn push_qp(&mut self, qp: Qp) {
         self.qps.push(Some(qp));
         if self.ready.capacity() < self.qps.len() {
             self.ready.reserve(self.qps.len().max(64));
         }
-        Ok(qpn)
     }
 
     /// Destroys an address handle (`ibv_destroy_ah`). WRs already posted keep their resolved
@@ -1009,13 +1019,7 @@ impl Device {
                 });
             }
         }
-        if self.qps.len() as u32 >= cfg.max_qp.min(1 << SLOT_BITS) {
-            return Err(VerbsError::LimitReached {
-                limit: "max_qp",
-                max: cfg.max_qp,
-            });
-        }
-        let qpn = FIRST_QPN + self.qpn_map.offset_of_slot(self.qps.len() as u32);
+        let qpn = self.next_qpn()?;
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(Some(q)) = self.sh.cqs.get_mut(cq.0 as usize) {
                 q.users += 1;
@@ -1034,10 +1038,7 @@ impl Device {
         }
         let mut qp = Qp::new(qpn, pd, &init);
         qp.req.rec.paced = self.sh.config.resend == ResendPolicy::Paced;
-        self.qps.push(Some(qp));
-        if self.ready.capacity() < self.qps.len() {
-            self.ready.reserve(self.qps.len().max(64));
-        }
+        self.push_qp(qp);
         Ok(qpn)
     }
 
