@@ -886,14 +886,13 @@ impl Device {
                         .into(),
                 })
             }
-            QpType::XrcSend => {
-                if init.srq.is_some() {
-                    return Err(VerbsError::InvalidAttribute {
-                        attr: "srq",
-                        reason: "an XRC initiator QP has no receive side".into(),
-                    });
-                }
+            QpType::XrcSend if init.srq.is_some() => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "srq",
+                    reason: "an XRC initiator QP has no receive side".into(),
+                });
             }
+            QpType::XrcSend => {}
             _ if init.srq.is_none() => {
                 check("cap.max_recv_wr", cap.max_recv_wr, 1, cfg.max_qp_wr)?;
                 check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
