@@ -365,9 +365,15 @@ fn send_with_invalidate_of_a_window_bound_to_another_qp_is_refused() {
     let mut w = wr(WrOpcode::SendWithInv, 2, &a2, 0, &b2, 0, 16);
     w.invalidate_rkey = rkey;
     pair.dev(0).post_send(0, a2.qpn, &w).unwrap();
-    assert_ne!(
+    assert_eq!(
         wait_send(&mut pair, &a2, 1, SEC)[0].status,
-        WcStatus::Success
+        WcStatus::RemInvReqErr
+    );
+    let r = recv_wcs(&mut pair, &b2);
+    assert_eq!(
+        (r[0].wr_id, r[0].status),
+        (1, WcStatus::RemInvReqErr),
+        "the receive completes in error (rxe class J)"
     );
     // The window still works through its own QP.
     assert_eq!(

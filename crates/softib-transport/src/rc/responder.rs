@@ -298,11 +298,13 @@ impl Qp {
                         inv = Some(rkey);
                     }
                     Err(_) => {
+                        // rxe's class J: the receive completes with "remote invalid
+                        // request" and the QP enters ERR.
                         let src = self.attr.dest_qp_num;
                         self.complete_recv(
                             sh,
                             wqe.wr_id,
-                            WcStatus::LocQpOpErr,
+                            WcStatus::RemInvReqErr,
                             WcOpcode::Recv,
                             0,
                             flags,
@@ -311,7 +313,7 @@ impl Qp {
                             src,
                             meta.slid,
                             meta.sl,
-                            VendorErr::RemoteNak,
+                            VendorErr::Invalidate,
                         );
                         self.nak_fatal(sh, p, NakCode::InvalidRequest);
                         return;
