@@ -539,8 +539,8 @@ impl Device {
     }
 
     /// Deallocates a memory window (`ibv_dealloc_mw`); a bound window is unbound first, so
-    /// its R_Key stops working at once (rxe_dealloc_mw). `rkey` is any key the window has
-    /// had: its index names it.
+    /// its R_Key stops working at once (rxe_dealloc_mw). `rkey` is the window's current
+    /// key or the one `alloc_mw` returned.
     pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), VerbsError> {
         if self.sh.mrs.dealloc_window(rkey) {
             Ok(())

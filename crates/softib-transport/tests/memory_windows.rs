@@ -499,3 +499,46 @@ fn atomics_and_reads_land_through_a_window_in_the_right_region_bytes() {
     assert_eq!(pair.read(0, &a, 0, 8), 41u64.to_le_bytes());
     assert_eq!(pair.read(0, &a, 64, 8), 42u64.to_le_bytes());
 }
+
+#[test]
+fn alloc_mw_stops_at_max_mw_and_dealloc_frees_a_slot() {
+    let config = softib_transport::DeviceConfig {
+        max_mw: 2,
+        ..Default::default()
+    };
+    let mut pair = Pair::with_config(414, config);
+    let (_a, b) = connect(&mut pair, &options());
+    let d = pair.dev(1);
+    let w1 = d.alloc_mw(b.pd, MwType::Type1).unwrap();
+    let _w2 = d.alloc_mw(b.pd, MwType::Type2).unwrap();
+    assert!(matches!(
+        d.alloc_mw(b.pd, MwType::Type1),
+        Err(VerbsError::LimitReached {
+            limit: "max_mw",
+            max: 2
+        })
+    ));
+    d.dealloc_mw(w1).unwrap();
+    assert!(d.dealloc_mw(w1).is_err(), "deallocated twice");
+    assert!(d.alloc_mw(b.pd, MwType::Type1).is_ok());
+    assert!(matches!(
+        d.alloc_mw(softib_transport::PdHandle(99), MwType::Type1),
+        Err(VerbsError::UnknownHandle { kind: "PD", .. })
+    ));
+}
+
+#[test]
+fn dealloc_names_the_window_by_its_current_or_allocation_key_only() {
+    let mut pair = Pair::new(415);
+    let (_a, b) = connect(&mut pair, &options());
+    let mw = pair.dev(1).alloc_mw(b.pd, MwType::Type2).unwrap();
+    let rkey = softib_transport::next_rkey(mw);
+    let bind = window_over(&b, mw, rkey, 0, 64, AccessFlags::REMOTE_WRITE);
+    pair.dev(1).post_send(0, b.qpn, &bind_wr(1, bind)).unwrap();
+    wait_send(&mut pair, &b, 1, SEC);
+    let other = softib_transport::next_rkey(rkey);
+    assert!(pair.dev(1).dealloc_mw(other).is_err(), "a key it never had");
+    // The allocation key (what ibv_mw::rkey still holds for a type 2 window) names it.
+    pair.dev(1).dealloc_mw(mw).unwrap();
+    assert_eq!(pair.dev(1).mw_bound(rkey), None);
+}
