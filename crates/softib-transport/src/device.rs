@@ -983,7 +983,8 @@ impl Device {
                 q.users = q.users.saturating_sub(1);
             }
         }
-        if let Some(srq) = qp.srq {
+        // An XRC target's SRQ is only borrowed per message (rc/xrc.rs), never attached.
+        if let Some(srq) = qp.srq.filter(|_| qp.qp_type != QpType::XrcRecv) {
             if let Some(Some(s)) = self.sh.srqs.get_mut(srq.0 as usize) {
                 s.users = s.users.saturating_sub(1);
             }

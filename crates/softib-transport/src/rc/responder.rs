@@ -23,9 +23,10 @@ const MAX_MESSAGE: u64 = 1 << 31;
 
 impl Qp {
     /// End-to-end credits to advertise (IBA 9.7.7.2): receive WQEs posted, or "unlimited"
-    /// (code 31) when an SRQ feeds the QP.
+    /// (code 31) when an SRQ feeds the QP (always for an XRC target).
     fn credit(&self) -> CreditCode {
-        if self.srq.is_some() {
+        // An XRC target always receives into an SRQ (Annex A14), also between messages.
+        if self.srq.is_some() || self.qp_type == crate::verbs::QpType::XrcRecv {
             CreditCode::UNLIMITED
         } else {
             CreditCode::for_wqes(self.rq.len() as u32)
@@ -210,7 +211,7 @@ impl Qp {
     }
 
     /// Completes a half-received SEND's receive WQE in error (before a fatal NAK).
-    fn abort_recv_message(&mut self, sh: &mut Shared, status: WcStatus) {
+    pub(crate) fn abort_recv_message(&mut self, sh: &mut Shared, status: WcStatus) {
         if let Some(InMessage::Send { wqe, .. }) = self.resp.msg.take() {
             let src = self.attr.dest_qp_num;
             self.complete_recv(
