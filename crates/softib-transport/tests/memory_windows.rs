@@ -542,3 +542,53 @@ fn dealloc_names_the_window_by_its_current_or_allocation_key_only() {
     pair.dev(1).dealloc_mw(mw).unwrap();
     assert_eq!(pair.dev(1).mw_bound(rkey), None);
 }
+
+#[test]
+fn uc_qps_bind_windows_too_and_a_uc_write_outside_the_window_is_dropped() {
+    let mut pair = Pair::new(416);
+    let o = QpOptions {
+        qp_type: softib_transport::QpType::Uc,
+        ..options()
+    };
+    let (a, b) = pair.connect(&o);
+    let attr = softib_transport::QpAttr {
+        qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..Default::default()
+    };
+    for ep in [&a, &b] {
+        pair.dev(ep.side)
+            .modify_qp(0, ep.qpn, &attr, softib_transport::QpAttrMask::ACCESS_FLAGS)
+            .unwrap();
+    }
+    let mw = pair.dev(1).alloc_mw(b.pd, MwType::Type2).unwrap();
+    let rkey = softib_transport::next_rkey(mw);
+    let bind = window_over(&b, mw, rkey, 1024, 1024, AccessFlags::REMOTE_WRITE);
+    pair.dev(1).post_send(0, b.qpn, &bind_wr(1, bind)).unwrap();
+    let wcs = wait_send(&mut pair, &b, 1, SEC);
+    assert_eq!(
+        (wcs[0].opcode, wcs[0].status),
+        (WcOpcode::BindMw, WcStatus::Success)
+    );
+    let data = pattern(512, 3);
+    pair.fill(0, &a, 0, &data);
+    // UC completes at the sender either way (IBA 9.8.2); the bytes tell.
+    assert_eq!(
+        write_through(&mut pair, &a, &b, rkey, b.addr + 1024, 512, 2),
+        WcStatus::Success
+    );
+    assert_eq!(pair.read(1, &b, 1024, 512), data);
+    let before = pair.read(1, &b, 1536, 1024);
+    assert_eq!(
+        write_through(&mut pair, &a, &b, rkey, b.addr + 1536, 1000, 3),
+        WcStatus::Success
+    );
+    assert_eq!(
+        pair.read(1, &b, 1536, 1024),
+        before,
+        "a WRITE leaving the window is dropped"
+    );
+    assert_eq!(
+        pair.dev(1).qp_counters(b.qpn).unwrap().remote_access_errors,
+        1
+    );
+}
