@@ -1,13 +1,16 @@
 //! Arbitrary input -> `Device::handle_packet` of an engine holding live QPs of every type
-//! (RC, UC, UD) in every state (RESET, INIT, RTR, RTS, SQD, SQE, ERR), with send WRs
-//! outstanding (writes, reads, atomics, sends) and receive WRs posted, so random ACKs, read
-//! responses and requests meet real requester and responder state.
+//! (RC, UC, UD, XRC initiator and target) in every state (RESET, INIT, RTR, RTS, SQD, SQE,
+//! ERR), with send WRs outstanding (writes, reads, atomics, sends) and receive WRs posted
+//! (also in an XRC SRQ), and memory windows bound (a type 1 and a type 2 window over the
+//! writable region), so random ACKs, read responses and requests meet real requester and
+//! responder state, window checks and XRC delivery.
 //!
 //! The input is a script of records. Each record starts with a tag byte:
 //! - `0`: raw bytes (u16 length, then the bytes) handed to `handle_packet` as they are;
 //! - `1`: a structured packet: a valid opcode and headers whose fields come from the input
 //!   (DestQP picked among the live QPs, PSN near their expected PSNs, the real or a wrong
-//!   R_Key/Q_Key/P_Key, addresses in and around the registered region), so the fuzzer gets
+//!   R_Key (region or window)/Q_Key/P_Key/XRC SRQ, addresses in and around the registered
+//!   region), so the fuzzer gets
 //!   past parsing into the transport logic;
 //! - `2`: advance virtual time and run the due timers;
 //! - `3`: take every packet the engine wants to send (feeding ACKs back into requesters is
@@ -20,9 +23,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use softib_transport::{
-    AccessFlags, AhAttr, Device, DeviceConfig, GlobalRoute, Memory, MrKeys, Mtu, QpAttr,
-    QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RxGrh, RxMeta, SendFlags, SendWr,
-    Sge, SrqAttr, UdDest, VecMemory, WrOpcode,
+    AccessFlags, AhAttr, Device, DeviceConfig, GlobalRoute, Memory, MrKeys, Mtu, MwBind, MwType,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RxGrh, RxMeta, SendFlags,
+    SendWr, Sge, SrqAttr, UdDest, VecMemory, WrOpcode,
 };
 use softib_wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Opcode, PacketRepr, RethRepr,
@@ -127,6 +130,12 @@ struct Bench {
     ah: softib_transport::AhHandle,
     now: u64,
     buf: Vec<u8>,
+    /// The XRC domain the target QPs belong to, and the number of its XRC SRQ.
+    xrcd: softib_transport::XrcdHandle,
+    xrc_srqn: u32,
+    /// R_Keys of the type 1 and type 2 windows over the writable region (0 until bound).
+    mw1: u32,
+    mw2: u32,
 }
 
 fn gid(last: u8) -> [u8; 16] {
@@ -169,7 +178,12 @@ impl Bench {
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC;
         let rw = dev
-            .reg_mr(pd, Box::new(Guarded::new(RW_LEN, 0)), RW_ADDR, all)
+            .reg_mr(
+                pd,
+                Box::new(Guarded::new(RW_LEN, 0)),
+                RW_ADDR,
+                all | AccessFlags::MW_BIND,
+            )
             .unwrap();
         let ro = dev
             .reg_mr(
@@ -197,6 +211,23 @@ impl Bench {
             let _ = dev.post_srq_recv(srq, &recv(100 + i, rw, 0x8000 + i * 0x1000, 0x1000));
         }
         let ah = dev.create_ah(pd, av()).unwrap();
+        let xrcd = dev.open_xrcd();
+        let xrc_srq = dev
+            .create_xrc_srq(
+                pd,
+                xrcd,
+                cq,
+                SrqAttr {
+                    max_wr: 16,
+                    max_sge: 2,
+                    srq_limit: 1,
+                },
+            )
+            .unwrap();
+        for i in 0..4u64 {
+            let _ = dev.post_srq_recv(xrc_srq, &recv(200 + i, rw, 0xC000 + i * 0x800, 0x800));
+        }
+        let xrc_srqn = dev.srq_num(xrc_srq).unwrap();
         let mtu = [Mtu::M256, Mtu::M1024, Mtu::M4096][usize::from(selector % 3)];
         let mut bench = Bench {
             dev,
@@ -207,7 +238,12 @@ impl Bench {
             ah,
             now: 0,
             buf: vec![0u8; 4096 + 256],
+            xrcd,
+            xrc_srqn,
+            mw1: 0,
+            mw2: 0,
         };
+        bench.bind_windows(pd, cq, mtu);
         let states = [
             QpState::Reset,
             QpState::Init,
@@ -217,9 +253,15 @@ impl Bench {
             QpState::Sqe,
             QpState::Err,
         ];
-        for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        for qp_type in [
+            QpType::Rc,
+            QpType::Uc,
+            QpType::Ud,
+            QpType::XrcSend,
+            QpType::XrcRecv,
+        ] {
             for state in states {
-                let use_srq = qp_type != QpType::Ud && selector & 0x80 != 0;
+                let use_srq = matches!(qp_type, QpType::Rc | QpType::Uc) && selector & 0x80 != 0;
                 bench.add_qp(pd, cq, use_srq.then_some(srq), ah, qp_type, state, mtu);
             }
         }
@@ -238,23 +280,28 @@ impl Bench {
         target: QpState,
         mtu: Mtu,
     ) {
-        let Ok(qpn) = self.dev.create_qp(
-            pd,
-            QpInitAttr {
-                qp_type,
-                send_cq: cq,
-                recv_cq: cq,
-                srq,
-                cap: QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 2,
-                    max_recv_sge: 2,
-                    max_inline_data: 64,
+        let created = if qp_type == QpType::XrcRecv {
+            self.dev.create_xrc_target_qp(self.xrcd)
+        } else {
+            self.dev.create_qp(
+                pd,
+                QpInitAttr {
+                    qp_type,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq,
+                    cap: QpCap {
+                        max_send_wr: 16,
+                        max_recv_wr: 16,
+                        max_send_sge: 2,
+                        max_recv_sge: 2,
+                        max_inline_data: 64,
+                    },
+                    sq_sig_all: false,
                 },
-                sq_sig_all: false,
-            },
-        ) else {
+            )
+        };
+        let Ok(qpn) = created else {
             return;
         };
         let rq_psn = PSN_BASE.wrapping_add(qpn * 0x10) & 0xFF_FFFF;
@@ -321,7 +368,7 @@ impl Bench {
                         | QpAttrMask::DEST_QPN
                         | QpAttrMask::RQ_PSN
                 }
-                (QpType::Rc, QpState::Rtr) => {
+                (QpType::Rc | QpType::XrcSend | QpType::XrcRecv, QpState::Rtr) => {
                     QpAttrMask::STATE
                         | QpAttrMask::AV
                         | QpAttrMask::PATH_MTU
@@ -330,7 +377,7 @@ impl Bench {
                         | QpAttrMask::MAX_DEST_RD_ATOMIC
                         | QpAttrMask::MIN_RNR_TIMER
                 }
-                (QpType::Rc, QpState::Rts) => {
+                (QpType::Rc | QpType::XrcSend | QpType::XrcRecv, QpState::Rts) => {
                     QpAttrMask::STATE
                         | QpAttrMask::SQ_PSN
                         | QpAttrMask::TIMEOUT
@@ -378,7 +425,7 @@ impl Bench {
     /// Posts one WR of each kind the QP type allows (some fail to post; that is fine).
     fn post_sends(&mut self, qpn: u32, qp_type: QpType) {
         let ops: &[WrOpcode] = match qp_type {
-            QpType::Rc => &[
+            QpType::Rc | QpType::XrcSend => &[
                 WrOpcode::RdmaWrite,
                 WrOpcode::RdmaRead,
                 WrOpcode::AtomicFetchAndAdd,
@@ -389,6 +436,7 @@ impl Bench {
             ],
             QpType::Uc => &[WrOpcode::RdmaWrite, WrOpcode::Send, WrOpcode::SendWithImm],
             QpType::Ud => &[WrOpcode::Send, WrOpcode::SendWithImm],
+            QpType::XrcRecv => &[],
         };
         for (i, &op) in ops.iter().enumerate() {
             let len = if op.is_atomic() {
@@ -418,9 +466,94 @@ impl Bench {
                     remote_qpn: 0x77,
                     remote_qkey: QKEY,
                 }),
+                bind_mw: None,
+                xrc_remote_srqn: self.xrc_srqn,
             };
             let _ = self.dev.post_send(self.now, qpn, &wr);
         }
+    }
+
+    /// Binds a type 1 window over the first half of the writable region and a type 2
+    /// window over its second half (READ/WRITE/atomic), through a dedicated RC QP brought
+    /// to RTS with nothing else posted (a bind runs once it heads the send queue).
+    fn bind_windows(
+        &mut self,
+        pd: softib_transport::PdHandle,
+        cq: softib_transport::CqHandle,
+        mtu: Mtu,
+    ) {
+        let n = self.qps.len();
+        self.add_qp(pd, cq, None, self.ah, QpType::Rc, QpState::Rtr, mtu);
+        let Some(&(qpn, _, _, _)) = self.qps.get(n) else {
+            return;
+        };
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: 0,
+            timeout: 8,
+            retry_cnt: 2,
+            rnr_retry: 1,
+            max_rd_atomic: 2,
+            ..QpAttr::default()
+        };
+        let mask = QpAttrMask::STATE
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+        if self.dev.modify_qp(0, qpn, &attr, mask).is_err() {
+            return;
+        }
+        let rights =
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+        let half = RW_LEN as u64 / 2;
+        let (Ok(w1), Ok(w2)) = (
+            self.dev.alloc_mw(pd, MwType::Type1),
+            self.dev.alloc_mw(pd, MwType::Type2),
+        ) else {
+            return;
+        };
+        let bind = |mw_rkey, new_rkey, addr, mr_lkey| MwBind {
+            mw_rkey,
+            new_rkey,
+            mr_lkey,
+            addr,
+            length: half,
+            access: rights,
+        };
+        if let Ok(k) = self.dev.bind_mw(
+            0,
+            qpn,
+            1,
+            SendFlags::SIGNALED,
+            bind(w1, 0, RW_ADDR, self.rw.lkey),
+        ) {
+            self.mw1 = k;
+        }
+        let k2 = softib_transport::next_rkey(w2);
+        let wr = SendWr {
+            wr_id: 2,
+            opcode: WrOpcode::BindMw,
+            flags: SendFlags::SIGNALED,
+            bind_mw: Some(bind(w2, k2, RW_ADDR + half, self.rw.lkey)),
+            ..Default::default()
+        };
+        if self.dev.post_send(0, qpn, &wr).is_ok() {
+            self.mw2 = k2;
+        }
+        self.drain_transmit();
+        // The setup itself must work, or the fuzzer would only ever meet unknown keys.
+        assert_eq!(
+            self.dev.mw_bound(self.mw1),
+            Some(true),
+            "type 1 window bound"
+        );
+        assert_eq!(
+            self.dev.mw_bound(self.mw2),
+            Some(true),
+            "type 2 window bound"
+        );
     }
 
     fn drain_transmit(&mut self) {
@@ -471,10 +604,13 @@ impl Bench {
             _ => inp.u16(),
         };
         let key_sel = inp.u8();
-        let rkey = match key_sel & 3 {
-            0 => self.rw.rkey,
-            1 => self.ro.rkey,
-            2 => self.rw.rkey ^ 1,
+        let rkey = match (key_sel & 3, key_sel & 0x18) {
+            (0, 0x08) => self.mw1,
+            (0, 0x10) => self.mw2,
+            (0, 0x18) => self.mw1 ^ 1,
+            (0, _) => self.rw.rkey,
+            (1, _) => self.ro.rkey,
+            (2, _) => self.rw.rkey ^ 1,
             _ => inp.u32(),
         };
         let addr_sel = inp.u8();
@@ -544,10 +680,17 @@ impl Bench {
             repr.ieth = Some(rkey);
         }
         if opcode.has_rdeth() {
-            repr.rdeth = Some(softib_wire::RdethRepr { ee_context: inp.u32() });
+            repr.rdeth = Some(softib_wire::RdethRepr {
+                ee_context: inp.u32(),
+            });
         }
         if opcode.has_xrceth() {
-            repr.xrceth = Some(softib_wire::XrcethRepr { xrc_srq: inp.u32() });
+            let xrc_srq = if key_sel & 0x20 == 0 {
+                self.xrc_srqn
+            } else {
+                inp.u32() & 0xFF_FFFF
+            };
+            repr.xrceth = Some(softib_wire::XrcethRepr { xrc_srq });
         }
         repr.payload = &payload;
         out.clear();
@@ -559,7 +702,10 @@ impl Bench {
 
     fn check(&self) {
         let mut ro = vec![0u8; RO_LEN];
-        self.dev.memory(self.ro.lkey).expect("registered").read(0, &mut ro);
+        self.dev
+            .memory(self.ro.lkey)
+            .expect("registered")
+            .read(0, &mut ro);
         assert!(
             ro.iter().all(|&b| b == 0x5A),
             "a region without REMOTE_WRITE/ATOMIC changed"

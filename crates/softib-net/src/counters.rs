@@ -64,6 +64,7 @@ pub fn qp_map(c: &QpCounters) -> CounterMap {
         wrong_state_drops,
         bad_pkey_drops,
         bad_qkey_drops,
+        xrc_bad_srq,
     );
     m
 }

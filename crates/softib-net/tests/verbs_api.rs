@@ -342,3 +342,72 @@ fn the_objects_can_move_between_threads() {
     send_sync::<softib_net::verbs::AddressHandle>();
     send_sync::<softib_net::channel::CompletionChannel>();
 }
+
+#[test]
+fn a_type2_window_bound_by_a_bind_window_request_serves_the_peer_until_local_invalidate() {
+    let (a, b) = (side("127.0.0.1:0"), side("127.0.0.2:0"));
+    let la = a.pd.register(vec![7u8; 4096]).unwrap();
+    // The region grants nothing remote itself: only the window does.
+    let rb =
+        b.pd.register_with_access(
+            vec![0u8; 8192],
+            AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+        )
+        .unwrap();
+    let (qa, qb, _, _) = connect(&a, &b, QpType::Rc, &[], &[]);
+    let mw =
+        b.pd.context()
+            .alloc_mw(b.pd.handle(), softib_transport::MwType::Type2)
+            .unwrap();
+    let key = softib_transport::next_rkey(mw);
+    qb.post_send(&[SendRequest::bind_window(
+        1,
+        mw,
+        key,
+        rb.slice(4096..8192),
+        AccessFlags::REMOTE_WRITE,
+    )])
+    .unwrap();
+    assert_eq!(wait_n(&b.cq, 1)[0].opcode, WcOpcode::BindMw);
+    let through = softib_net::verbs::RemoteSlice {
+        addr: rb.addr() + 4096,
+        rkey: key,
+        len: 100,
+    };
+    qa.post_send(&[SendRequest::write(2, la.slice(0..100), through)])
+        .unwrap();
+    wait_n(&a.cq, 1);
+    assert_eq!(rb.read()[4096..4196], [7u8; 100]);
+    assert_eq!(rb.read()[4000..4096], [0u8; 96], "outside the window");
+    qb.post_send(&[SendRequest::local_invalidate(3, key)])
+        .unwrap();
+    assert_eq!(wait_n(&b.cq, 1)[0].opcode, WcOpcode::LocalInv);
+    // Rebound (the window is free again), then freed by the peer's SEND with Invalidate.
+    let key2 = softib_transport::next_rkey(key);
+    qb.post_send(&[SendRequest::bind_window(
+        5,
+        key,
+        key2,
+        rb.slice(4096..8192),
+        AccessFlags::REMOTE_WRITE,
+    )])
+    .unwrap();
+    wait_n(&b.cq, 1);
+    qb.post_recv(&[RecvRequest::new(6, rb.slice(0..64))])
+        .unwrap();
+    qa.post_send(&[SendRequest::send(7, la.slice(0..8)).with_invalidate(key2)])
+        .unwrap();
+    wait_n(&a.cq, 1);
+    let r = wait_n(&b.cq, 1);
+    assert_eq!((r[0].wr_id, r[0].invalidated_rkey), (6, Some(key2)));
+    let through = softib_net::verbs::RemoteSlice {
+        rkey: key2,
+        ..through
+    };
+    qa.post_send(&[SendRequest::write(4, la.slice(0..100), through)])
+        .unwrap();
+    let mut wcs = [empty_wc(); 1];
+    let got = a.cq.wait(&mut wcs, Duration::from_secs(20));
+    assert_eq!(got[0].status, WcStatus::RemAccessErr);
+    b.pd.context().dealloc_mw(mw).unwrap();
+}

@@ -603,8 +603,8 @@ impl Device {
     }
 
     /// Deallocates a memory window (`ibv_dealloc_mw`); a bound window is unbound first, so
-    /// its R_Key stops working at once (rxe_dealloc_mw). `rkey` is any key the window has
-    /// had: its index names it.
+    /// its R_Key stops working at once (rxe_dealloc_mw). `rkey` is the window's current
+    /// key or the one `alloc_mw` returned.
     pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), VerbsError> {
         if self.sh.mrs.dealloc_window(rkey) {
             Ok(())
@@ -1087,7 +1087,8 @@ impl Device {
                 q.users = q.users.saturating_sub(1);
             }
         }
-        if let Some(srq) = qp.srq {
+        // An XRC target's SRQ is only borrowed per message (rc/xrc.rs), never attached.
+        if let Some(srq) = qp.srq.filter(|_| qp.qp_type != QpType::XrcRecv) {
             if let Some(Some(s)) = self.sh.srqs.get_mut(srq.0 as usize) {
                 s.users = s.users.saturating_sub(1);
             }

@@ -49,6 +49,9 @@ pub(crate) struct MemoryWindow {
     pub state: MwState,
     /// The full key (index << 8 | key byte); the key byte changes with every bind.
     pub key: u32,
+    /// The key `alloc_mw` returned (what `ibv_mw::rkey` keeps for a type 2 window, whose
+    /// binds the application tracks itself).
+    pub alloc_key: u32,
     /// The region the window lies in, while bound with a non-zero length.
     pub mr_key: Option<u32>,
     /// First byte of the window (a VA of the region).
@@ -143,6 +146,14 @@ impl MwTable {
         self.slots.get(i)?.as_ref()
     }
 
+    /// The window whose current key or allocation key is `key` (how the verbs name the
+    /// window object; a stale key of a deallocated window whose slot was reused matches
+    /// only if the new window's random key byte happens to be the same).
+    pub fn by_object_key(&self, key: u32) -> Option<&MemoryWindow> {
+        self.by_index(key)
+            .filter(|w| w.key == key || w.alloc_key == key)
+    }
+
     fn get_mut(&mut self, key: u32) -> Option<&mut MemoryWindow> {
         let i = key_index(key).checked_sub(MW_INDEX_BASE)?;
         self.slots.get_mut(i)?.as_mut().filter(|w| w.key == key)
@@ -177,6 +188,7 @@ impl MrTable {
                 MwType::Type2 => MwState::Free,
             },
             key,
+            alloc_key: key,
             mr_key: None,
             addr: 0,
             length: 0,
@@ -187,11 +199,11 @@ impl MrTable {
     }
 
     /// Deallocates a window (`ibv_dealloc_mw`); a bound window is unbound first (rxe
-    /// allows deallocating bound windows). The window is named by its index, so any key
-    /// it has had will do (verbs deallocate the object, whose `rkey` field a type 2 bind
+    /// allows deallocating bound windows). `key` is the window's current key or the one
+    /// `alloc_mw` returned (verbs deallocate the object, whose `rkey` field a type 2 bind
     /// does not update). Returns false if `key` names no window.
     pub fn dealloc_window(&mut self, key: u32) -> bool {
-        let Some(w) = self.windows.by_index(key).cloned() else {
+        let Some(w) = self.windows.by_object_key(key).cloned() else {
             return false;
         };
         self.release_region(w.mr_key);

@@ -365,9 +365,15 @@ fn send_with_invalidate_of_a_window_bound_to_another_qp_is_refused() {
     let mut w = wr(WrOpcode::SendWithInv, 2, &a2, 0, &b2, 0, 16);
     w.invalidate_rkey = rkey;
     pair.dev(0).post_send(0, a2.qpn, &w).unwrap();
-    assert_ne!(
+    assert_eq!(
         wait_send(&mut pair, &a2, 1, SEC)[0].status,
-        WcStatus::Success
+        WcStatus::RemInvReqErr
+    );
+    let r = recv_wcs(&mut pair, &b2);
+    assert_eq!(
+        (r[0].wr_id, r[0].status),
+        (1, WcStatus::RemInvReqErr),
+        "the receive completes in error (rxe class J)"
     );
     // The window still works through its own QP.
     assert_eq!(
@@ -492,4 +498,97 @@ fn atomics_and_reads_land_through_a_window_in_the_right_region_bytes() {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     assert_eq!(pair.read(0, &a, 0, 8), 41u64.to_le_bytes());
     assert_eq!(pair.read(0, &a, 64, 8), 42u64.to_le_bytes());
+}
+
+#[test]
+fn alloc_mw_stops_at_max_mw_and_dealloc_frees_a_slot() {
+    let config = softib_transport::DeviceConfig {
+        max_mw: 2,
+        ..Default::default()
+    };
+    let mut pair = Pair::with_config(414, config);
+    let (_a, b) = connect(&mut pair, &options());
+    let d = pair.dev(1);
+    let w1 = d.alloc_mw(b.pd, MwType::Type1).unwrap();
+    let _w2 = d.alloc_mw(b.pd, MwType::Type2).unwrap();
+    assert!(matches!(
+        d.alloc_mw(b.pd, MwType::Type1),
+        Err(VerbsError::LimitReached {
+            limit: "max_mw",
+            max: 2
+        })
+    ));
+    d.dealloc_mw(w1).unwrap();
+    assert!(d.dealloc_mw(w1).is_err(), "deallocated twice");
+    assert!(d.alloc_mw(b.pd, MwType::Type1).is_ok());
+    assert!(matches!(
+        d.alloc_mw(softib_transport::PdHandle(99), MwType::Type1),
+        Err(VerbsError::UnknownHandle { kind: "PD", .. })
+    ));
+}
+
+#[test]
+fn dealloc_names_the_window_by_its_current_or_allocation_key_only() {
+    let mut pair = Pair::new(415);
+    let (_a, b) = connect(&mut pair, &options());
+    let mw = pair.dev(1).alloc_mw(b.pd, MwType::Type2).unwrap();
+    let rkey = softib_transport::next_rkey(mw);
+    let bind = window_over(&b, mw, rkey, 0, 64, AccessFlags::REMOTE_WRITE);
+    pair.dev(1).post_send(0, b.qpn, &bind_wr(1, bind)).unwrap();
+    wait_send(&mut pair, &b, 1, SEC);
+    let other = softib_transport::next_rkey(rkey);
+    assert!(pair.dev(1).dealloc_mw(other).is_err(), "a key it never had");
+    // The allocation key (what ibv_mw::rkey still holds for a type 2 window) names it.
+    pair.dev(1).dealloc_mw(mw).unwrap();
+    assert_eq!(pair.dev(1).mw_bound(rkey), None);
+}
+
+#[test]
+fn uc_qps_bind_windows_too_and_a_uc_write_outside_the_window_is_dropped() {
+    let mut pair = Pair::new(416);
+    let o = QpOptions {
+        qp_type: softib_transport::QpType::Uc,
+        ..options()
+    };
+    let (a, b) = pair.connect(&o);
+    let attr = softib_transport::QpAttr {
+        qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..Default::default()
+    };
+    for ep in [&a, &b] {
+        pair.dev(ep.side)
+            .modify_qp(0, ep.qpn, &attr, softib_transport::QpAttrMask::ACCESS_FLAGS)
+            .unwrap();
+    }
+    let mw = pair.dev(1).alloc_mw(b.pd, MwType::Type2).unwrap();
+    let rkey = softib_transport::next_rkey(mw);
+    let bind = window_over(&b, mw, rkey, 1024, 1024, AccessFlags::REMOTE_WRITE);
+    pair.dev(1).post_send(0, b.qpn, &bind_wr(1, bind)).unwrap();
+    let wcs = wait_send(&mut pair, &b, 1, SEC);
+    assert_eq!(
+        (wcs[0].opcode, wcs[0].status),
+        (WcOpcode::BindMw, WcStatus::Success)
+    );
+    let data = pattern(512, 3);
+    pair.fill(0, &a, 0, &data);
+    // UC completes at the sender either way (IBA 9.8.2); the bytes tell.
+    assert_eq!(
+        write_through(&mut pair, &a, &b, rkey, b.addr + 1024, 512, 2),
+        WcStatus::Success
+    );
+    assert_eq!(pair.read(1, &b, 1024, 512), data);
+    let before = pair.read(1, &b, 1536, 1024);
+    assert_eq!(
+        write_through(&mut pair, &a, &b, rkey, b.addr + 1536, 1000, 3),
+        WcStatus::Success
+    );
+    assert_eq!(
+        pair.read(1, &b, 1536, 1024),
+        before,
+        "a WRITE leaving the window is dropped"
+    );
+    assert_eq!(
+        pair.dev(1).qp_counters(b.qpn).unwrap().remote_access_errors,
+        1
+    );
 }

@@ -233,6 +233,9 @@ fn requests_carry_the_xrceth_after_the_bth_and_both_halves_use_xrc_opcodes() {
     // XRC SEND_ONLY (0xA4) with XRCETH = 0, SRQ number (24 bits), then an XRC ACK (0xB1).
     assert_eq!(seen[0], (0, 0xA4, vec![0, srqn[1], srqn[2], srqn[3]]));
     assert_eq!((seen[1].0, seen[1].1), (1, 0xB1));
+    // Its AETH: ACK with credit code 31 ("unlimited", IBA 9.7.7.2): a target always
+    // receives into an SRQ, so initiators never wait for credits.
+    assert_eq!(seen[1].2[0], 0x1F);
 }
 
 #[test]
@@ -380,4 +383,59 @@ fn xrc_queues_exist_only_where_annex_a14_puts_them() {
     x.pair.dev(1).close_xrcd(xrcd).unwrap();
     assert!(x.pair.dev(1).close_xrcd(xrcd).is_err(), "closed twice");
     assert_eq!(x.pair.dev(1).srq_num(srq), None);
+}
+
+#[test]
+fn a_message_keeps_the_srq_its_first_packet_named_and_a_switch_mid_message_is_refused() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut x = setup(506);
+    let (i1, t1) = x.initiator(x.xrcd);
+    let d1 = x.pair.dev(1);
+    let attr = SrqAttr {
+        max_wr: 4,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let other = d1.create_xrc_srq(x.pd1, x.xrcd, x.srq_cq, attr).unwrap();
+    let other_n = d1.srq_num(other).unwrap();
+    let srq = x.srq;
+    x.post_srq_recv(srq, 1, 0, 8192);
+    x.post_srq_recv(other, 2, 8192, 8192);
+    // The initiator's SEND_MIDDLE / SEND_LAST are held back; a copy of the first
+    // SEND_MIDDLE naming the other SRQ of the same domain is delivered instead.
+    let held: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+    let keep = held.clone();
+    x.pair.filter = Some(Box::new(move |from, _now, bytes| {
+        if from == 0 && matches!(bytes[0], 0xA1 | 0xA2) {
+            let mut k = keep.borrow_mut();
+            if k.is_none() && bytes[0] == 0xA1 {
+                let mut b = bytes.to_vec();
+                b[13..16].copy_from_slice(&other_n.to_be_bytes()[1..]);
+                *k = Some(b);
+            }
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }));
+    let w = x.wr(WrOpcode::Send, 1, 0, 3000, x.srqn); // 3 packets at MTU 1024
+    x.pair.dev(0).post_send(0, i1, &w).unwrap();
+    x.pair.drive_until(SEC, |_| held.borrow().is_some());
+    let forged = held.borrow().clone().unwrap();
+    let now = x.pair.now;
+    x.pair
+        .dev(1)
+        .handle_packet(now, &softib_transport::RxMeta::default(), &forged);
+    assert_eq!(x.wait(0, x.cq0, 1)[0].status, WcStatus::RemInvReqErr);
+    // The WR the first packet took completes in error on the SRQ's CQ (nothing lost);
+    // the other SRQ's WR is untouched.
+    let r = x.wait(1, x.srq_cq, 1);
+    assert_eq!((r[0].wr_id, r[0].status), (1, WcStatus::RemInvReqErr));
+    assert_eq!(x.pair.dev(1).qp_counters(t1).unwrap().xrc_bad_srq, 1);
+    assert_eq!(x.pair.dev(1).qp_state(t1), Some(QpState::Err));
+    assert_eq!(
+        x.wait(1, x.srq_cq, 0).len(),
+        0,
+        "no second receive completion"
+    );
 }

@@ -290,6 +290,9 @@ pub struct DmObj {
 pub struct MwObj {
     /// C view (`rkey` is the window's current key as the application sees it).
     pub mw: ibv_mw,
+    /// The key `ibv_alloc_mw` returned: names the window to the engine whatever the
+    /// application did with `mw.rkey` (a failed bind leaves it ahead of the window's key).
+    pub alloc_rkey: u32,
     /// The device.
     pub shared: Arc<Shared>,
 }

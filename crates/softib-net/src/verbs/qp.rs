@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use softib_transport::{
-    AccessFlags, Mtu, QpAttr, QpAttrMask, QpCap, QpCounters, QpInitAttr, QpState, QpType, RecvWr,
-    SendFlags, SendWr, UdDest, VerbsError, WrOpcode,
+    AccessFlags, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpCounters, QpInitAttr, QpState, QpType,
+    RecvWr, SendFlags, SendWr, UdDest, VerbsError, WrOpcode,
 };
 
 use super::{
@@ -508,6 +508,54 @@ impl<'a> SendRequest<'a> {
             remote_qpn,
             remote_qkey,
         });
+        self
+    }
+
+    /// Turns a SEND into SEND with Invalidate of `rkey` at the peer (a type 2 memory window
+    /// bound to the peer's QP, or a region; IBA 10.6.7.2.5). RC only.
+    pub fn with_invalidate(mut self, rkey: u32) -> Self {
+        if self.wr.opcode == WrOpcode::Send {
+            self.wr.opcode = WrOpcode::SendWithInv;
+        }
+        self.wr.invalidate_rkey = rkey;
+        self
+    }
+
+    /// LOCAL_INV of `rkey` (a type 2 memory window or a region of this QP's PD), run in
+    /// order on this QP's send queue; completes with `WcOpcode::LocalInv`.
+    pub fn local_invalidate(wr_id: u64, rkey: u32) -> Self {
+        let mut r = Self::new(wr_id, WrOpcode::LocalInv, &[]);
+        r.wr.invalidate_rkey = rkey;
+        r
+    }
+
+    /// BIND_MW: binds the memory window whose R_Key is now `mw_rkey` to the bytes of
+    /// `window` with remote `access`, giving it `new_rkey` (same index, new key byte:
+    /// `softib_transport::next_rkey(mw_rkey)` is the usual choice). A type 2 window is
+    /// then usable only through this QP (IBA 10.6.7.2); completes with `WcOpcode::BindMw`.
+    pub fn bind_window(
+        wr_id: u64,
+        mw_rkey: u32,
+        new_rkey: u32,
+        window: LocalSlice<'a>,
+        access: AccessFlags,
+    ) -> Self {
+        let sge = window.sge();
+        let mut r = Self::new(wr_id, WrOpcode::BindMw, &[]);
+        r.wr.bind_mw = Some(MwBind {
+            mw_rkey,
+            new_rkey,
+            mr_lkey: sge.lkey,
+            addr: sge.addr,
+            length: u64::from(sge.length),
+            access,
+        });
+        r
+    }
+
+    /// The remote XRC SRQ an XRC initiator's message goes to (`ibv_wr_set_xrc_srqn`).
+    pub fn to_xrc_srq(mut self, srqn: u32) -> Self {
+        self.wr.xrc_remote_srqn = srqn;
         self
     }
 

@@ -268,6 +268,12 @@ impl Qp {
                 self.req = Requester::default();
                 self.req.rec.paced = paced;
                 self.resp = Responder::default();
+                if self.qp_type == crate::verbs::QpType::XrcRecv {
+                    // The SRQ of a message in progress is no longer borrowed (rc/xrc.rs).
+                    self.srq = None;
+                    self.pd = crate::rc::xrc::NO_PD;
+                    self.recv_cq = crate::rc::xrc::NO_CQ;
+                }
                 self.timers = [None; TimerKind::COUNT];
                 self.drained = false;
                 self.cc = crate::cc::QpCc::default();

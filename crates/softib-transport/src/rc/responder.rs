@@ -23,9 +23,10 @@ const MAX_MESSAGE: u64 = 1 << 31;
 
 impl Qp {
     /// End-to-end credits to advertise (IBA 9.7.7.2): receive WQEs posted, or "unlimited"
-    /// (code 31) when an SRQ feeds the QP.
+    /// (code 31) when an SRQ feeds the QP (always for an XRC target).
     fn credit(&self) -> CreditCode {
-        if self.srq.is_some() {
+        // An XRC target always receives into an SRQ (Annex A14), also between messages.
+        if self.srq.is_some() || self.qp_type == crate::verbs::QpType::XrcRecv {
             CreditCode::UNLIMITED
         } else {
             CreditCode::for_wqes(self.rq.len() as u32)
@@ -210,7 +211,7 @@ impl Qp {
     }
 
     /// Completes a half-received SEND's receive WQE in error (before a fatal NAK).
-    fn abort_recv_message(&mut self, sh: &mut Shared, status: WcStatus) {
+    pub(crate) fn abort_recv_message(&mut self, sh: &mut Shared, status: WcStatus) {
         if let Some(InMessage::Send { wqe, .. }) = self.resp.msg.take() {
             let src = self.attr.dest_qp_num;
             self.complete_recv(
@@ -298,11 +299,13 @@ impl Qp {
                         inv = Some(rkey);
                     }
                     Err(_) => {
+                        // rxe's class J: the receive completes with "remote invalid
+                        // request" and the QP enters ERR.
                         let src = self.attr.dest_qp_num;
                         self.complete_recv(
                             sh,
                             wqe.wr_id,
-                            WcStatus::LocQpOpErr,
+                            WcStatus::RemInvReqErr,
                             WcOpcode::Recv,
                             0,
                             flags,
@@ -311,7 +314,7 @@ impl Qp {
                             src,
                             meta.slid,
                             meta.sl,
-                            VendorErr::RemoteNak,
+                            VendorErr::Invalidate,
                         );
                         self.nak_fatal(sh, p, NakCode::InvalidRequest);
                         return;

@@ -22,36 +22,57 @@ pub(crate) const NO_CQ: CqHandle = CqHandle(u32::MAX);
 
 impl Qp {
     /// A request for this XRC target QP.
+    ///
+    /// The SRQ, PD and CQ a request is delivered with stay on the QP while a multi-packet
+    /// message is in progress, so every packet of it (and a flush of its half-filled
+    /// receive WQE, should the QP enter ERR meanwhile) uses the SRQ its first packet named;
+    /// between messages the QP has none.
     pub(crate) fn xrc_target_request(
         &mut self,
         meta: &RxMeta,
         pkt: &PacketRepr<'_>,
         sh: &mut Shared,
     ) {
-        let named = pkt.xrceth.map(|x| x.xrc_srq);
-        let target = named.and_then(|n| {
+        let named = pkt.xrceth.and_then(|x| {
+            let n = x.xrc_srq;
             let s = sh.srqs.get(n as usize)?.as_ref()?;
-            let x = s.xrc?;
-            (Some(x.xrcd) == self.xrcd).then_some((SrqHandle(n), s.pd, x.cq))
+            let xrc = s.xrc?;
+            (Some(xrc.xrcd) == self.xrcd).then_some((SrqHandle(n), s.pd, xrc.cq))
         });
-        match target {
-            Some((srq, pd, cq)) => {
-                self.srq = Some(srq);
-                self.pd = pd;
-                self.recv_cq = cq;
-                self.rc_handle_request(meta, pkt, sh);
-                self.srq = None;
-                self.pd = NO_PD;
-                self.recv_cq = NO_CQ;
-            }
-            None if pkt.bth.psn == self.resp.epsn => {
-                // The XRCETH names no XRC SRQ of this domain: the request cannot be
-                // executed; NAK it as invalid (class C, the QP enters ERR).
+        let in_message = self.resp.msg.is_some();
+        let in_sequence = pkt.bth.psn == self.resp.epsn;
+        if in_message {
+            // The message's target is already on the QP.
+            if in_sequence && named.map(|t| t.0) != self.srq {
+                // IBA Annex A14: every packet of a message names the same XRC SRQ.
                 self.counters.xrc_bad_srq += 1;
+                self.abort_recv_message(sh, crate::verbs::WcStatus::RemInvReqErr);
                 self.nak_fatal(sh, pkt.bth.psn, NakCode::InvalidRequest);
+            } else {
+                self.rc_handle_request(meta, pkt, sh);
             }
-            // Out of sequence: RC's rules (sequence NAK, duplicate answers) need no SRQ.
-            None => self.rc_handle_request(meta, pkt, sh),
+        } else {
+            match named {
+                Some((srq, pd, cq)) => {
+                    self.srq = Some(srq);
+                    self.pd = pd;
+                    self.recv_cq = cq;
+                    self.rc_handle_request(meta, pkt, sh);
+                }
+                None if in_sequence => {
+                    // The XRCETH names no XRC SRQ of this domain: the request cannot be
+                    // executed; NAK it as invalid (class C, the QP enters ERR).
+                    self.counters.xrc_bad_srq += 1;
+                    self.nak_fatal(sh, pkt.bth.psn, NakCode::InvalidRequest);
+                }
+                // Out of sequence: RC's rules (sequence NAK, duplicate answers) need no SRQ.
+                None => self.rc_handle_request(meta, pkt, sh),
+            }
+        }
+        if self.resp.msg.is_none() {
+            self.srq = None;
+            self.pd = NO_PD;
+            self.recv_cq = NO_CQ;
         }
     }
 }

@@ -47,6 +47,7 @@ pub unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: u32) -> *mut ibv_mw {
                     handle: rkey >> 8,
                     type_,
                 },
+                alloc_rkey: rkey,
                 shared: s.clone(),
             }))
             .cast(),
@@ -66,7 +67,7 @@ pub unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
             return libc::EINVAL;
         };
         let s = &m.shared;
-        if let Err(e) = s.net.dealloc_mw(m.mw.rkey) {
+        if let Err(e) = s.net.dealloc_mw(m.alloc_rkey) {
             return report(s, "ibv_dealloc_mw", errno_of(&e), &e);
         }
         // SAFETY: boxed by alloc_mw; the application no longer uses it.

@@ -5,7 +5,8 @@
  * through the window lands in the window's range and one leaving it fails with
  * IBV_WC_REM_ACCESS_ERR; ibv_dereg_mr of a region with a bound window fails with EINVAL
  * (rxe). Type 2: IBV_WR_BIND_MW, a READ through it, IBV_WR_LOCAL_INV (IBV_WC_LOCAL_INV),
- * then the key is dead.
+ * then the key is dead; a bind onto a region without MW_BIND completes with
+ * IBV_WC_MW_BIND_ERR and the window can still be deallocated.
  * Exit status 0 and "memory_windows: all checks passed" on success. */
 #include <errno.h>
 #include <stdint.h>
@@ -180,9 +181,26 @@ int main(void)
 	CHECK(rdma(c, IBV_WR_RDMA_READ, lmr, local + 8192, 256, (uintptr_t)remote + 100, k2) ==
 		      IBV_WC_REM_ACCESS_ERR, "read after LOCAL_INV");
 
+	/* A bind onto a region without IBV_ACCESS_MW_BIND fails with IBV_WC_MW_BIND_ERR;
+	 * ibv_bind_mw already moved mw->rkey on (rxe: the application undoes it), and the
+	 * window can still be deallocated. */
+	struct ibv_qp *e, *f;
+	qp_pair(&e, &f);
+	struct ibv_mw *mw3 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	CHECK(mw3, "alloc mw3 errno %d", errno);
+	struct ibv_mw_bind nobind = { .wr_id = 30, .send_flags = IBV_SEND_SIGNALED,
+		.bind_info = { .mr = lmr, .addr = (uintptr_t)local, .length = 64,
+			       .mw_access_flags = IBV_ACCESS_REMOTE_READ } };
+	CHECK(ibv_bind_mw(f, mw3, &nobind) == 0, "post the failing bind");
+	wc = wait_one();
+	CHECK(wc.wr_id == 30 && wc.status == IBV_WC_MW_BIND_ERR, "bind without MW_BIND: %s",
+	      ibv_wc_status_str(wc.status));
+	CHECK(ibv_dealloc_mw(mw3) == 0, "dealloc after a failed bind");
+
 	CHECK(ibv_dealloc_mw(mw2) == 0 && ibv_dealloc_mw(mw1) == 0, "dealloc_mw");
 	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0 && ibv_destroy_qp(c) == 0 &&
-	      ibv_destroy_qp(d) == 0, "destroy qps");
+	      ibv_destroy_qp(d) == 0 && ibv_destroy_qp(e) == 0 && ibv_destroy_qp(f) == 0,
+	      "destroy qps");
 	CHECK(ibv_dereg_mr(rmr) == 0 && ibv_dereg_mr(lmr) == 0, "dereg after dealloc_mw");
 	CHECK(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "teardown");
 	CHECK(ibv_close_device(ctx) == 0, "close");
