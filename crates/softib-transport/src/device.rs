@@ -659,7 +659,10 @@ impl Device {
                 Ok(())
             }
         };
-        check("cap.max_send_wr", cap.max_send_wr, 1, cfg.max_qp_wr)?;
+        // A queue of 0 WRs is legal (a receive-only or send-only QP): Linux providers
+        // accept it (rxe_qp.c rxe_qp_chk_cap checks the upper bounds only); posting to it
+        // fails with QueueFull.
+        check("cap.max_send_wr", cap.max_send_wr, 0, cfg.max_qp_wr)?;
         check("cap.max_send_sge", cap.max_send_sge, 1, cfg.max_sge)?;
         check(
             "cap.max_inline_data",
@@ -668,7 +671,7 @@ impl Device {
             cfg.max_inline_data,
         )?;
         if init.srq.is_none() {
-            check("cap.max_recv_wr", cap.max_recv_wr, 1, cfg.max_qp_wr)?;
+            check("cap.max_recv_wr", cap.max_recv_wr, 0, cfg.max_qp_wr)?;
             check("cap.max_recv_sge", cap.max_recv_sge, 1, cfg.max_sge)?;
         }
         for cq in [init.send_cq, init.recv_cq] {

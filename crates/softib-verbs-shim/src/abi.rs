@@ -76,6 +76,110 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
+/// `struct ibv_odp_caps` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_odp_caps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_tso_caps` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_tso_caps {
+    pub max_tso: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_rss_caps` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_rss_caps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+/// `struct ibv_packet_pacing_caps` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_packet_pacing_caps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_tm_caps` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_tm_caps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+/// `struct ibv_cq_moderation_caps` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_cq_moderation_caps {
+    pub max_cq_count: u16,
+    pub max_cq_period: u16,
+}
+
+/// `struct ibv_pci_atomic_caps` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_pci_atomic_caps {
+    pub fetch_add: u16,
+    pub swap: u16,
+    pub compare_swap: u16,
+}
+
+/// `struct ibv_device_attr_ex` of verbs.h (`ibv_query_device_ex`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: ibv_odp_caps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: ibv_tso_caps,
+    pub rss_caps: ibv_rss_caps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: ibv_packet_pacing_caps,
+    pub raw_packet_caps: u32,
+    pub tm_caps: ibv_tm_caps,
+    pub cq_mod_caps: ibv_cq_moderation_caps,
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: ibv_pci_atomic_caps,
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
+/// `struct ibv_query_device_ex_input` of verbs.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_query_device_ex_input {
+    pub comp_mask: u32,
+}
+
+/// The `verbs_context.query_device_ex` slot.
+pub type QueryDeviceExFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    *const ibv_query_device_ex_input,
+    *mut ibv_device_attr_ex,
+    usize,
+) -> i32;
+
 /// `struct ibv_port_attr` of verbs.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -477,6 +581,10 @@ pub struct ibv_context {
 /// with EOPNOTSUPP.
 pub const VERBS_CONTEXT_EXT_SLOTS: usize = 38;
 
+/// Index of `query_device_ex` in [`verbs_context::ext`] (`tests/layout.rs` checks it
+/// against `offsetof(struct verbs_context, query_device_ex)`).
+pub const EXT_SLOT_QUERY_DEVICE_EX: usize = 27;
+
 /// `struct verbs_context`: the extended ops grow downwards in front of `sz` and `context`.
 #[repr(C)]
 pub struct verbs_context {
@@ -505,8 +613,18 @@ pub const IBV_PORT_IP_BASED_GIDS: u32 = 1 << 26;
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 pub const IBV_DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
 pub const IBV_DEVICE_N_NOTIFY_CQ: u32 = 1 << 14;
+pub const IBV_DEVICE_XRC: u32 = 1 << 20;
 // enum ibv_gid_type
 pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+// enum ibv_gid_type_sysfs of rdma-core's libibverbs/driver.h (not installed by
+// libibverbs-dev, so tests/layout.rs cannot compare it; tests/c/kernel_semantics.c checks
+// the value ibv_devinfo expects): what ibv_query_gid_type returns
+pub const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: u32 = 0;
+pub const IBV_GID_TYPE_SYSFS_ROCE_V2: u32 = 1;
+// enum ibv_access_flags
+pub const IBV_ACCESS_ON_DEMAND: u32 = 1 << 6;
+pub const IBV_ACCESS_HUGETLB: u32 = 1 << 7;
+pub const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
 // enum ibv_qp_type
 pub const IBV_QPT_RC: u32 = 2;
 pub const IBV_QPT_UC: u32 = 3;
@@ -573,7 +691,14 @@ pub const CHECKED_CONSTANTS: &[(&str, i64)] = &[
         IBV_DEVICE_SYS_IMAGE_GUID as i64,
     ),
     ("IBV_DEVICE_N_NOTIFY_CQ", IBV_DEVICE_N_NOTIFY_CQ as i64),
+    ("IBV_DEVICE_XRC", IBV_DEVICE_XRC as i64),
     ("IBV_GID_TYPE_ROCE_V2", IBV_GID_TYPE_ROCE_V2 as i64),
+    ("IBV_ACCESS_ON_DEMAND", IBV_ACCESS_ON_DEMAND as i64),
+    ("IBV_ACCESS_HUGETLB", IBV_ACCESS_HUGETLB as i64),
+    (
+        "IBV_ACCESS_RELAXED_ORDERING",
+        IBV_ACCESS_RELAXED_ORDERING as i64,
+    ),
     ("IBV_QPT_RC", IBV_QPT_RC as i64),
     ("IBV_QPT_UC", IBV_QPT_UC as i64),
     ("IBV_QPT_UD", IBV_QPT_UD as i64),
@@ -672,6 +797,22 @@ pub fn checked_layouts() -> Vec<(&'static str, usize)> {
         off!(ibv_device_attr, max_srq_sge),
         off!(ibv_device_attr, max_pkeys),
         off!(ibv_device_attr, phys_port_cnt),
+        size!(ibv_device_attr_ex),
+        off!(ibv_device_attr_ex, comp_mask),
+        off!(ibv_device_attr_ex, odp_caps),
+        off!(ibv_device_attr_ex, completion_timestamp_mask),
+        off!(ibv_device_attr_ex, device_cap_flags_ex),
+        off!(ibv_device_attr_ex, rss_caps),
+        off!(ibv_device_attr_ex, raw_packet_caps),
+        off!(ibv_device_attr_ex, cq_mod_caps),
+        off!(ibv_device_attr_ex, max_dm_size),
+        off!(ibv_device_attr_ex, pci_atomic_caps),
+        off!(ibv_device_attr_ex, xrc_odp_caps),
+        off!(ibv_device_attr_ex, phys_port_cnt_ex),
+        (
+            "offsetof(struct verbs_context, query_device_ex)",
+            EXT_SLOT_QUERY_DEVICE_EX * size_of::<*mut c_void>(),
+        ),
         size!(ibv_port_attr),
         off!(ibv_port_attr, gid_tbl_len),
         off!(ibv_port_attr, pkey_tbl_len),

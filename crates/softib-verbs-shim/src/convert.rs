@@ -104,7 +104,8 @@ pub fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
         src_path_bits: a.src_path_bits,
         grh: (a.is_global != 0).then_some(GlobalRoute {
             dgid: a.grh.dgid.raw,
-            flow_label: a.grh.flow_label,
+            // Kernel providers put the low 20 bits on the wire and accept any value.
+            flow_label: crate::validate::flow_label(a.grh.flow_label),
             sgid_index: a.grh.sgid_index,
             hop_limit: a.grh.hop_limit,
             traffic_class: a.grh.traffic_class,
@@ -337,6 +338,18 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     }
 }
 
+/// The `wc.sl` of a UD receive completion on RoCE: the packet type as mlx5 reports it
+/// (mlx5 CQE `roce_packet_type`), since SL means nothing on RoCEv2 (it has no LRH) and
+/// UCX 1.13's `ud_verbs` reads the field that way (src/uct/ib/ud/base/ud_iface.h): bit 3
+/// says a UDP header is present (RoCEv2), bits 2:0 give the L3 header, 2 for IPv4 and 1
+/// for IPv6. Linux rxe leaves the field 0 in a user completion (rxe_resp.c do_complete).
+pub fn roce_v2_packet_type(ipv4: bool) -> u8 {
+    const UDP_PRESENT: u8 = 1 << 3;
+    const L3_IPV6: u8 = 1;
+    const L3_IPV4: u8 = 2;
+    UDP_PRESENT | if ipv4 { L3_IPV4 } else { L3_IPV6 }
+}
+
 /// Immediate data of a send WR for the engine: the C field holds network byte order.
 pub fn imm_from_c(raw: u32) -> u32 {
     u32::from_be_bytes(raw.to_ne_bytes())
@@ -395,6 +408,12 @@ mod tests {
             qp_attr_from_c(&bad_mtu, QpAttrMask::PATH_MTU.bits()).unwrap_err(),
             libc::EINVAL
         );
+    }
+
+    #[test]
+    fn packet_type_in_sl_is_mlx5s() {
+        assert_eq!(roce_v2_packet_type(true), 0xA);
+        assert_eq!(roce_v2_packet_type(false), 0x9);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+mod caps;
 pub mod config;
 pub mod convert;
 mod events;
@@ -26,4 +27,5 @@ mod interpose;
 mod objects;
 mod raw_memory;
 mod sys;
+mod validate;
 pub mod view;

@@ -29,16 +29,17 @@ impl EventFd {
     }
 
     /// Takes one from the counter, blocking while it is zero (unless the application made
-    /// the descriptor non-blocking: then `WouldBlock`).
+    /// the descriptor non-blocking: then `WouldBlock`). A signal that interrupts the wait
+    /// fails it with `Interrupted` (EINTR), unless the handler was installed with
+    /// SA_RESTART, when the kernel restarts the read: exactly what a read on the kernel's
+    /// completion channel fd does, and what programs that end a blocking
+    /// `ibv_get_cq_event` with SIGALRM (qperf) rely on.
     pub fn wait(&self) -> io::Result<()> {
         let mut b = [0u8; 8];
-        loop {
-            match (&self.0).read(&mut b) {
-                Ok(8) => return Ok(()),
-                Ok(_) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
+        match (&self.0).read(&mut b) {
+            Ok(8) => Ok(()),
+            Ok(_) => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Err(e) => Err(e),
         }
     }
 

@@ -13,7 +13,7 @@ use softib_transport::{
 
 use super::{guard, obj, report};
 use crate::abi::*;
-use crate::convert::{errno_of, imm_from_c, wc_to_c, wr_opcode_from_c};
+use crate::convert::{errno_of, imm_from_c, roce_v2_packet_type, wc_to_c, wr_opcode_from_c};
 use crate::objects::{AhObj, CqObj, PdObj, QpObj, SrqObj};
 
 /// Why one WR was refused: errno and the message for `SOFTIB_DEBUG`.
@@ -308,6 +308,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             return 0;
         }
         let want = n as usize;
+        let packet_type = roce_v2_packet_type(q.shared.config.addr.is_ipv4());
         let mut buf = [EMPTY_WC; POLL_BATCH];
         let mut done = 0;
         while done < want {
@@ -315,8 +316,13 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> 
             let (got, moved) = q.shared.net.poll_cq_progress(q.handle, &mut buf[..chunk]);
             idle_turn(got == 0 && !moved);
             for (i, w) in buf[..got].iter().enumerate() {
+                let mut c = wc_to_c(w);
+                // A receive with a GRH is a UD one (RC/UC receives carry none on RoCE).
+                if c.opcode & IBV_WC_RECV != 0 && c.wc_flags & IBV_WC_GRH != 0 {
+                    c.sl = packet_type;
+                }
                 // SAFETY: `wc` has room for `n` entries (ibv_poll_cq(3)); done + i < n.
-                unsafe { wc.add(done + i).write(wc_to_c(w)) };
+                unsafe { wc.add(done + i).write(c) };
             }
             done += got;
             if got < chunk {

@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{ctx_obj, guard};
+use super::{ctx_obj, fail, guard};
 use crate::abi::*;
 use crate::convert::mtu_to_c;
 use crate::objects::{device, open_shared, ContextObj};
@@ -126,9 +126,11 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             _compat_detach_mcast: std::ptr::null_mut(),
             _compat_async_event: std::ptr::null_mut(),
         };
+        let mut ext = [std::ptr::null_mut(); VERBS_CONTEXT_EXT_SLOTS];
+        ext[EXT_SLOT_QUERY_DEVICE_EX] = query_device_ex as QueryDeviceExFn as *mut c_void;
         let obj = Box::new(ContextObj {
             vctx: verbs_context {
-                ext: [std::ptr::null_mut(); VERBS_CONTEXT_EXT_SLOTS],
+                ext,
                 _abi_placeholder3: 0,
                 sz: size_of::<verbs_context>(),
                 context: ibv_context {
@@ -136,7 +138,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                     ops,
                     cmd_fd: -1,
                     async_fd: shared.async_events.raw_fd(),
-                    num_comp_vectors: 1,
+                    num_comp_vectors: crate::caps::NUM_COMP_VECTORS,
                     mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                     abi_compat: VERBS_ABI_IS_EXTENDED as *mut c_void,
                 },
@@ -155,7 +157,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: ibv_close_device(3) takes a context from ibv_open_device.
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         // Objects the program never destroyed (perftest leaves its UD address handles)
         // keep the device open after this; its capture must be complete anyway.
@@ -175,64 +177,72 @@ pub unsafe extern "C" fn ibv_query_device(
     guard(libc::EIO, || {
         // SAFETY: a context from ibv_open_device (ibv_query_device(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if attr.is_null() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
-        let l = &c.shared.limits;
-        let clamp = |v: u32| v.min(i32::MAX as u32) as i32;
-        let guid = u64::from_ne_bytes(c.shared.config.node_guid());
-        let mut fw = [0u8; 64];
-        crate::objects::copy_cstr(&mut fw, facts::FW_VER);
-        let a = ibv_device_attr {
-            fw_ver: fw,
-            node_guid: guid,
-            sys_image_guid: guid,
-            max_mr_size: u64::MAX,
-            page_size_cap: !0xFFF,
-            vendor_id: 0,
-            vendor_part_id: 0,
-            hw_ver: 0,
-            max_qp: clamp(l.max_qp),
-            max_qp_wr: clamp(l.max_qp_wr),
-            device_cap_flags: IBV_DEVICE_RC_RNR_NAK_GEN
-                | IBV_DEVICE_SYS_IMAGE_GUID
-                | IBV_DEVICE_N_NOTIFY_CQ,
-            max_sge: clamp(l.max_sge),
-            max_sge_rd: clamp(l.max_sge),
-            max_cq: clamp(l.max_cq),
-            max_cqe: clamp(l.max_cqe),
-            max_mr: clamp(l.max_mr),
-            max_pd: clamp(l.max_pd),
-            max_qp_rd_atom: i32::from(l.max_qp_rd_atom),
-            max_ee_rd_atom: 0,
-            max_res_rd_atom: clamp(u32::from(l.max_qp_rd_atom).saturating_mul(l.max_qp)),
-            max_qp_init_rd_atom: i32::from(l.max_qp_rd_atom),
-            max_ee_init_rd_atom: 0,
-            atomic_cap: IBV_ATOMIC_HCA,
-            max_ee: 0,
-            max_rdd: 0,
-            max_mw: 0,
-            max_raw_ipv6_qp: 0,
-            max_raw_ethy_qp: 0,
-            max_mcast_grp: 0,
-            max_mcast_qp_attach: 0,
-            max_total_mcast_qp_attach: 0,
-            max_ah: clamp(l.max_ah),
-            max_fmr: 0,
-            max_map_per_fmr: 0,
-            max_srq: clamp(l.max_srq),
-            max_srq_wr: clamp(l.max_qp_wr),
-            max_srq_sge: clamp(l.max_sge),
-            max_pkeys: l.pkeys.len().min(u16::MAX as usize) as u16,
-            local_ca_ack_delay: 15,
-            phys_port_cnt: 1,
-        };
+        let a = crate::caps::device_attr(&c.shared);
         // SAFETY: `attr` is non-NULL and points at a struct ibv_device_attr (ibv_query_device(3)).
         unsafe { attr.write(a) };
         0
     })
+}
+
+/// The `query_device_ex` slot of the context (`ibv_query_device_ex`'s inline wrapper in
+/// verbs.h calls it after checking `input->comp_mask`). Like libibverbs'
+/// `ibv_cmd_query_device_any`, it fills only the `attr_size` bytes the caller's header
+/// knows, and refuses a buffer smaller than `struct ibv_device_attr` with EINVAL.
+pub unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a context from ibv_open_device; the slot is reachable only through ours.
+        let Some(c) = (unsafe { ctx_obj(ctx) }) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: `input` is NULL or the caller's input structure.
+        if unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
+            return fail(libc::EINVAL);
+        }
+        if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+            return fail(libc::EINVAL);
+        }
+        let a = crate::caps::device_attr_ex(&c.shared);
+        let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller's structure holds `attr_size` >= n bytes; the source is a
+        // local value of at least n bytes; they do not overlap. The bytes the caller has
+        // beyond ours (a newer header) are zeroed as libibverbs does.
+        unsafe {
+            std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
+            std::ptr::copy_nonoverlapping(
+                std::ptr::from_ref(&a).cast::<u8>(),
+                attr.cast::<u8>(),
+                n,
+            );
+        }
+        0
+    })
+}
+
+/// Entries in the port's GID table: 1024, as rxe (rxe_param.h `RXE_PORT_GID_TBL_LEN`) and
+/// the kernel's RoCE GID cache. Only index 0 holds a GID (config.rs); the others are empty
+/// slots, which the verbs answer as the kernel does: `ibv_query_gid` gives a zero GID,
+/// `ibv_query_gid_ex` ENODATA, and an address vector naming one fails with ENODATA.
+pub(crate) const GID_TBL_LEN: u32 = 1024;
+
+/// Slots of the GID table that hold a GID (index 0 only).
+pub(crate) const GIDS_IN_USE: u32 = 1;
+
+/// The GID table for the address vector checks.
+pub(crate) fn gid_table() -> crate::validate::GidTable {
+    crate::validate::GidTable {
+        len: GID_TBL_LEN,
+        in_use: GIDS_IN_USE,
+    }
 }
 
 /// The port's attributes: one active RoCEv2 port (the values the device view's sysfs
@@ -243,7 +253,7 @@ fn port_attr(c: &ContextObj) -> ibv_port_attr {
         state: facts::PORT_STATE,
         max_mtu: mtu,
         active_mtu: mtu,
-        gid_tbl_len: 1,
+        gid_tbl_len: GID_TBL_LEN as i32,
         port_cap_flags: facts::PORT_CAP_FLAGS,
         max_msg_sz: 1 << 31,
         pkey_tbl_len: 1,
@@ -266,10 +276,10 @@ pub unsafe extern "C" fn ibv_query_port(
     guard(libc::EIO, || {
         // SAFETY: a context from ibv_open_device (ibv_query_port(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if port != 1 || attr.is_null() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         let a = port_attr(c);
         // The exported function receives libibverbs' `_compat_ibv_port_attr`, which ends
@@ -285,9 +295,32 @@ pub unsafe extern "C" fn ibv_query_port(
     })
 }
 
-/// GID `index` of port `port`, or None (one entry: index 0, see config.rs).
+/// What slot `index` of port `port`'s GID table holds.
+enum GidSlot {
+    /// A GID (index 0: the RoCEv2 GID of SOFTIB_ADDR).
+    Valid([u8; 16]),
+    /// A slot of the table without a GID.
+    Empty,
+    /// No such port or index.
+    OutOfRange,
+}
+
+fn gid_slot(c: &ContextObj, port: u32, index: u32) -> GidSlot {
+    if port != 1 || index >= GID_TBL_LEN {
+        GidSlot::OutOfRange
+    } else if index < GIDS_IN_USE {
+        GidSlot::Valid(c.shared.net.gid())
+    } else {
+        GidSlot::Empty
+    }
+}
+
+/// GID `index` of port `port`, if the slot holds one.
 fn gid_at(c: &ContextObj, port: u32, index: u32) -> Option<[u8; 16]> {
-    (port == 1 && index == 0).then(|| c.shared.net.gid())
+    match gid_slot(c, port, index) {
+        GidSlot::Valid(g) => Some(g),
+        _ => None,
+    }
 }
 
 #[no_mangle]
@@ -303,17 +336,22 @@ pub unsafe extern "C" fn ibv_query_gid(
             set_errno(libc::EINVAL);
             return -1;
         };
-        match gid_at(c, u32::from(port), index as u32) {
-            Some(g) if !gid.is_null() => {
-                // SAFETY: `gid` is non-NULL and points at a union ibv_gid.
-                unsafe { gid.write(ibv_gid { raw: g }) };
-                0
-            }
-            _ => {
+        // verbs.c ibv_query_gid: an empty slot reads as the zero GID, success.
+        let g = match gid_slot(c, u32::from(port), index as u32) {
+            GidSlot::Valid(g) => g,
+            GidSlot::Empty => [0; 16],
+            GidSlot::OutOfRange => {
                 set_errno(libc::EINVAL);
-                -1
+                return -1;
             }
+        };
+        if gid.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
         }
+        // SAFETY: `gid` is non-NULL and points at a union ibv_gid.
+        unsafe { gid.write(ibv_gid { raw: g }) };
+        0
     })
 }
 
@@ -339,10 +377,10 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     guard(libc::EIO, || {
         // SAFETY: a context from ibv_open_device (ibv_query_gid_ex(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if flags != 0 || entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         }
         match gid_entry(c, port_num, gid_index) {
             Some(e) => {
@@ -350,7 +388,11 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
                 unsafe { entry.write(e) };
                 0
             }
-            None => libc::ENODATA,
+            // The kernel's GID query: ENODATA for an empty slot, EINVAL past the table.
+            None => match gid_slot(c, port_num, gid_index) {
+                GidSlot::Empty => fail(libc::ENODATA),
+                _ => fail(libc::EINVAL),
+            },
         }
     })
 }
@@ -366,6 +408,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     guard(-(libc::EIO as isize), || {
         // SAFETY: a context from ibv_open_device (ibv_query_gid_table(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
+            set_errno(libc::EINVAL);
             return -(libc::EINVAL as isize);
         };
         if flags != 0
@@ -399,12 +442,21 @@ pub unsafe extern "C" fn ibv_query_gid_type(
             set_errno(libc::EINVAL);
             return -1;
         };
-        if gid_at(c, u32::from(port), index).is_none() || ty.is_null() {
+        let slot = gid_slot(c, u32::from(port), index);
+        if matches!(slot, GidSlot::OutOfRange) || ty.is_null() {
             set_errno(libc::EINVAL);
             return -1;
         }
-        // SAFETY: non-NULL pointer to the caller's enum ibv_gid_type.
-        unsafe { ty.write(IBV_GID_TYPE_ROCE_V2) };
+        if matches!(slot, GidSlot::Empty) {
+            // verbs.c: an empty slot answers IB/RoCEv1, success.
+            // SAFETY: non-NULL pointer to the caller's enum ibv_gid_type_sysfs.
+            unsafe { ty.write(IBV_GID_TYPE_SYSFS_IB_ROCE_V1) };
+            return 0;
+        }
+        // ibv_query_gid_type(3) answers in `enum ibv_gid_type_sysfs`, where RoCEv2 is 1
+        // (not `enum ibv_gid_type`'s 2): ibv_devinfo -v prints no GID for another value.
+        // SAFETY: non-NULL pointer to the caller's enum ibv_gid_type_sysfs.
+        unsafe { ty.write(IBV_GID_TYPE_SYSFS_ROCE_V2) };
         0
     })
 }

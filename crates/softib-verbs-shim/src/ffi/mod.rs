@@ -7,7 +7,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod datapath;
-mod device;
+pub(crate) mod device;
 mod qp;
 mod resources;
 mod unsupported;
@@ -28,11 +28,22 @@ fn guard<T>(fail: T, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// Says why a verb failed when `SOFTIB_DEBUG=1`; returns `errno` for chaining.
+/// Says why a verb failed when `SOFTIB_DEBUG=1`, sets `errno` and returns it: on the
+/// kernel path every failing verb leaves the errno of its failed system call in `errno`,
+/// also those that return the error (ibv_modify_qp, ibv_destroy_*), and programs print
+/// `errno` (perror) after either kind.
 fn report(shared: &Shared, verb: &str, errno: i32, why: &dyn std::fmt::Display) -> i32 {
     if shared.config.debug {
         eprintln!("softib: {verb} failed ({}): {why}", errno_name(errno));
     }
+    set_errno(errno);
+    errno
+}
+
+/// Sets `errno` and returns it: the failure of a verb that returns an errno, where no
+/// device is at hand to report on (a NULL or foreign handle).
+fn fail(errno: i32) -> i32 {
+    set_errno(errno);
     errno
 }
 
@@ -43,6 +54,8 @@ fn errno_name(e: i32) -> &'static str {
         libc::EOPNOTSUPP => "EOPNOTSUPP",
         libc::EBUSY => "EBUSY",
         libc::ENODEV => "ENODEV",
+        libc::EINTR => "EINTR",
+        libc::EAGAIN => "EAGAIN",
         _ => "errno",
     }
 }

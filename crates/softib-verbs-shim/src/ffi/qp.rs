@@ -4,7 +4,7 @@ use std::ffi::c_int;
 
 use softib_transport::{CqHandle, QpAttrMask, QpCap, QpInitAttr, SrqHandle};
 
-use super::{guard, obj, report};
+use super::{fail, guard, obj, report};
 use crate::abi::*;
 use crate::convert::{
     cap_to_c, errno_of, qp_attr_from_c, qp_attr_to_c, qp_state_to_c, qp_type_from_c, qp_type_to_c,
@@ -116,9 +116,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
         // SAFETY: a QP from ibv_create_qp and the caller's attributes (ibv_modify_qp(3));
         // the application does not use the QP concurrently with this verb.
         let (Some(q), Some(a)) = (unsafe { obj::<_, QpObj>(qp) }, unsafe { attr.as_ref() }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let s = q.shared.clone();
+        if let Err(r) = crate::validate::modify_qp_av(a, mask as u32, super::device::gid_table()) {
+            return report(&s, "ibv_modify_qp", r.errno, &r.why);
+        }
         let (eattr, emask) = match qp_attr_from_c(a, mask as u32) {
             Ok(v) => v,
             Err(errno) => {
@@ -159,7 +162,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             attr.is_null(),
             init.is_null(),
         ) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let s = q.shared.clone();
         let a = match s.net.query_qp(q.qpn) {
@@ -192,7 +195,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: a QP from ibv_create_qp (ibv_destroy_qp(3)).
         let Some(q) = (unsafe { obj::<_, QpObj>(qp) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let s = q.shared.clone();
         if let Err(e) = s.net.destroy_qp(q.qpn) {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use softib_transport::{AccessFlags, SrqAttr, VecMemory};
 
-use super::{ctx_obj, guard, obj, report};
+use super::{ctx_obj, fail, guard, obj, report};
 use crate::abi::*;
 use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
 use crate::events::{CqTarget, EventQueue};
@@ -74,7 +74,7 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: a PD from ibv_alloc_pd (ibv_dealloc_pd(3)).
         let Some(p) = (unsafe { obj::<_, PdObj>(pd) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let s = &p.shared;
         let bounce = p.bounce_lkey.load(Ordering::Acquire);
@@ -107,8 +107,14 @@ fn reg_mr_common(
         return null_with(libc::EINVAL);
     };
     let s = &p.shared;
-    if addr.is_null() && length > 0 {
-        return null_with(report(s, "ibv_reg_mr", libc::EINVAL, &"NULL address"));
+    let checks = crate::validate::mr_access(access)
+        .and_then(|()| crate::validate::mr_range(addr as u64, length, iova));
+    if let Err(r) = checks {
+        return null_with(report(s, "ibv_reg_mr", r.errno, &r.why));
+    }
+    if addr.is_null() {
+        // The kernel cannot pin page 0 of the process: EFAULT.
+        return null_with(report(s, "ibv_reg_mr", libc::EFAULT, &"NULL address"));
     }
     // SAFETY: ibv_reg_mr(3): the application keeps `addr..addr+length` mapped until
     // ibv_dereg_mr, which drops this RawMemory.
@@ -177,7 +183,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: an MR from ibv_reg_mr (ibv_dereg_mr(3)).
         let Some(m) = (unsafe { obj::<_, MrObj>(mr) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let s = &m.shared;
         if let Err(e) = s.net.with_engine(|e, _| e.dereg_mr(m.mr.lkey)) {
@@ -230,7 +236,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
     guard(libc::EIO, || {
         // SAFETY: a channel from ibv_create_comp_channel.
         let Some(c) = (unsafe { obj::<_, ChannelObj>(ch) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if c.refcnt.load(Ordering::Acquire) > 0 {
             return libc::EBUSY;
@@ -247,7 +253,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(std::ptr::null_mut(), || {
         // SAFETY: a context from ibv_open_device (ibv_create_cq(3)).
@@ -255,13 +261,8 @@ pub unsafe extern "C" fn ibv_create_cq(
             return null_with(libc::EINVAL);
         };
         let s = &c.shared;
-        if cqe <= 0 {
-            return null_with(report(
-                s,
-                "ibv_create_cq",
-                libc::EINVAL,
-                &format!("cqe {cqe}"),
-            ));
+        if let Err(r) = crate::validate::create_cq(cqe, comp_vector, s.limits.max_cqe) {
+            return null_with(report(s, "ibv_create_cq", r.errno, &r.why));
         }
         let handle = match s.net.create_cq(cqe as u32) {
             Ok(h) => h,
@@ -305,7 +306,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: a CQ from ibv_create_cq (ibv_destroy_cq(3)).
         let Some(q) = (unsafe { obj::<_, CqObj>(cq) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let s = &q.shared;
         if let Err(e) = s.net.destroy_cq(q.handle) {
@@ -389,15 +390,22 @@ pub unsafe extern "C" fn ibv_create_srq(
             return null_with(libc::EINVAL);
         };
         let s = &p.shared;
+        let max_sge =
+            match crate::validate::create_srq(&init.attr, s.limits.max_qp_wr, s.limits.max_sge) {
+                Ok(n) => n,
+                Err(r) => return null_with(report(s, "ibv_create_srq", r.errno, &r.why)),
+            };
         let attr = SrqAttr {
             max_wr: init.attr.max_wr,
-            max_sge: init.attr.max_sge,
+            max_sge,
             srq_limit: init.attr.srq_limit,
         };
         let handle = match s.net.create_srq(p.handle, attr) {
             Ok(h) => h,
             Err(e) => return null_with(report(s, "ibv_create_srq", errno_of(&e), &e)),
         };
+        // The kernel writes the granted sizes back (ibv_cmd_create_srq).
+        init.attr.max_sge = max_sge;
         let o = Box::into_raw(Box::new(SrqObj {
             srq: ibv_srq {
                 context: p.pd.context,
@@ -432,7 +440,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
         // call is the application's duty, as with any verb on one object.
         let (Some(q), Some(a)) = (unsafe { obj::<_, SrqObj>(srq) }, unsafe { attr.as_ref() })
         else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let mask = mask as u32;
         if mask & IBV_SRQ_MAX_WR != 0 {
@@ -458,7 +466,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
     guard(libc::EIO, || {
         // SAFETY: an SRQ from ibv_create_srq and the caller's output structure.
         let (Some(q), false) = (unsafe { obj::<_, SrqObj>(srq) }, attr.is_null()) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         // SAFETY: non-NULL output structure (ibv_query_srq(3)).
         unsafe { attr.write(*q.attr.lock().unwrap_or_else(|p| p.into_inner())) };
@@ -471,7 +479,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: an SRQ from ibv_create_srq (ibv_destroy_srq(3)).
         let Some(q) = (unsafe { obj::<_, SrqObj>(srq) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         let s = &q.shared;
         if let Err(e) = s.net.with_engine(|e, _| e.destroy_srq(q.handle)) {
@@ -505,13 +513,8 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             return null_with(libc::EINVAL);
         };
         let s = &p.shared;
-        if a.is_global == 0 {
-            return null_with(report(
-                s,
-                "ibv_create_ah",
-                libc::EINVAL,
-                &"RoCEv2 needs is_global = 1 and a destination GID",
-            ));
+        if let Err(r) = crate::validate::av(a, super::device::gid_table()) {
+            return null_with(report(s, "ibv_create_ah", r.errno, &r.why));
         }
         let av = ah_attr_from_c(a);
         note_peer(s, a.grh.dgid.raw);
@@ -536,7 +539,7 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: an AH from ibv_create_ah (ibv_destroy_ah(3)).
         let Some(a) = (unsafe { obj::<_, AhObj>(ah) }) else {
-            return libc::EINVAL;
+            return fail(libc::EINVAL);
         };
         if let Err(e) = a.shared.net.with_engine(|e, _| e.destroy_ah(a.handle)) {
             return report(&a.shared, "ibv_destroy_ah", errno_of(&e), &e);

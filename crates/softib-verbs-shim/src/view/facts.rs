@@ -8,8 +8,9 @@ use softib_transport::DeviceConfig;
 use crate::abi::{IBV_PORT_ACTIVE, IBV_PORT_CM_SUP, IBV_PORT_IP_BASED_GIDS};
 use crate::config::Config;
 
-/// Firmware version string (`fw_ver` in `ibv_query_device` and sysfs).
-pub const FW_VER: &str = concat!("softib ", env!("CARGO_PKG_VERSION"));
+/// Firmware version string (`fw_ver` in `ibv_query_device` and sysfs): the crate's
+/// version, in rxe's `major.minor.sub_minor` form.
+pub const FW_VER: &str = env!("CARGO_PKG_VERSION");
 
 /// Node description (`node_desc`): rxe writes its driver name there.
 pub const NODE_DESC: &str = "softib";
@@ -51,8 +52,10 @@ pub struct DeviceFacts {
     pub uverbs: String,
     /// Node GUID, wire byte order.
     pub node_guid: [u8; 8],
-    /// GID index 0 (the only entry), RoCEv2.
+    /// GID index 0 (the only one in use), RoCEv2.
     pub gid: [u8; 16],
+    /// Slots in the GID table (`gid_tbl_len`); all but index 0 are empty.
+    pub gid_tbl_len: u32,
     /// The network interface holding the device's address (`lo` for 127.x.y.z), if any.
     pub netdev: Option<String>,
     /// P_Key table.
@@ -69,6 +72,7 @@ impl DeviceFacts {
             uverbs: "uverbs0".into(),
             node_guid: config.node_guid(),
             gid: config.gid(),
+            gid_tbl_len: crate::ffi::device::GID_TBL_LEN,
             netdev: softib_net::roce::interface_mtu(config.addr)
                 .ok()
                 .map(|(name, _)| name),

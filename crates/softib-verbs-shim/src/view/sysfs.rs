@@ -183,11 +183,17 @@ pub fn render(dev: &DeviceFacts, host: &HostFacts) -> Vec<(String, Node)> {
         ),
     ));
     out.push(file(format!("{port}/link_layer"), "Ethernet\n".into()));
-    // GID table: one entry (gid_tbl_len 1), a RoCEv2 GID on the address's interface.
-    out.push(file(
-        format!("{port}/gids/0"),
-        format!("{}\n", gid_text(&dev.gid)),
-    ));
+    // GID table: `gid_tbl_len` slots; index 0 holds the RoCEv2 GID of the address, the
+    // empty ones read as the zero GID (show_port_gid). The kernel fails a read of an empty
+    // slot's type or netdev with EINVAL; a file cannot, so those files are absent (open
+    // fails with ENOENT), which a reader handles the same way.
+    for i in 0..dev.gid_tbl_len.max(1) {
+        let gid = if i == 0 { dev.gid } else { [0; 16] };
+        out.push(file(
+            format!("{port}/gids/{i}"),
+            format!("{}\n", gid_text(&gid)),
+        ));
+    }
     out.push(file(
         format!("{port}/gid_attrs/types/0"),
         "RoCE v2\n".into(),
@@ -237,6 +243,7 @@ mod tests {
                 uverbs: "uverbs0".into(),
                 node_guid: [0x02, 0x50, 0xff, 0xff, 0x7f, 0, 0, 1],
                 gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1],
+                gid_tbl_len: 1024,
                 netdev: Some("lo".into()),
                 pkeys: vec![0xffff],
             },
@@ -276,6 +283,11 @@ mod tests {
             text(&e, &format!("{ib}/ports/1/gids/0")),
             "0000:0000:0000:0000:0000:ffff:7f00:0001\n"
         );
+        assert_eq!(
+            text(&e, &format!("{ib}/ports/1/gids/1023")),
+            "0000:0000:0000:0000:0000:0000:0000:0000\n"
+        );
+        assert!(!e.iter().any(|(p, _)| p.ends_with("gid_attrs/types/1")));
         assert_eq!(
             text(&e, &format!("{ib}/ports/1/gid_attrs/types/0")),
             "RoCE v2\n"

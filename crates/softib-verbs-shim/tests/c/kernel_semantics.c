@@ -1,0 +1,500 @@
+/* Verb return values and errno against Linux 6.1 + rdma-core 44 (the kernel path and
+ * the rxe provider), one named check per rule, run with the softib shim preloaded
+ * (tests/kernel_semantics.rs). Each check prints "ok NAME" or "FAIL NAME: detail"; the
+ * program goes on after a failure so that one run lists every divergence, and ends with
+ * "kernel_semantics: all N checks passed" (exit 0) or "kernel_semantics: M of N checks
+ * failed" (exit 1). The source each rule follows is named in the check's comment. */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+/* From rdma-core's libibverbs/driver.h, which libibverbs-dev does not install; the
+ * function is exported (ibv_devinfo calls it). */
+enum { GID_TYPE_SYSFS_IB_ROCE_V1 = 0, GID_TYPE_SYSFS_ROCE_V2 = 1 };
+int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+		       int *type);
+
+static int checks, failures;
+
+#define RULE(name, cond, ...)                                               \
+	do {                                                                \
+		checks++;                                                   \
+		if (cond) {                                                 \
+			printf("ok %s\n", name);                            \
+		} else {                                                    \
+			failures++;                                         \
+			printf("FAIL %s: %s: ", name, #cond);               \
+			printf(__VA_ARGS__);                                \
+			printf("\n");                                       \
+		}                                                           \
+		fflush(stdout);                                             \
+	} while (0)
+
+/* Fatal setup step (not a rule): without it the rest cannot run. */
+#define NEED(cond, what)                                                    \
+	do {                                                                \
+		if (!(cond)) {                                              \
+			printf("FAIL setup: %s (errno %d)\n", what, errno); \
+			exit(2);                                            \
+		}                                                           \
+	} while (0)
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_cq *cq;
+static struct ibv_device_attr dev;
+static union ibv_gid gid0;
+
+static struct ibv_qp *make_qp(enum ibv_qp_type type, uint32_t send_wr, uint32_t recv_wr,
+			      struct ibv_srq *srq)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq, .recv_cq = cq, .srq = srq, .qp_type = type,
+		.cap = { .max_send_wr = send_wr, .max_recv_wr = recv_wr,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	return ibv_create_qp(pd, &ia);
+}
+
+static int to_init(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				 .qkey = 0x11111111,
+				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
+	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+	mask |= qp->qp_type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS;
+	return ibv_modify_qp(qp, &a, mask);
+}
+
+static struct ibv_qp_attr rtr_attr(uint32_t dest)
+{
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.rq_psn = 1;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid0;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	return a;
+}
+
+enum { RTR_MASK = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+		  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER };
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+static void device_rules(void)
+{
+	/* pyverbs test_device: a zero vendor_id means no device; rxe reports 0xFFFFFF. */
+	RULE("query_device.vendor_id", dev.vendor_id == 0xFFFFFF && dev.phys_port_cnt == 1,
+	     "vendor %#x ports %d", dev.vendor_id, dev.phys_port_cnt);
+
+	/* The verbs_context query_device_ex slot answers (no legacy fallback): ports
+	 * in phys_port_cnt_ex (libibverbs cmd_device.c), unsupported features 0. */
+	struct ibv_device_attr_ex dx;
+	memset(&dx, 0xee, sizeof(dx));
+	int rc = ibv_query_device_ex(ctx, NULL, &dx);
+	RULE("query_device_ex.real", rc == 0 && dx.phys_port_cnt_ex == 1 &&
+	     dx.orig_attr.phys_port_cnt == 1 && dx.orig_attr.vendor_id == 0xFFFFFF &&
+	     dx.orig_attr.max_cqe == dev.max_cqe && dx.comp_mask == 0 &&
+	     dx.odp_caps.general_caps == 0 && dx.max_dm_size == 0 &&
+	     dx.raw_packet_caps == 0 && dx.completion_timestamp_mask == 0 &&
+	     dx.device_cap_flags_ex == dev.device_cap_flags,
+	     "rc %d ports_ex %u dm %llu flags_ex %#llx", rc, dx.phys_port_cnt_ex,
+	     (unsigned long long)dx.max_dm_size, (unsigned long long)dx.device_cap_flags_ex);
+
+	struct ibv_query_device_ex_input in = { .comp_mask = 1 };
+	RULE("query_device_ex.bad_comp_mask", ibv_query_device_ex(ctx, &in, &dx) == EINVAL,
+	     "wrong return");
+
+	/* verbs.c ibv_query_gid_type answers enum ibv_gid_type_sysfs: RoCEv2 is 1. */
+	int t = 77;
+	rc = ibv_query_gid_type(ctx, 1, 0, &t);
+	RULE("query_gid_type.sysfs_roce_v2", rc == 0 && t == GID_TYPE_SYSFS_ROCE_V2,
+	     "rc %d type %d", rc, t);
+
+	/* The GID table has rxe's 1024 slots, only index 0 in use. */
+	struct ibv_port_attr port;
+	rc = ibv_query_port(ctx, 1, &port);
+	RULE("query_port.gid_tbl_len", rc == 0 && port.gid_tbl_len == 1024, "rc %d len %d", rc,
+	     port.gid_tbl_len);
+	/* verbs.c ibv_query_gid: an empty slot is the zero GID and success, -1 with errno
+	 * EINVAL past the table. */
+	union ibv_gid g;
+	memset(&g, 0xff, sizeof(g));
+	rc = ibv_query_gid(ctx, 1, 5, &g);
+	RULE("query_gid.empty_slot_is_zero", rc == 0 && g.global.subnet_prefix == 0 &&
+	     g.global.interface_id == 0, "rc %d", rc);
+	errno = 0;
+	rc = ibv_query_gid(ctx, 1, 1024, &g);
+	RULE("query_gid.past_table", rc == -1 && errno == EINVAL, "rc %d errno %d", rc, errno);
+	/* The kernel's GID query: ENODATA for an empty slot, EINVAL past the table. */
+	struct ibv_gid_entry ge;
+	rc = ibv_query_gid_ex(ctx, 1, 5, &ge, 0);
+	RULE("query_gid_ex.empty_slot", rc == ENODATA, "rc %d", rc);
+	rc = ibv_query_gid_ex(ctx, 1, 1024, &ge, 0);
+	RULE("query_gid_ex.past_table", rc == EINVAL, "rc %d", rc);
+	rc = ibv_query_gid_ex(ctx, 1, 0, &ge, 0);
+	RULE("query_gid_ex.roce_v2", rc == 0 && ge.gid_type == IBV_GID_TYPE_ROCE_V2, "rc %d", rc);
+	struct ibv_gid_entry tbl[8];
+	ssize_t n = ibv_query_gid_table(ctx, tbl, 8, 0);
+	RULE("query_gid_table.valid_entries_only", n == 1 && tbl[0].gid_index == 0, "n %zd", n);
+	t = 77;
+	rc = ibv_query_gid_type(ctx, 1, 5, &t);
+	RULE("query_gid_type.empty_slot", rc == 0 && t == GID_TYPE_SYSFS_IB_ROCE_V1, "rc %d t %d",
+	     rc, t);
+
+	/* query_port returns the errno, and leaves it in errno (uverbs ioctl). */
+	struct ibv_port_attr pa;
+	errno = 0;
+	rc = ibv_query_port(ctx, 2, &pa);
+	RULE("query_port.bad_port", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc, errno);
+
+	/* kernel uverbs: 1 completion vector on rxe. */
+	RULE("context.num_comp_vectors", ctx->num_comp_vectors == 1, "%d", ctx->num_comp_vectors);
+}
+
+static void cq_rules(void)
+{
+	/* rxe_cq.c rxe_cq_chk_attr: cqe <= 0 or > max_cqe is EINVAL. */
+	errno = 0;
+	RULE("create_cq.cqe_0", !ibv_create_cq(ctx, 0, NULL, NULL, 0) && errno == EINVAL,
+	     "errno %d", errno);
+	errno = 0;
+	RULE("create_cq.cqe_over_max",
+	     !ibv_create_cq(ctx, dev.max_cqe + 1, NULL, NULL, 0) && errno == EINVAL,
+	     "errno %d", errno);
+	/* uverbs_cmd.c create_cq: comp_vector >= num_comp_vectors is EINVAL. */
+	errno = 0;
+	RULE("create_cq.comp_vector_out_of_range",
+	     !ibv_create_cq(ctx, 4, NULL, NULL, ctx->num_comp_vectors) && errno == EINVAL,
+	     "errno %d", errno);
+	struct ibv_cq *ok = ibv_create_cq(ctx, 4, NULL, NULL, ctx->num_comp_vectors - 1);
+	RULE("create_cq.last_comp_vector", ok != NULL, "errno %d", errno);
+	if (ok)
+		ibv_destroy_cq(ok);
+
+	/* A CQ a QP uses cannot go: EBUSY (uverbs usecnt). */
+	struct ibv_cq *busy = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	NEED(busy, "create_cq");
+	struct ibv_qp_init_attr ia = { .send_cq = busy, .recv_cq = busy, .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 1, .max_recv_wr = 1,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	NEED(qp, "create_qp");
+	errno = 0;
+	int rc = ibv_destroy_cq(busy);
+	RULE("destroy_cq.busy", rc == EBUSY && errno == EBUSY, "rc %d errno %d", rc, errno);
+	ibv_destroy_qp(qp);
+	RULE("destroy_cq.after_qp", ibv_destroy_cq(busy) == 0, "errno %d", errno);
+
+	/* verbs.c ibv_destroy_comp_channel: EBUSY while a CQ uses it. */
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	NEED(ch, "create_comp_channel");
+	struct ibv_cq *ccq = ibv_create_cq(ctx, 4, NULL, ch, 0);
+	NEED(ccq, "create_cq with channel");
+	RULE("destroy_comp_channel.busy", ibv_destroy_comp_channel(ch) == EBUSY, "not EBUSY");
+
+	/* A signal without SA_RESTART ends a blocking ibv_get_cq_event with EINTR, as a
+	 * read on the kernel's channel fd does (qperf ends its tests with SIGALRM). */
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm;
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = { .it_value = { .tv_usec = 100000 } };
+	setitimer(ITIMER_REAL, &it, NULL);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	int r = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	RULE("get_cq_event.eintr", r == -1 && errno == EINTR, "rc %d errno %d", r, errno);
+	signal(SIGALRM, SIG_DFL);
+
+	ibv_destroy_cq(ccq);
+	RULE("destroy_comp_channel.idle", ibv_destroy_comp_channel(ch) == 0, "errno %d", errno);
+}
+
+static void mr_rules(void)
+{
+	static char buf[8192] __attribute__((aligned(4096)));
+	struct ibv_mr *mr;
+
+	/* ib_umem_get: a region of no page is EINVAL. */
+	errno = 0;
+	RULE("reg_mr.length_0", !ibv_reg_mr(pd, buf, 0, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+	     "errno %d", errno);
+	/* ib_check_mr_access: remote write/atomic need local write. */
+	errno = 0;
+	RULE("reg_mr.remote_write_needs_local_write",
+	     !ibv_reg_mr(pd, buf, 64, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL, "errno %d", errno);
+	errno = 0;
+	RULE("reg_mr.remote_atomic_needs_local_write",
+	     !ibv_reg_mr(pd, buf, 64, IBV_ACCESS_REMOTE_ATOMIC) && errno == EINVAL, "errno %d", errno);
+	/* ib_check_mr_access: bits outside IB_ACCESS_SUPPORTED are EINVAL. */
+	errno = 0;
+	RULE("reg_mr.undefined_access_bit", !ibv_reg_mr(pd, buf, 64, 1 << 12) && errno == EINVAL,
+	     "errno %d", errno);
+	/* ib_check_mr_access: ON_DEMAND on a device without ODP is EOPNOTSUPP. */
+	errno = 0;
+	RULE("reg_mr.on_demand_without_odp",
+	     !ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) &&
+	     errno == EOPNOTSUPP, "errno %d", errno);
+	/* The optional range (RELAXED_ORDERING) is accepted and may be ignored. */
+	mr = ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+	RULE("reg_mr.relaxed_ordering_accepted", mr != NULL, "errno %d", errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+	/* ib_uverbs_reg_mr: iova and address must share their offset in the page. */
+	errno = 0;
+	RULE("reg_mr_iova.page_offset_differs",
+	     !ibv_reg_mr_iova(pd, buf + 16, 64, 0x10000, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+	     "errno %d", errno);
+	mr = ibv_reg_mr_iova(pd, buf + 16, 64, 0x10010, IBV_ACCESS_LOCAL_WRITE);
+	RULE("reg_mr_iova.same_page_offset", mr != NULL, "errno %d", errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+
+	/* A PD with a live MR cannot go: EBUSY, errno EBUSY. */
+	struct ibv_pd *p2 = ibv_alloc_pd(ctx);
+	NEED(p2, "alloc_pd");
+	mr = ibv_reg_mr(p2, buf, 64, IBV_ACCESS_LOCAL_WRITE);
+	NEED(mr, "reg_mr");
+	errno = 0;
+	int rc = ibv_dealloc_pd(p2);
+	RULE("dealloc_pd.busy_with_mr", rc == EBUSY && errno == EBUSY, "rc %d errno %d", rc, errno);
+	ibv_dereg_mr(mr);
+	RULE("dealloc_pd.idle", ibv_dealloc_pd(p2) == 0, "errno %d", errno);
+}
+
+static void qp_rules(void)
+{
+	/* rxe_qp.c rxe_qp_chk_cap checks upper bounds only: 0 WRs is a legal queue. */
+	struct ibv_qp *qp = make_qp(IBV_QPT_RC, 0, 4, NULL);
+	RULE("create_qp.zero_send_wr", qp != NULL, "errno %d", errno);
+	if (qp)
+		ibv_destroy_qp(qp);
+	qp = make_qp(IBV_QPT_RC, 4, 0, NULL);
+	RULE("create_qp.zero_recv_wr", qp != NULL, "errno %d", errno);
+	if (qp)
+		ibv_destroy_qp(qp);
+
+	errno = 0;
+	qp = make_qp(IBV_QPT_RC, dev.max_qp_wr + 1, 1, NULL);
+	RULE("create_qp.send_wr_over_max", !qp && errno == EINVAL, "errno %d", errno);
+	/* rxe_qp_chk_init: a missing CQ is EINVAL. */
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = NULL, .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 1, .max_recv_wr = 1,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	errno = 0;
+	RULE("create_qp.missing_cq", !ibv_create_qp(pd, &ia) && errno == EINVAL, "errno %d", errno);
+	/* rxe_qp_chk_init: a type rxe lacks is EOPNOTSUPP. */
+	errno = 0;
+	RULE("create_qp.raw_packet", !make_qp(IBV_QPT_RAW_PACKET, 1, 1, NULL) &&
+	     errno == EOPNOTSUPP, "errno %d", errno);
+
+	qp = make_qp(IBV_QPT_RC, 4, 4, NULL);
+	NEED(qp, "create_qp");
+
+	/* rxe.c rxe_post_recv: EINVAL in RESET (C10-97.2.1); bad_wr names the WR. */
+	char b[16];
+	struct ibv_sge sge = { .addr = (uintptr_t)b, .length = 0, .lkey = 0 };
+	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &sge, .num_sge = 0 }, *rbad = NULL;
+	int rc = ibv_post_recv(qp, &rwr, &rbad);
+	RULE("post_recv.reset", rc == EINVAL && rbad == &rwr, "rc %d", rc);
+
+	/* ib_modify_qp_is_ok: no RESET->RTS transition; EINVAL and errno. */
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS };
+	errno = 0;
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	RULE("modify_qp.bad_transition", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc,
+	     errno);
+	/* ib_modify_qp_is_ok: RESET->INIT needs PKEY_INDEX, PORT, ACCESS_FLAGS. */
+	a.qp_state = IBV_QPS_INIT;
+	errno = 0;
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	RULE("modify_qp.missing_required_attr", rc == EINVAL && errno == EINVAL, "rc %d", rc);
+	/* ib_modify_qp_is_ok: an attribute the transition does not take (QKEY on RC). */
+	struct ibv_qp_attr ai = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 1 };
+	rc = ibv_modify_qp(qp, &ai, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY);
+	RULE("modify_qp.unexpected_attr", rc == EINVAL, "rc %d", rc);
+	/* rxe_qp_chk_attr: port 2 does not exist. */
+	ai.port_num = 2;
+	rc = ibv_modify_qp(qp, &ai, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_ACCESS_FLAGS);
+	RULE("modify_qp.bad_port", rc == EINVAL, "rc %d", rc);
+	/* uverbs modify_qp: mask bits softib lacks: EOPNOTSUPP. */
+	rc = ibv_modify_qp(qp, &a, IBV_QP_RATE_LIMIT);
+	RULE("modify_qp.unsupported_mask", rc == EOPNOTSUPP && errno == EOPNOTSUPP, "rc %d", rc);
+	NEED(to_init(qp) == 0, "INIT");
+	RULE("modify_qp.state_field", qp->state == IBV_QPS_INIT, "state %d", qp->state);
+
+	/* core verbs.c rdma_check_ah_attr: RTR without a GRH on a RoCE port is EINVAL. */
+	a = rtr_attr(qp->qp_num);
+	a.ah_attr.is_global = 0;
+	errno = 0;
+	rc = ibv_modify_qp(qp, &a, RTR_MASK);
+	RULE("modify_qp.rtr_without_grh", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc,
+	     errno);
+	/* rdma_get_gid_attr: an empty GID slot (3 < 1024: inside the table) is ENODATA. */
+	a = rtr_attr(qp->qp_num);
+	a.ah_attr.grh.sgid_index = 3;
+	rc = ibv_modify_qp(qp, &a, RTR_MASK);
+	RULE("modify_qp.empty_sgid_index", rc == ENODATA, "rc %d", rc);
+	/* rxe_qp_chk_attr: timeout > 31 is EINVAL (RTR->RTS below). */
+	/* Providers take the flow label's low 20 bits (UCX rc_verbs passes wider). */
+	a = rtr_attr(qp->qp_num);
+	a.ah_attr.grh.flow_label = 0xFFFFFFFF;
+	rc = ibv_modify_qp(qp, &a, RTR_MASK);
+	RULE("modify_qp.flow_label_low_20_bits", rc == 0, "rc %d", rc);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	rc = ibv_query_qp(qp, &qa, IBV_QP_AV, &qi);
+	RULE("query_qp.flow_label_masked", rc == 0 && qa.ah_attr.grh.flow_label == 0xFFFFF,
+	     "rc %d label %#x", rc, qa.ah_attr.grh.flow_label);
+	struct ibv_qp_attr rts = { .qp_state = IBV_QPS_RTS, .sq_psn = 1, .timeout = 32,
+				   .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1 };
+	int rts_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+		       IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	rc = ibv_modify_qp(qp, &rts, rts_mask);
+	RULE("modify_qp.timeout_over_31", rc == EINVAL, "rc %d", rc);
+	rts.timeout = 14;
+	rts.max_rd_atomic = dev.max_qp_rd_atom + 1;
+	rc = ibv_modify_qp(qp, &rts, rts_mask);
+	RULE("modify_qp.max_rd_atomic_over_max", rc == EINVAL, "rc %d", rc);
+	ibv_destroy_qp(qp);
+
+	/* SRQ: rxe_srq_chk_attr bounds, EBUSY while a QP uses it. */
+	struct ibv_srq_init_attr si = { .attr = { .max_wr = 0, .max_sge = 1 } };
+	errno = 0;
+	RULE("create_srq.max_wr_0", !ibv_create_srq(pd, &si) && errno == EINVAL, "errno %d", errno);
+	si.attr.max_wr = 4;
+	si.attr.max_sge = dev.max_srq_sge + 1;
+	errno = 0;
+	RULE("create_srq.max_sge_over_max", !ibv_create_srq(pd, &si) && errno == EINVAL,
+	     "errno %d", errno);
+	si.attr.max_sge = 0;
+	struct ibv_srq *srq = ibv_create_srq(pd, &si);
+	RULE("create_srq.max_sge_0_is_1", srq && si.attr.max_sge == 1, "errno %d sge %u", errno,
+	     si.attr.max_sge);
+	if (srq) {
+		struct ibv_srq_attr sa = { .srq_limit = dev.max_srq_wr + 1 };
+		errno = 0;
+		rc = ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT);
+		RULE("modify_srq.limit_over_max", rc == EINVAL && errno == EINVAL, "rc %d", rc);
+		qp = make_qp(IBV_QPT_RC, 1, 0, srq);
+		NEED(qp, "create_qp with srq");
+		errno = 0;
+		rc = ibv_destroy_srq(srq);
+		RULE("destroy_srq.busy", rc == EBUSY && errno == EBUSY, "rc %d errno %d", rc, errno);
+		ibv_destroy_qp(qp);
+		RULE("destroy_srq.idle", ibv_destroy_srq(srq) == 0, "errno %d", errno);
+	}
+}
+
+static void ud_rules(void)
+{
+	/* Address handles: RoCE needs a GRH; a wide flow label is fine. */
+	struct ibv_ah_attr aa = { .is_global = 0, .port_num = 1 };
+	errno = 0;
+	RULE("create_ah.no_grh", !ibv_create_ah(pd, &aa) && errno == EINVAL, "errno %d", errno);
+	aa.is_global = 1;
+	aa.grh.dgid = gid0;
+	aa.grh.hop_limit = 64;
+	aa.grh.flow_label = 0xFFFFFFFF;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	RULE("create_ah.flow_label_low_20_bits", ah != NULL, "errno %d", errno);
+	NEED(ah, "create_ah");
+
+	/* wc.sl of a UD receive: mlx5's RoCE packet type, UDP (bit 3) + IPv4 (2). */
+	struct ibv_qp *s = make_qp(IBV_QPT_UD, 4, 4, NULL), *r = make_qp(IBV_QPT_UD, 4, 4, NULL);
+	NEED(s && r, "UD QPs");
+	struct ibv_qp *both[2] = { s, r };
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
+		NEED(to_init(both[i]) == 0, "UD INIT");
+		NEED(ibv_modify_qp(both[i], &a, IBV_QP_STATE) == 0, "UD RTR");
+		a.qp_state = IBV_QPS_RTS;
+		a.sq_psn = 1;
+		NEED(ibv_modify_qp(both[i], &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
+	}
+	static char rbuf[40 + 64], sbuf[64] = "hello";
+	struct ibv_mr *rmr = ibv_reg_mr(pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *smr = ibv_reg_mr(pd, sbuf, sizeof(sbuf), 0);
+	NEED(rmr && smr, "UD MRs");
+	struct ibv_sge rs = { .addr = (uintptr_t)rbuf, .length = sizeof(rbuf), .lkey = rmr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 7, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	NEED(ibv_post_recv(r, &rwr, &rbad) == 0, "UD post_recv");
+	struct ibv_sge ss = { .addr = (uintptr_t)sbuf, .length = 8, .lkey = smr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 8, .sg_list = &ss, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *sbad;
+	swr.wr.ud.ah = ah;
+	swr.wr.ud.remote_qpn = r->qp_num;
+	swr.wr.ud.remote_qkey = 0x11111111;
+	NEED(ibv_post_send(s, &swr, &sbad) == 0, "UD post_send");
+	struct ibv_wc wc, recv = { .status = IBV_WC_GENERAL_ERR };
+	int got = 0;
+	for (long i = 0; i < 50000000L && got < 2; i++) {
+		if (ibv_poll_cq(cq, 1, &wc) == 1) {
+			got++;
+			if (wc.opcode == IBV_WC_RECV)
+				recv = wc;
+		}
+	}
+	RULE("ud_recv.wc_sl_is_roce_packet_type",
+	     got == 2 && recv.status == IBV_WC_SUCCESS && (recv.wc_flags & IBV_WC_GRH) &&
+	     recv.sl == 0xA, "got %d status %d flags %#x sl %#x", got, recv.status,
+	     recv.wc_flags, recv.sl);
+	ibv_destroy_qp(s);
+	ibv_destroy_qp(r);
+	ibv_dereg_mr(rmr);
+	ibv_dereg_mr(smr);
+	ibv_destroy_ah(ah);
+}
+
+int main(void)
+{
+	int num;
+	struct ibv_device **list = ibv_get_device_list(&num);
+	NEED(list && num == 1, "device list");
+	ctx = ibv_open_device(list[0]);
+	NEED(ctx, "open");
+	ibv_free_device_list(list);
+	NEED(ibv_query_device(ctx, &dev) == 0, "query_device");
+	NEED(ibv_query_gid(ctx, 1, 0, &gid0) == 0, "gid 0");
+	pd = ibv_alloc_pd(ctx);
+	NEED(pd, "alloc_pd");
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	NEED(cq, "create_cq");
+
+	device_rules();
+	cq_rules();
+	mr_rules();
+	qp_rules();
+	ud_rules();
+
+	/* The PD still has the CQ's QPs gone; nothing else: it goes. */
+	ibv_destroy_cq(cq);
+	RULE("dealloc_pd.idle_at_end", ibv_dealloc_pd(pd) == 0, "errno %d", errno);
+	ibv_close_device(ctx);
+	if (failures) {
+		printf("kernel_semantics: %d of %d checks failed\n", failures, checks);
+		return 1;
+	}
+	printf("kernel_semantics: all %d checks passed\n", checks);
+	return 0;
+}

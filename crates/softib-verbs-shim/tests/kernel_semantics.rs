@@ -1,0 +1,138 @@
+//! Verb return values and errno as on Linux 6.1 + rdma-core 44 (kernel path, rxe):
+//! `tests/c/kernel_semantics.c`, compiled against the installed verbs.h and libibverbs
+//! and run with the shim preloaded, checks one rule per named check (bad arguments of
+//! every create/modify/destroy verb, EBUSY on objects in use, errno after each failure,
+//! `ibv_query_device_ex`, the GID type, EINTR from `ibv_get_cq_event`, the UD `wc.sl`).
+//! Every check must print `ok NAME`. Needs cc and libibverbs-dev (.ci/run).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The checks the C program must report as passed: a check that vanished from the
+/// program (or stopped running) fails this test too.
+const RULES: &[&str] = &[
+    "query_device.vendor_id",
+    "query_device_ex.real",
+    "query_device_ex.bad_comp_mask",
+    "query_gid_type.sysfs_roce_v2",
+    "query_port.gid_tbl_len",
+    "query_gid.empty_slot_is_zero",
+    "query_gid.past_table",
+    "query_gid_ex.empty_slot",
+    "query_gid_ex.past_table",
+    "query_gid_ex.roce_v2",
+    "query_gid_table.valid_entries_only",
+    "query_gid_type.empty_slot",
+    "query_port.bad_port",
+    "context.num_comp_vectors",
+    "create_cq.cqe_0",
+    "create_cq.cqe_over_max",
+    "create_cq.comp_vector_out_of_range",
+    "create_cq.last_comp_vector",
+    "destroy_cq.busy",
+    "destroy_cq.after_qp",
+    "destroy_comp_channel.busy",
+    "get_cq_event.eintr",
+    "destroy_comp_channel.idle",
+    "reg_mr.length_0",
+    "reg_mr.remote_write_needs_local_write",
+    "reg_mr.remote_atomic_needs_local_write",
+    "reg_mr.undefined_access_bit",
+    "reg_mr.on_demand_without_odp",
+    "reg_mr.relaxed_ordering_accepted",
+    "reg_mr_iova.page_offset_differs",
+    "reg_mr_iova.same_page_offset",
+    "dealloc_pd.busy_with_mr",
+    "dealloc_pd.idle",
+    "create_qp.zero_send_wr",
+    "create_qp.zero_recv_wr",
+    "create_qp.send_wr_over_max",
+    "create_qp.missing_cq",
+    "create_qp.raw_packet",
+    "post_recv.reset",
+    "modify_qp.bad_transition",
+    "modify_qp.missing_required_attr",
+    "modify_qp.unexpected_attr",
+    "modify_qp.bad_port",
+    "modify_qp.unsupported_mask",
+    "modify_qp.state_field",
+    "modify_qp.rtr_without_grh",
+    "modify_qp.empty_sgid_index",
+    "modify_qp.flow_label_low_20_bits",
+    "query_qp.flow_label_masked",
+    "modify_qp.timeout_over_31",
+    "modify_qp.max_rd_atomic_over_max",
+    "create_srq.max_wr_0",
+    "create_srq.max_sge_over_max",
+    "create_srq.max_sge_0_is_1",
+    "modify_srq.limit_over_max",
+    "destroy_srq.busy",
+    "destroy_srq.idle",
+    "create_ah.no_grh",
+    "create_ah.flow_label_low_20_bits",
+    "ud_recv.wc_sl_is_roce_packet_type",
+    "dealloc_pd.idle_at_end",
+];
+
+#[test]
+fn verbs_fail_as_the_kernel_path_does() {
+    assert!(
+        std::path::Path::new("/usr/include/infiniband/verbs.h").exists(),
+        "libibverbs-dev is not installed (apt-get install libibverbs-dev)"
+    );
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/kernel_semantics.c");
+    let dir = std::env::temp_dir().join(format!("softib-shim-kernel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("kernel_semantics");
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("cannot run `cc`: install gcc");
+    assert!(
+        out.status.success(),
+        "compiling kernel_semantics.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = Command::new(&exe)
+        .env("LD_PRELOAD", common::shim_library())
+        .env("SOFTIB_ADDR", "127.77.41.1")
+        .env("SOFTIB_DEBUG", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+    let missing: Vec<&str> = RULES
+        .iter()
+        .copied()
+        .filter(|r| !stdout.lines().any(|l| l == format!("ok {r}")))
+        .collect();
+    assert!(
+        out.status.success() && missing.is_empty(),
+        "kernel_semantics ({:?}), rules not passed: {missing:?}\n{text}",
+        out.status
+    );
+    assert!(
+        stdout.contains(&format!(
+            "kernel_semantics: all {} checks passed",
+            RULES.len()
+        )),
+        "the program runs checks this list does not name:\n{stdout}"
+    );
+}
