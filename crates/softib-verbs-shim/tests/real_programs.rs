@@ -310,13 +310,16 @@ fn ucx_perftest_ud_verbs_am_bw() {
 fn fi_pingpong_verbs_rdm() {
     let port = 13600u16;
     let p = port.to_string();
-    let args = [
-        "-p", "verbs", "-e", "rdm", "-I", "200", "-S", "4096", "-P", &p,
-    ];
-    let server = || command("fi_pingpong", "libfabric-bin", &args, &[]);
+    let args = ["-p", "verbs", "-e", "rdm", "-I", "200", "-S", "4096"];
+    // The control (TCP) port: -B on the server, -P on the client.
+    let server = || {
+        let mut a = args.to_vec();
+        a.extend(["-B", &p]);
+        command("fi_pingpong", "libfabric-bin", &a, &[])
+    };
     let client = || {
         let mut a = args.to_vec();
-        a.push("127.0.0.1");
+        a.extend(["-P", &p, "127.0.0.1"]);
         command("fi_pingpong", "libfabric-bin", &a, &[])
     };
     let pair = run_pair("fi-pingpong", port, server, client);
