@@ -576,9 +576,10 @@ pub struct ibv_context {
 }
 
 /// Function pointers of `struct verbs_context` in front of `sz` (query_port ... close_xrcd,
-/// with `priv` among them): all NULL, so every extended verb's inline wrapper in verbs.h
-/// sees "not supported" and either falls back to the classic exported function or fails
-/// with EOPNOTSUPP.
+/// with `priv` among them): NULL except the ones the shim implements
+/// ([`EXT_SLOT_QUERY_DEVICE_EX`]), so every other extended verb's inline wrapper in
+/// verbs.h sees "not supported" and either falls back to the classic exported function or
+/// fails with EOPNOTSUPP.
 pub const VERBS_CONTEXT_EXT_SLOTS: usize = 38;
 
 /// Index of `query_device_ex` in [`verbs_context::ext`] (`tests/layout.rs` checks it

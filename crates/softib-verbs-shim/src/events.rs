@@ -17,7 +17,16 @@ use crate::sys::EventFd;
 #[derive(Debug)]
 pub struct EventQueue<T> {
     fd: EventFd,
-    items: Mutex<VecDeque<T>>,
+    items: Mutex<Pending<T>>,
+}
+
+/// The queued items and the signals left without one.
+#[derive(Debug)]
+struct Pending<T> {
+    items: VecDeque<T>,
+    /// Signals whose item was discarded ([`EventQueue::discard`]): a wait that takes one
+    /// finds no item and waits for the next signal.
+    orphaned: usize,
 }
 
 impl<T> EventQueue<T> {
@@ -25,28 +34,47 @@ impl<T> EventQueue<T> {
     pub fn new() -> io::Result<EventQueue<T>> {
         Ok(EventQueue {
             fd: EventFd::new()?,
-            items: Mutex::new(VecDeque::new()),
+            items: Mutex::new(Pending {
+                items: VecDeque::new(),
+                orphaned: 0,
+            }),
         })
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending<T>> {
+        self.items.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queues `item` and signals the descriptor.
     pub fn push(&self, item: T) {
-        self.items
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(item);
+        self.pending().items.push_back(item);
         self.fd.signal();
     }
 
     /// Waits for a signal (or fails with `WouldBlock` on a non-blocking descriptor) and
-    /// takes its item.
+    /// takes its item; a signal whose item was discarded is passed over.
     pub fn pop(&self) -> io::Result<T> {
-        self.fd.wait()?;
-        self.items
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))
+        loop {
+            self.fd.wait()?;
+            let mut p = self.pending();
+            if let Some(item) = p.items.pop_front() {
+                return Ok(item);
+            }
+            if p.orphaned == 0 {
+                return Err(io::Error::from(io::ErrorKind::WouldBlock));
+            }
+            p.orphaned -= 1;
+        }
+    }
+
+    /// Drops the queued items `gone` selects: the events of an object being destroyed,
+    /// which the kernel takes off the event file too (uverbs releases a destroyed
+    /// object's pending events), so no later wait returns a pointer to a freed object.
+    pub fn discard(&self, mut gone: impl FnMut(&T) -> bool) {
+        let mut p = self.pending();
+        let before = p.items.len();
+        p.items.retain(|i| !gone(i));
+        p.orphaned += before - p.items.len();
     }
 
     /// The descriptor.
@@ -110,5 +138,31 @@ fn dispatch(s: &Shared, ev: AsyncEvent) {
     // An event for an object already destroyed has nobody to tell.
     if let Some(&addr) = addr {
         s.async_events.push((addr, ty));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discarded_items_never_come_back_and_their_signals_are_skipped() {
+        let q = Arc::new(EventQueue::new().unwrap());
+        q.push(1);
+        q.push(2);
+        q.push(1);
+        q.discard(|&i| i == 1);
+        assert_eq!(q.pop().unwrap(), 2);
+        // Two signals are left without items: a wait passes over them and takes the next
+        // real item.
+        let pusher = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                q.push(3);
+            })
+        };
+        assert_eq!(q.pop().unwrap(), 3);
+        pusher.join().unwrap();
     }
 }

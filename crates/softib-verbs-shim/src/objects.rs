@@ -89,6 +89,7 @@ impl Drop for Shared {
     /// context closes: the quickest way to see retransmissions, drops or RNR NAKs behind a
     /// slow or failing application.
     fn drop(&mut self) {
+        crate::sys::track_device_socket(None, true);
         if !self.config.debug {
             return;
         }
@@ -195,6 +196,11 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
         notifier: OnceLock::new(),
     });
     *open = Arc::downgrade(&shared);
+    // A forked child inherits the bound socket; see sys::release_device_socket_in_child.
+    crate::sys::track_device_socket(
+        crate::sys::find_bound_udp_socket(shared.net.local_addr()),
+        bind.is_ipv4(),
+    );
     if config.pcap.is_some() {
         crate::ffi::flush_capture_at_exit();
     }

@@ -30,7 +30,7 @@ pub fn create_cq(cqe: i32, comp_vector: i32, max_cqe: u32) -> Result<(), Refusal
         return Err(einval(format!("cqe {cqe} is not in 1..={max_cqe}")));
     }
     // The kernel takes comp_vector as u32, so a negative one is out of range too.
-    if comp_vector < 0 || comp_vector >= caps::NUM_COMP_VECTORS {
+    if !(0..caps::NUM_COMP_VECTORS).contains(&comp_vector) {
         return Err(einval(format!(
             "comp_vector {comp_vector} >= num_comp_vectors {}",
             caps::NUM_COMP_VECTORS
@@ -116,9 +116,16 @@ pub fn modify_qp_av(a: &ibv_qp_attr, mask: u32, gids: GidTable) -> Result<(), Re
     av(&a.ah_attr, gids)
 }
 
-/// An address vector on a RoCE port (`ibv_create_ah`, `ibv_modify_qp`): GRH required and
-/// `sgid_index` naming a GID, as [`modify_qp_av`] says.
+/// An address vector on a RoCE port (`ibv_create_ah`, `ibv_modify_qp`): port 1, GRH
+/// required and `sgid_index` naming a GID, as [`modify_qp_av`] says.
 pub fn av(ah: &ibv_ah_attr, gids: GidTable) -> Result<(), Refusal> {
+    // uverbs_cmd.c modify_qp / create_ah: the address vector's port must exist.
+    if ah.port_num != 1 {
+        return Err(einval(format!(
+            "ah_attr.port_num {} (the device has port 1 only)",
+            ah.port_num
+        )));
+    }
     if ah.is_global == 0 {
         return Err(einval(
             "a RoCE address vector needs is_global = 1 and a destination GID",
@@ -212,6 +219,14 @@ mod tests {
         let t = GidTable { len: 4, in_use: 1 };
         let mut a = ibv_qp_attr::default();
         assert!(modify_qp_av(&a, 1, t).is_ok(), "no AV in the mask");
+        a.ah_attr.is_global = 1;
+        assert_eq!(
+            modify_qp_av(&a, QP_AV, t).unwrap_err().errno,
+            libc::EINVAL,
+            "port 0"
+        );
+        a.ah_attr.port_num = 1;
+        a.ah_attr.is_global = 0;
         assert_eq!(modify_qp_av(&a, QP_AV, t).unwrap_err().errno, libc::EINVAL);
         a.ah_attr.is_global = 1;
         assert!(modify_qp_av(&a, QP_AV, t).is_ok());

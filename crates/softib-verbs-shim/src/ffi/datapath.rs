@@ -104,6 +104,19 @@ unsafe fn post_one_send(
     }
     let has_imm = matches!(opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
     let atomic = opcode.is_atomic();
+    if atomic {
+        // rdma-core providers/rxe/rxe.c validate_send_wr: an atomic needs 8 bytes of local
+        // buffer and an 8-byte aligned remote address, refused at post time (IBA 9.4.5
+        // makes the misaligned case an error; rxe reports it here, not in a completion).
+        let total: u64 = sg_list.iter().map(|g| u64::from(g.length)).sum();
+        let remote = w.wr.remote_addr();
+        if total < 8 || remote & 7 != 0 {
+            return Err((
+                libc::EINVAL,
+                format!("atomic with {total} local bytes at remote address {remote:#x}"),
+            ));
+        }
+    }
     let ud = if q.qp_type == softib_transport::QpType::Ud {
         // SAFETY: `wr.ud.ah` is NULL or an AH from ibv_create_ah (ibv_post_send(3)).
         let ah = unsafe { obj::<_, AhObj>(w.wr.ud_ah() as *mut ibv_ah) }.ok_or((

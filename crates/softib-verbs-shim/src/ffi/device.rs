@@ -481,7 +481,9 @@ pub unsafe extern "C" fn ibv_query_pkey(
                 0
             }
             _ => {
-                set_errno(libc::EINVAL);
+                // verbs.c reads ports/<port>/pkeys/<index> from sysfs: a slot that does
+                // not exist fails the open with ENOENT.
+                set_errno(libc::ENOENT);
                 -1
             }
         }
@@ -490,15 +492,21 @@ pub unsafe extern "C" fn ibv_query_pkey(
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
-    guard(-libc::EIO, || {
+    guard(-1, || {
         // SAFETY: a context from ibv_open_device (ibv_get_pkey_index(3)).
         let Some(c) = (unsafe { ctx_obj(ctx) }) else {
-            return -libc::EINVAL;
+            set_errno(libc::EINVAL);
+            return -1;
         };
         let want = u16::from_be(pkey);
         match c.shared.limits.pkeys.iter().position(|&k| k == want) {
             Some(i) if port == 1 => i as c_int,
-            _ => -libc::ENOENT,
+            // verbs.c: the ibv_query_pkey that runs past the table fails, and its -1
+            // (errno ENOENT) is the result.
+            _ => {
+                set_errno(libc::ENOENT);
+                -1
+            }
         }
     })
 }

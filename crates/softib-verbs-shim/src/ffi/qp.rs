@@ -206,6 +206,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             .unwrap_or_else(|p| p.into_inner())
             .qps
             .remove(&q.qpn);
+        // Out of the registry, the QP gets no new events; those already queued go too.
+        let addr = qp as usize;
+        s.async_events.discard(|&(a, _)| a == addr);
         // SAFETY: boxed by ibv_create_qp; the application no longer uses it.
         drop(unsafe { Box::from_raw(qp.cast::<QpObj>()) });
         0

@@ -316,8 +316,12 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         reg.cq_addrs.remove(&q.handle.0);
         reg.cqs.remove(&q.handle.0);
         drop(reg);
+        // Out of the registry, the CQ gets no new events; those already queued go too.
+        let addr = cq as usize;
+        s.async_events.discard(|&(a, _)| a == addr);
         // SAFETY: the channel, if any, outlives its CQs (destroy refuses while refcnt > 0).
         if let Some(chan) = unsafe { obj::<_, ChannelObj>(q.channel) } {
+            chan.queue.discard(|&a| a == addr);
             add_cq(chan, -1);
         }
         // SAFETY: boxed by ibv_create_cq; the application no longer uses it.
@@ -490,6 +494,8 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
             .unwrap_or_else(|p| p.into_inner())
             .srqs
             .remove(&q.handle.0);
+        let addr = srq as usize;
+        s.async_events.discard(|&(a, _)| a == addr);
         // SAFETY: boxed by ibv_create_srq; the application no longer uses it.
         drop(unsafe { Box::from_raw(srq.cast::<SrqObj>()) });
         0

@@ -11,6 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <poll.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
@@ -47,7 +53,7 @@ static int checks, failures;
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-static struct ibv_cq *cq;
+static struct ibv_cq *cq, *shared_cq;
 static struct ibv_device_attr dev;
 static union ibv_gid gid0;
 
@@ -91,6 +97,26 @@ static struct ibv_qp_attr rtr_attr(uint32_t dest)
 
 enum { RTR_MASK = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 		  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER };
+
+/* True when one of this process's descriptors is a socket bound to UDP port `port`. */
+static int holds_udp_port(int port)
+{
+	for (int fd = 0; fd < 1024; fd++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int type = 0;
+		socklen_t tl = sizeof(type);
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_DGRAM)
+			continue;
+		if (getsockname(fd, (struct sockaddr *)&ss, &len))
+			continue;
+		if (ss.ss_family == AF_INET && ntohs(((struct sockaddr_in *)&ss)->sin_port) == port)
+			return 1;
+		if (ss.ss_family == AF_INET6 && ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) == port)
+			return 1;
+	}
+	return 0;
+}
 
 static void on_alarm(int sig)
 {
@@ -163,6 +189,19 @@ static void device_rules(void)
 	errno = 0;
 	rc = ibv_query_port(ctx, 2, &pa);
 	RULE("query_port.bad_port", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc, errno);
+
+	/* verbs.c ibv_query_pkey / ibv_get_pkey_index read sysfs: -1, errno ENOENT for a
+	 * slot or P_Key that is not there. */
+	__be16 pk;
+	rc = ibv_query_pkey(ctx, 1, 0, &pk);
+	RULE("query_pkey.default", rc == 0 && pk == htobe16(0xffff), "rc %d", rc);
+	errno = 0;
+	rc = ibv_query_pkey(ctx, 1, 70, &pk);
+	RULE("query_pkey.past_table", rc == -1 && errno == ENOENT, "rc %d errno %d", rc, errno);
+	RULE("get_pkey_index.default", ibv_get_pkey_index(ctx, 1, htobe16(0xffff)) == 0, "no");
+	errno = 0;
+	rc = ibv_get_pkey_index(ctx, 1, htobe16(0x1234));
+	RULE("get_pkey_index.absent", rc == -1 && errno == ENOENT, "rc %d errno %d", rc, errno);
 
 	/* kernel uverbs: 1 completion vector on rxe. */
 	RULE("context.num_comp_vectors", ctx->num_comp_vectors == 1, "%d", ctx->num_comp_vectors);
@@ -289,8 +328,14 @@ static void qp_rules(void)
 		ibv_destroy_qp(qp);
 	qp = make_qp(IBV_QPT_RC, 4, 0, NULL);
 	RULE("create_qp.zero_recv_wr", qp != NULL, "errno %d", errno);
-	if (qp)
+	if (qp) {
+		/* rxe: a queue of no slot is always full: ENOMEM, bad_wr at the WR. */
+		struct ibv_recv_wr zwr = { .wr_id = 9 }, *zbad = NULL;
+		int zrc = to_init(qp) ? -1 : ibv_post_recv(qp, &zwr, &zbad);
+		RULE("post_recv.zero_recv_wr_queue_full", zrc == ENOMEM && zbad == &zwr, "rc %d",
+		     zrc);
 		ibv_destroy_qp(qp);
+	}
 
 	errno = 0;
 	qp = make_qp(IBV_QPT_RC, dev.max_qp_wr + 1, 1, NULL);
@@ -315,6 +360,12 @@ static void qp_rules(void)
 	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &sge, .num_sge = 0 }, *rbad = NULL;
 	int rc = ibv_post_recv(qp, &rwr, &rbad);
 	RULE("post_recv.reset", rc == EINVAL && rbad == &rwr, "rc %d", rc);
+
+	/* ib_modify_qp_is_ok: RESET->RESET with nothing to change is a valid no-op. */
+	struct ibv_qp_attr none;
+	memset(&none, 0, sizeof(none));
+	rc = ibv_modify_qp(qp, &none, 0);
+	RULE("modify_qp.empty_mask", rc == 0, "rc %d", rc);
 
 	/* ib_modify_qp_is_ok: no RESET->RTS transition; EINVAL and errno. */
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS };
@@ -342,14 +393,37 @@ static void qp_rules(void)
 	RULE("modify_qp.unsupported_mask", rc == EOPNOTSUPP && errno == EOPNOTSUPP, "rc %d", rc);
 	NEED(to_init(qp) == 0, "INIT");
 	RULE("modify_qp.state_field", qp->state == IBV_QPS_INIT, "state %d", qp->state);
+	/* rxe.c rxe_post_one_recv: more SGEs than max_recv_sge: EINVAL, bad_wr at the WR. */
+	struct ibv_sge rs2[2] = { { .addr = (uintptr_t)b, .length = 8 },
+				  { .addr = (uintptr_t)b + 8, .length = 8 } };
+	struct ibv_recv_wr rwr2 = { .wr_id = 4, .sg_list = rs2, .num_sge = 2 }, *rbad2 = NULL;
+	rc = ibv_post_recv(qp, &rwr2, &rbad2);
+	RULE("post_recv.too_many_sge", rc == EINVAL && rbad2 == &rwr2, "rc %d", rc);
 
-	/* core verbs.c rdma_check_ah_attr: RTR without a GRH on a RoCE port is EINVAL. */
+	/* rxe_verbs.c rxe_post_send: a send queue that is not ready (before RTS) is EINVAL,
+	 * bad_wr at the WR. */
+	static char sb[64];
+	struct ibv_mr *smr = ibv_reg_mr(pd, sb, sizeof(sb), IBV_ACCESS_LOCAL_WRITE);
+	NEED(smr, "reg_mr");
+	struct ibv_sge ss[2] = { { .addr = (uintptr_t)sb, .length = 8, .lkey = smr->lkey },
+				 { .addr = (uintptr_t)sb + 8, .length = 8, .lkey = smr->lkey } };
+	struct ibv_send_wr swr = { .wr_id = 1, .sg_list = ss, .num_sge = 1,
+				   .opcode = IBV_WR_SEND }, *sbad = NULL;
+	rc = ibv_post_send(qp, &swr, &sbad);
+	RULE("post_send.before_rts", rc == EINVAL && sbad == &swr, "rc %d", rc);
+
+
 	a = rtr_attr(qp->qp_num);
 	a.ah_attr.is_global = 0;
 	errno = 0;
 	rc = ibv_modify_qp(qp, &a, RTR_MASK);
 	RULE("modify_qp.rtr_without_grh", rc == EINVAL && errno == EINVAL, "rc %d errno %d", rc,
 	     errno);
+	/* uverbs_cmd.c modify_qp: the AV's port must exist. */
+	a = rtr_attr(qp->qp_num);
+	a.ah_attr.port_num = 0;
+	rc = ibv_modify_qp(qp, &a, RTR_MASK);
+	RULE("modify_qp.av_port_0", rc == EINVAL, "rc %d", rc);
 	/* rdma_get_gid_attr: an empty GID slot (3 < 1024: inside the table) is ENODATA. */
 	a = rtr_attr(qp->qp_num);
 	a.ah_attr.grh.sgid_index = 3;
@@ -376,6 +450,32 @@ static void qp_rules(void)
 	rts.max_rd_atomic = dev.max_qp_rd_atom + 1;
 	rc = ibv_modify_qp(qp, &rts, rts_mask);
 	RULE("modify_qp.max_rd_atomic_over_max", rc == EINVAL, "rc %d", rc);
+	rts.max_rd_atomic = 1;
+	NEED(ibv_modify_qp(qp, &rts, rts_mask) == 0, "RTS");
+	/* rxe.c validate_send_wr: more SGEs than max_send_sge, inline data beyond
+	 * max_inline_data, an atomic on an unaligned address: EINVAL, bad_wr at the WR. */
+	struct ibv_qp_attr cq_attr;
+	struct ibv_qp_init_attr cq_init;
+	NEED(ibv_query_qp(qp, &cq_attr, IBV_QP_CAP, &cq_init) == 0, "query_qp");
+	swr.num_sge = 2;
+	sbad = NULL;
+	rc = ibv_post_send(qp, &swr, &sbad);
+	RULE("post_send.too_many_sge", cq_init.cap.max_send_sge < 2 ? rc == EINVAL && sbad == &swr
+								 : rc == 0,
+	     "rc %d max_send_sge %u", rc, cq_init.cap.max_send_sge);
+	static char big[4096];
+	struct ibv_sge bs = { .addr = (uintptr_t)big, .length = sizeof(big), .lkey = 0 };
+	struct ibv_send_wr iwr = { .wr_id = 2, .sg_list = &bs, .num_sge = 1, .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_INLINE }, *ibad = NULL;
+	rc = ibv_post_send(qp, &iwr, &ibad);
+	RULE("post_send.inline_too_long", rc == EINVAL && ibad == &iwr, "rc %d", rc);
+	struct ibv_send_wr awr = { .wr_id = 3, .sg_list = ss, .num_sge = 1,
+				   .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD }, *abad = NULL;
+	awr.wr.atomic.remote_addr = 0x1004;
+	awr.wr.atomic.rkey = 1;
+	rc = ibv_post_send(qp, &awr, &abad);
+	RULE("post_send.atomic_unaligned", rc == EINVAL && abad == &awr, "rc %d", rc);
+	ibv_dereg_mr(smr);
 	ibv_destroy_qp(qp);
 
 	/* SRQ: rxe_srq_chk_attr bounds, EBUSY while a QP uses it. */
@@ -398,6 +498,16 @@ static void qp_rules(void)
 		RULE("modify_srq.limit_over_max", rc == EINVAL && errno == EINVAL, "rc %d", rc);
 		qp = make_qp(IBV_QPT_RC, 1, 0, srq);
 		NEED(qp, "create_qp with srq");
+		/* rxe.c rxe_post_recv: a QP on an SRQ has no receive queue: EINVAL. */
+		NEED(to_init(qp) == 0, "INIT on srq");
+		struct ibv_recv_wr qwr = { .wr_id = 5 }, *qbad = NULL;
+		rc = ibv_post_recv(qp, &qwr, &qbad);
+		RULE("post_recv.qp_on_srq", rc == EINVAL, "rc %d", rc);
+		/* rxe.c rxe_post_one_recv: more SGEs than the SRQ's max_sge: EINVAL. */
+		struct ibv_sge two[2] = { { 0 }, { 0 } };
+		struct ibv_recv_wr swr2 = { .wr_id = 6, .sg_list = two, .num_sge = 2 }, *sbad2 = NULL;
+		rc = ibv_post_srq_recv(srq, &swr2, &sbad2);
+		RULE("post_srq_recv.too_many_sge", rc == EINVAL && sbad2 == &swr2, "rc %d", rc);
 		errno = 0;
 		rc = ibv_destroy_srq(srq);
 		RULE("destroy_srq.busy", rc == EBUSY && errno == EBUSY, "rc %d errno %d", rc, errno);
@@ -414,13 +524,23 @@ static void ud_rules(void)
 	RULE("create_ah.no_grh", !ibv_create_ah(pd, &aa) && errno == EINVAL, "errno %d", errno);
 	aa.is_global = 1;
 	aa.grh.dgid = gid0;
+	aa.port_num = 2;
+	errno = 0;
+	RULE("create_ah.bad_port", !ibv_create_ah(pd, &aa) && errno == EINVAL, "errno %d", errno);
+	aa.port_num = 1;
 	aa.grh.hop_limit = 64;
 	aa.grh.flow_label = 0xFFFFFFFF;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	RULE("create_ah.flow_label_low_20_bits", ah != NULL, "errno %d", errno);
 	NEED(ah, "create_ah");
 
-	/* wc.sl of a UD receive: mlx5's RoCE packet type, UDP (bit 3) + IPv4 (2). */
+	/* wc.sl of a UD receive: mlx5's RoCE packet type, UDP (bit 3) + IPv4 (2). A CQ of
+	 * its own: the earlier checks left completions in the shared one. */
+	struct ibv_comp_channel *uch = ibv_create_comp_channel(ctx);
+	NEED(uch, "UD channel");
+	cq = ibv_create_cq(ctx, 16, NULL, uch, 0);
+	NEED(cq, "UD CQ");
+	NEED(ibv_req_notify_cq(cq, 0) == 0, "req_notify_cq");
 	struct ibv_qp *s = make_qp(IBV_QPT_UD, 4, 4, NULL), *r = make_qp(IBV_QPT_UD, 4, 4, NULL);
 	NEED(s && r, "UD QPs");
 	struct ibv_qp *both[2] = { s, r };
@@ -459,8 +579,23 @@ static void ud_rules(void)
 	     got == 2 && recv.status == IBV_WC_SUCCESS && (recv.wc_flags & IBV_WC_GRH) &&
 	     recv.sl == 0xA, "got %d status %d flags %#x sl %#x", got, recv.status,
 	     recv.wc_flags, recv.sl);
+	/* The completion event is queued on the channel; destroying the CQ takes it off
+	 * (uverbs releases a destroyed CQ's events), so no later ibv_get_cq_event returns
+	 * the freed CQ. */
+	struct pollfd pfd = { .fd = uch->fd, .events = POLLIN };
+	int ready = poll(&pfd, 1, 5000);
 	ibv_destroy_qp(s);
 	ibv_destroy_qp(r);
+	ibv_destroy_cq(cq);
+	cq = shared_cq;
+	fcntl(uch->fd, F_SETFL, fcntl(uch->fd, F_GETFL) | O_NONBLOCK);
+	struct ibv_cq *ev_cq = NULL;
+	void *ev_ctx;
+	errno = 0;
+	int er = ibv_get_cq_event(uch, &ev_cq, &ev_ctx);
+	RULE("destroy_cq.discards_queued_events", ready == 1 && er == -1 && errno == EAGAIN,
+	     "poll %d rc %d errno %d cq %p", ready, er, errno, (void *)ev_cq);
+	RULE("destroy_comp_channel.after_discard", ibv_destroy_comp_channel(uch) == 0, "busy");
 	ibv_dereg_mr(rmr);
 	ibv_dereg_mr(smr);
 	ibv_destroy_ah(ah);
@@ -473,6 +608,25 @@ int main(void)
 	NEED(list && num == 1, "device list");
 	ctx = ibv_open_device(list[0]);
 	NEED(ctx, "open");
+	/* A forked child must not keep the device's address: if it outlives the parent's
+	 * device, the parent's next ibv_open_device cannot bind the address (ENODEV; what
+	 * failed pyverbs' tests after its multi-process ones). First thing, before anything
+	 * else holds the device, so that closing the context really closes it. */
+	pid_t child = fork();
+	NEED(child >= 0, "fork");
+	if (child == 0) {
+		usleep(500000);
+		_exit(holds_udp_port(4791) ? 1 : 0);
+	}
+	ibv_close_device(ctx);
+	ctx = ibv_open_device(list[0]);
+	RULE("open_device.while_forked_child_lives", ctx != NULL, "errno %d", errno);
+	int status = -1;
+	waitpid(child, &status, 0);
+	RULE("fork.child_keeps_no_device_socket", WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	     "status %#x", status);
+	NEED(ctx, "open again");
+	RULE("fork.parent_keeps_device_socket", holds_udp_port(4791), "parent lost its socket");
 	ibv_free_device_list(list);
 	NEED(ibv_query_device(ctx, &dev) == 0, "query_device");
 	NEED(ibv_query_gid(ctx, 1, 0, &gid0) == 0, "gid 0");
@@ -480,6 +634,7 @@ int main(void)
 	NEED(pd, "alloc_pd");
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	NEED(cq, "create_cq");
+	shared_cq = cq;
 
 	device_rules();
 	cq_rules();
