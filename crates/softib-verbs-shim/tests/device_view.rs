@@ -47,6 +47,18 @@ print("ibdev", open("/sys/class/infiniband_verbs/uverbs0/ibdev").read().strip())
 print("abi", open("/sys/class/infiniband_verbs/abi_version").read().strip())
 print("node_access", os.access("/dev/infiniband/uverbs0", os.R_OK | os.W_OK))
 print("realpath", os.path.realpath(d + "/ports/1"))
+try:
+    open(d + "/node_desc", "w").write("x")
+    print("write_refused", False)
+except PermissionError:
+    print("write_refused", True)
+try:
+    os.open(d + "/node_desc", os.O_RDWR)
+    print("rdwr_refused", False)
+except PermissionError:
+    print("rdwr_refused", True)
+os.close(os.open("/dev/infiniband/uverbs0", os.O_RDWR))
+print("node_opens_rdwr", True)
 print("mtu_untouched", open("/sys/class/net/lo/mtu").read().strip() != "")
 "#;
 
@@ -95,6 +107,10 @@ fn python_reads_the_device_as_linux_prints_it() {
         "/sys/class/infiniband/softib0/ports/1"
     );
     assert_eq!(value(&out, "mtu_untouched"), "True");
+    // sysfs attributes are read-only (EACCES, as kernfs says); the node opens read-write.
+    assert_eq!(value(&out, "write_refused"), "True");
+    assert_eq!(value(&out, "rdwr_refused"), "True");
+    assert_eq!(value(&out, "node_opens_rdwr"), "True");
 }
 
 #[test]

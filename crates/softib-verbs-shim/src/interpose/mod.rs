@@ -117,6 +117,50 @@ unsafe fn with_path<T>(path: *const c_char, fail: T, f: impl FnOnce(*const c_cha
     }
 }
 
+/// True when `flags` would modify a file (write access, create, truncate).
+fn writes(flags: c_int) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & (libc::O_CREAT | libc::O_TRUNC) != 0
+}
+
+/// Like `with_path` for an open: a viewed sysfs file opened for writing fails with EACCES,
+/// as the kernel refuses a read-only attribute (kernfs), which also keeps the tree that
+/// other processes share intact when the program runs as root. The device node (a link to
+/// `/dev/null`) opens for reading and writing as a real uverbs node does.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+unsafe fn with_open_path(
+    path: *const c_char,
+    write: bool,
+    f: impl FnOnce(*const c_char) -> c_int,
+) -> c_int {
+    if write && !path.is_null() {
+        // SAFETY: as in `rewrite`: reads stop at the first byte that leaves a prefix.
+        let sysfs = paths::is_viewed(|i| unsafe { *path.add(i) } as u8)
+            // SAFETY: the path is viewed, so it holds at least the prefix's bytes.
+            && unsafe { *path.add(1) } as u8 == b's';
+        if sysfs {
+            set_errno(libc::EACCES);
+            return -1;
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { with_path(path, -1, f) }
+}
+
+/// True when an fopen(3) mode writes (`w`, `a` or `+`).
+///
+/// # Safety
+/// `mode` is NULL or a NUL-terminated string.
+unsafe fn fopen_writes(mode: *const c_char) -> bool {
+    // SAFETY: function contract.
+    !mode.is_null()
+        && unsafe { CStr::from_ptr(mode) }
+            .to_bytes()
+            .iter()
+            .any(|b| matches!(b, b'w' | b'a' | b'+'))
+}
+
 fn no_libc<T>(fail: T) -> T {
     set_errno(libc::ENOSYS);
     fail
@@ -150,7 +194,7 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
         return no_libc(-1);
     };
     // SAFETY: open(2)'s contract: `path` is a C string; `f` is libc's open.
-    unsafe { with_path(path, -1, |p| f(p, flags, mode)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(p, flags, mode)) }
 }
 
 #[no_mangle]
@@ -159,7 +203,7 @@ pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint)
         return no_libc(-1);
     };
     // SAFETY: as open.
-    unsafe { with_path(path, -1, |p| f(p, flags, mode)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(p, flags, mode)) }
 }
 
 #[no_mangle]
@@ -174,7 +218,7 @@ pub unsafe extern "C" fn openat(
     };
     // SAFETY: openat(2)'s contract; only absolute paths are rewritten, for which dirfd is
     // ignored.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, flags, mode)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags, mode)) }
 }
 
 #[no_mangle]
@@ -188,7 +232,7 @@ pub unsafe extern "C" fn openat64(
         return no_libc(-1);
     };
     // SAFETY: as openat.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, flags, mode)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags, mode)) }
 }
 
 #[no_mangle]
@@ -197,7 +241,7 @@ pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
         return no_libc(-1);
     };
     // SAFETY: the fortified open (_FORTIFY_SOURCE), same contract without a mode.
-    unsafe { with_path(path, -1, |p| f(p, flags)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(p, flags)) }
 }
 
 #[no_mangle]
@@ -206,7 +250,7 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
         return no_libc(-1);
     };
     // SAFETY: as __open_2.
-    unsafe { with_path(path, -1, |p| f(p, flags)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(p, flags)) }
 }
 
 #[no_mangle]
@@ -215,7 +259,7 @@ pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_
         return no_libc(-1);
     };
     // SAFETY: as __open_2, with a directory descriptor.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, flags)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags)) }
 }
 
 #[no_mangle]
@@ -224,7 +268,7 @@ pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: 
         return no_libc(-1);
     };
     // SAFETY: as __openat_2.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, flags)) }
+    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags)) }
 }
 
 // --- stdio and directories --------------------------------------------------------------
@@ -248,7 +292,12 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
         return no_libc(std::ptr::null_mut());
     };
     // SAFETY: fopen(3)'s contract: two C strings.
-    unsafe { with_path(path, std::ptr::null_mut(), |p| f(p, mode)) }
+    unsafe {
+        if fopen_writes(mode) && with_open_path(path, true, |_| 0) != 0 {
+            return std::ptr::null_mut();
+        }
+        with_path(path, std::ptr::null_mut(), |p| f(p, mode))
+    }
 }
 
 #[no_mangle]
@@ -257,7 +306,12 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
         return no_libc(std::ptr::null_mut());
     };
     // SAFETY: as fopen.
-    unsafe { with_path(path, std::ptr::null_mut(), |p| f(p, mode)) }
+    unsafe {
+        if fopen_writes(mode) && with_open_path(path, true, |_| 0) != 0 {
+            return std::ptr::null_mut();
+        }
+        with_path(path, std::ptr::null_mut(), |p| f(p, mode))
+    }
 }
 
 #[no_mangle]
