@@ -376,3 +376,73 @@ fn qperf_rc_bw() {
 fn qperf_rc_lat() {
     qperf(2, "rc_lat", "latency  =");
 }
+
+/// Open MPI over UCX (`--mca pml ucx`, `UCX_TLS=rc_v`, no shared-memory or TCP path), four
+/// ranks, each through its own `softib run`: every rank gets its own device address, the
+/// 1 MiB ping-pong between ranks 0 and 1 checks every byte, and the allreduce reaches all
+/// four.
+#[test]
+fn mpirun_over_ucx_gives_each_rank_its_own_device() {
+    let mpicc = binary("mpicc", "openmpi-bin and libopenmpi-dev");
+    let mpirun = binary("mpirun", "openmpi-bin");
+    let dir = log_dir("mpi");
+    let exe = dir.join("mpi_pingpong");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/mpi_pingpong.c");
+    let cc = Command::new(&mpicc)
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("mpicc runs");
+    assert!(
+        cc.status.success(),
+        "mpicc failed (apt-get install libopenmpi-dev):\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let mut c = Command::new(mpirun);
+    c.args(["--allow-run-as-root", "--oversubscribe", "-np", "4"])
+        .args(["--mca", "pml", "ucx", "--mca", "btl", "self"])
+        .args(["-x", "UCX_TLS=rc_v", "-x", "UCX_NET_DEVICES=softib0:1"])
+        .arg(softib())
+        .arg("run")
+        .arg("--shim")
+        .arg(shim_library())
+        .arg("--")
+        .arg("sh")
+        .arg("-c")
+        // Each rank reports the address its `softib run` chose, then becomes the program.
+        .arg(format!(
+            "echo rank $OMPI_COMM_WORLD_RANK addr $SOFTIB_ADDR; exec {}",
+            exe.display()
+        ))
+        .env_remove("LD_PRELOAD")
+        .env_remove("SOFTIB_ADDR")
+        .stdin(Stdio::null());
+    let r = run_one("mpi-run", c);
+    assert!(r.ok(), "mpirun failed:\n{}", r.output);
+    let mut addrs: Vec<&str> = r
+        .output
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("rank ")
+                .and_then(|l| l.split(" addr ").nth(1))
+        })
+        .collect();
+    assert_eq!(addrs.len(), 4, "{}", r.output);
+    addrs.sort_unstable();
+    addrs.dedup();
+    assert_eq!(
+        addrs.len(),
+        4,
+        "two ranks shared a device address:\n{}",
+        r.output
+    );
+    let line = r
+        .output
+        .lines()
+        .find(|l| l.starts_with("ranks 4 sum 6 "))
+        .unwrap_or_else(|| panic!("no result line:\n{}", r.output));
+    let mbps: f64 = line.rsplit(' ').next().unwrap().parse().expect("MB/s");
+    assert!(mbps > 0.0, "{line}");
+    eprintln!("mpirun -np 4 over UCX rc_v: {line}");
+}
