@@ -15,6 +15,9 @@ pub enum Node {
     File(String),
     /// A symbolic link to this target.
     Symlink(String),
+    /// Another name (a hard link) of the regular file at this path of the tree, written
+    /// earlier: the 1023 empty GID slots share one file instead of a disk block each.
+    SameAs(String),
 }
 
 /// What the view takes from the host rather than from the device.
@@ -187,12 +190,18 @@ pub fn render(dev: &DeviceFacts, host: &HostFacts) -> Vec<(String, Node)> {
     // empty ones read as the zero GID (show_port_gid). The kernel fails a read of an empty
     // slot's type or netdev with EINVAL; a file cannot, so those files are absent (open
     // fails with ENOENT), which a reader handles the same way.
-    for i in 0..dev.gid_tbl_len.max(1) {
-        let gid = if i == 0 { dev.gid } else { [0; 16] };
-        out.push(file(
-            format!("{port}/gids/{i}"),
-            format!("{}\n", gid_text(&gid)),
-        ));
+    out.push(file(
+        format!("{port}/gids/0"),
+        format!("{}\n", gid_text(&dev.gid)),
+    ));
+    let first_empty = format!("{port}/gids/1");
+    for i in 1..dev.gid_tbl_len {
+        let path = format!("{port}/gids/{i}");
+        out.push(if i == 1 {
+            file(path, format!("{}\n", gid_text(&[0; 16])))
+        } else {
+            (path, Node::SameAs(first_empty.clone()))
+        });
     }
     out.push(file(
         format!("{port}/gid_attrs/types/0"),
@@ -284,9 +293,13 @@ mod tests {
             "0000:0000:0000:0000:0000:ffff:7f00:0001\n"
         );
         assert_eq!(
-            text(&e, &format!("{ib}/ports/1/gids/1023")),
+            text(&e, &format!("{ib}/ports/1/gids/1")),
             "0000:0000:0000:0000:0000:0000:0000:0000\n"
         );
+        assert!(e.contains(&(
+            format!("{ib}/ports/1/gids/1023"),
+            Node::SameAs(format!("{ib}/ports/1/gids/1"))
+        )));
         assert!(!e.iter().any(|(p, _)| p.ends_with("gid_attrs/types/1")));
         assert_eq!(
             text(&e, &format!("{ib}/ports/1/gid_attrs/types/0")),
