@@ -93,8 +93,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         bail!("--port must be 1..65535");
     }
     if let Some(d) = &args.device {
-        if d.is_empty() || d.len() >= 64 || !d.bytes().all(|b| b.is_ascii_graphic()) {
-            bail!("--device {d:?}: expected 1..63 printable characters");
+        if d.is_empty() || d.len() >= 64 || !d.bytes().all(|b| b.is_ascii_graphic() && b != b'/') {
+            bail!("--device {d:?}: expected 1..63 printable characters other than '/'");
         }
     }
     // Held until the program exits (the descriptor is inherited across exec).

@@ -153,6 +153,10 @@ fn bad_arguments_are_refused_clearly() {
         text(&o.stderr)
     );
 
+    let o = run(&["--device", "a/b", "--", "true"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("--device"), "{}", text(&o.stderr));
+
     let o = run(&["--", "/nonexistent/program"]);
     assert_eq!(o.status.code(), Some(127));
     assert!(
