@@ -147,7 +147,9 @@ fn run_pair(
                 output: std::fs::read_to_string(&clog).unwrap_or_default(),
             },
         );
-        let timed_out = pair.0.status.is_none() || pair.1.status.is_none();
+        // A hang: the client never ended, or it succeeded and the server never did. A
+        // server killed after its client failed is a failure, not a hang.
+        let timed_out = pair.1.status.is_none() || (pair.1.ok() && pair.0.status.is_none());
         if !timed_out || attempt == 1 {
             return pair;
         }
