@@ -176,6 +176,17 @@ fn the_files_agree_with_the_verbs() {
         addr,
     ));
     assert_eq!(gid.trim(), "0000:0000:0000:0000:0000:ffff:7f00:002d");
+    let ty = stdout(&preloaded(
+        "cat",
+        "coreutils",
+        &["/sys/class/infiniband/softib0/ports/1/gid_attrs/types/0"],
+        addr,
+    ));
+    // ibv_devinfo prints the same GID (as an address) and type from the verbs.
+    assert!(
+        info.contains(&format!("GID[  0]:\t\t::ffff:{addr}, {}", ty.trim())),
+        "{ty}\n{info}"
+    );
 }
 
 #[test]
