@@ -8,6 +8,7 @@ mod decode;
 mod device;
 mod perftest;
 mod pingpong;
+mod run;
 mod sim;
 
 use std::process::ExitCode;
@@ -60,6 +61,10 @@ enum Command {
     /// Run the field-case library (classic transport problems, scenarios/cases/) and check
     /// each case's criteria; --doc regenerates docs/troubleshooting.md's figures.
     Cases(cases::CasesArgs),
+    /// Run an unmodified RDMA program on a softib device: preloads the verbs shim, shows
+    /// the device in sysfs and /dev/infiniband, and gives it a free loopback address
+    /// unless --addr says otherwise (softib run -- ib_write_bw -x 0 ...).
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         Command::Counters(a) => counters::run(&a),
         Command::Sim(args) => sim::run_cli(&args),
         Command::Cases(a) => cases::run(&a),
+        Command::Run(a) => run::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,7 +29,7 @@ pub const HW_VER: u32 = 0;
 /// shows which softib a program ran on.
 pub fn fw_ver() -> [u8; 64] {
     let mut fw = [0u8; 64];
-    crate::objects::copy_cstr(&mut fw, env!("CARGO_PKG_VERSION"));
+    crate::objects::copy_cstr(&mut fw, crate::view::facts::FW_VER);
     fw
 }
 

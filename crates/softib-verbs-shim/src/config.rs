@@ -85,11 +85,16 @@ impl Config {
             None => DEFAULT_PORT,
         };
         let name = get("SOFTIB_DEVICE").unwrap_or_else(|| "softib0".into());
-        if name.is_empty() || name.len() >= 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        // The name is a directory name in the device view (/sys/class/infiniband/NAME), as
+        // a kernel device name is: no '/'.
+        if name.is_empty()
+            || name.len() >= 64
+            || !name.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+        {
             return Err(bad(
                 "SOFTIB_DEVICE",
                 name,
-                "expected 1..63 printable characters",
+                "expected 1..63 printable characters other than '/'",
             ));
         }
         let mtu = match get("SOFTIB_MTU") {
@@ -195,6 +200,7 @@ mod tests {
             ("SOFTIB_MTU", "1500"),
             ("SOFTIB_POLLING", "yes"),
             ("SOFTIB_DEVICE", ""),
+            ("SOFTIB_DEVICE", "a/b"),
             ("SOFTIB_SPIN_US", "-1"),
         ] {
             let e = cfg(&[(var, value)]).unwrap_err();

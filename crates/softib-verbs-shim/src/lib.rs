@@ -11,8 +11,9 @@
 //! Layout: [`abi`] holds the C structures (checked against the installed header by
 //! `tests/layout.rs`), [`config`] the environment, [`convert`] the safe translations
 //! between C values and engine values; `unsafe` lives only in `raw_memory` (the engine's
-//! view of application buffers), `sys` (eventfd) and `ffi` (the exported C functions), with
-//! a `// SAFETY:` comment on every block.
+//! view of application buffers), `sys` (eventfd), `ffi` (the exported C functions) and
+//! `interpose` (the libc file calls that lead sysfs and `/dev/infiniband` paths into the
+//! device view, [`view`]), with a `// SAFETY:` comment on every block.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -26,9 +27,11 @@ pub mod device_memory;
 pub mod domain;
 mod events;
 mod ffi;
+mod interpose;
 mod objects;
 mod process_memory;
 mod raw_memory;
 mod sys;
 mod validate;
+pub mod view;
 pub mod wr_batch;

@@ -15,6 +15,7 @@ use crate::abi::*;
 use crate::abi_ex::*;
 use crate::config::{Config, ConfigError};
 use crate::events::{EventQueue, Registry};
+use crate::view::facts::DeviceFacts;
 
 /// The one device of the process (`ibv_get_device_list` lists only it).
 #[repr(C)]
@@ -23,6 +24,8 @@ pub struct DeviceObj {
     pub dev: ibv_device,
     /// The environment it was built from.
     pub config: Config,
+    /// What the verbs and the device view both show (`crate::view`).
+    pub facts: DeviceFacts,
 }
 
 /// The device of this process, built from the environment on first use.
@@ -44,10 +47,13 @@ pub fn device() -> Result<&'static DeviceObj, &'static ConfigError> {
                 ibdev_path: [0; 256],
             };
             copy_cstr(&mut dev.name, &config.name);
-            copy_cstr(&mut dev.dev_name, "uverbs-softib");
-            copy_cstr(&mut dev.dev_path, "/dev/null");
-            copy_cstr(&mut dev.ibdev_path, "/dev/null");
-            Ok(&*Box::leak(Box::new(DeviceObj { dev, config })))
+            // As libibverbs fills them from sysfs: the uverbs device's name and directory
+            // and the IB device's directory, all present in the device view.
+            let facts = DeviceFacts::from_config(&config);
+            copy_cstr(&mut dev.dev_name, &facts.uverbs);
+            copy_cstr(&mut dev.dev_path, &facts.dev_path());
+            copy_cstr(&mut dev.ibdev_path, &facts.ibdev_path());
+            Ok(&*Box::leak(Box::new(DeviceObj { dev, config, facts })))
         })
         .as_ref()
         .map(|d| *d)

@@ -9,6 +9,7 @@ use crate::abi::*;
 use crate::convert::mtu_to_c;
 use crate::objects::{device, open_shared, ContextObj};
 use crate::sys::set_errno;
+use crate::view::facts;
 
 type DeviceList = [*mut ibv_device; 2];
 
@@ -253,23 +254,23 @@ pub(crate) fn gid_table() -> crate::validate::GidTable {
     }
 }
 
-/// The port's attributes: one active RoCEv2 port.
+/// The port's attributes: one active RoCEv2 port (the values the device view's sysfs
+/// files show come from the same `facts`).
 fn port_attr(c: &ContextObj) -> ibv_port_attr {
     let mtu = mtu_to_c(c.shared.net.mtu());
     ibv_port_attr {
-        state: IBV_PORT_ACTIVE,
+        state: facts::PORT_STATE,
         max_mtu: mtu,
         active_mtu: mtu,
         gid_tbl_len: GID_TBL_LEN as i32,
-        port_cap_flags: IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
+        port_cap_flags: facts::PORT_CAP_FLAGS,
         max_msg_sz: 1 << 31,
         pkey_tbl_len: 1,
         lid: 0,
         max_vl_num: 1,
-        // 4X at 25 Gb/s (EDR): what rxe reports on most links; the rate is not enforced.
-        active_width: 2,
-        active_speed: 32,
-        phys_state: 5,
+        active_width: facts::ACTIVE_WIDTH_4X,
+        active_speed: facts::ACTIVE_SPEED_EDR,
+        phys_state: facts::PHYS_STATE_LINK_UP,
         link_layer: IBV_LINK_LAYER_ETHERNET,
         ..Default::default()
     }

@@ -8,7 +8,7 @@
 
 mod cq_ex;
 mod datapath;
-mod device;
+pub(crate) mod device;
 mod dm;
 mod domain;
 mod mw;

@@ -99,7 +99,7 @@ fn spawn(program: &Path, args: &[String], addr: &str, log: &Path) -> Child {
 
 /// True when something listens on TCP `port` (IPv4 or IPv6), read from /proc so the
 /// server's single accept is not used up by a probe connection.
-fn listening(port: u16) -> bool {
+pub fn listening(port: u16) -> bool {
     let needle = format!(":{port:04X} ");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
         std::fs::read_to_string(f).is_ok_and(|t| {
