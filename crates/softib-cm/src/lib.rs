@@ -41,8 +41,8 @@ pub use timing::{exponent_ns, response_wait_ns, Nanos};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use softib_wire::cm::{
-    CmDrep, CmDreq, CmMessage, CmMra, CmRej, CmRep, CmReq, CmRtu, CmSidrRep, CmSidrReq,
-    MraMessage, RejMessage, RejectReason, SidrStatus, TransportService, DREP_PRIVATE_DATA_LEN,
+    CmDrep, CmDreq, CmMessage, CmMra, CmRej, CmRep, CmReq, CmRtu, CmSidrRep, CmSidrReq, MraMessage,
+    RejMessage, RejectReason, SidrStatus, TransportService, DREP_PRIVATE_DATA_LEN,
     DREQ_PRIVATE_DATA_LEN, MRA_PRIVATE_DATA_LEN, REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN,
     RTU_PRIVATE_DATA_LEN, SIDR_REP_INFO_LEN, SIDR_REP_PRIVATE_DATA_LEN,
 };
@@ -612,7 +612,11 @@ impl Cm {
             additional_info: [0; SIDR_REP_INFO_LEN],
             private_data: pad(private_data),
         };
-        self.queue(s.peer, s.pkey, Box::new(CmMessage::SidrRep(rep).to_mad(s.tid)));
+        self.queue(
+            s.peer,
+            s.pkey,
+            Box::new(CmMessage::SidrRep(rep).to_mad(s.tid)),
+        );
         Ok(())
     }
 
@@ -786,7 +790,14 @@ impl Cm {
                     }
                 }
                 CmState::TimeWait => {
-                    self.send_rej_to(peer, pkey, tid, req.local_comm_id, 0, RejectReason::StaleConnection);
+                    self.send_rej_to(
+                        peer,
+                        pkey,
+                        tid,
+                        req.local_comm_id,
+                        0,
+                        RejectReason::StaleConnection,
+                    );
                 }
                 _ => {}
             }
@@ -795,19 +806,40 @@ impl Cm {
         if req.transport_service != TransportService::Rc
             && req.transport_service != TransportService::Uc
         {
-            self.send_rej_to(peer, pkey, tid, req.local_comm_id, 0, RejectReason::InvalidTransportType);
+            self.send_rej_to(
+                peer,
+                pkey,
+                tid,
+                req.local_comm_id,
+                0,
+                RejectReason::InvalidTransportType,
+            );
             return;
         }
         let Some(&listener) = self.listeners.get(&req.service_id) else {
             self.counters.rejected_no_listener += 1;
-            self.send_rej_to(peer, pkey, tid, req.local_comm_id, 0, RejectReason::InvalidServiceId);
+            self.send_rej_to(
+                peer,
+                pkey,
+                tid,
+                req.local_comm_id,
+                0,
+                RejectReason::InvalidServiceId,
+            );
             return;
         };
         if self.half_open >= self.config.max_half_open
             || self.conns.len() >= self.config.max_connections
         {
             self.counters.rejected_no_resources += 1;
-            self.send_rej_to(peer, pkey, tid, req.local_comm_id, 0, RejectReason::NoResources);
+            self.send_rej_to(
+                peer,
+                pkey,
+                tid,
+                req.local_comm_id,
+                0,
+                RejectReason::NoResources,
+            );
             return;
         }
         let id = self.alloc_comm_id();
@@ -909,7 +941,11 @@ impl Cm {
     }
 
     fn on_rep(&mut self, peer: Gid, pkey: u16, tid: u64, rep: CmRep) {
-        let Some(c) = self.conns.get_mut(&rep.remote_comm_id).filter(|c| c.peer == peer) else {
+        let Some(c) = self
+            .conns
+            .get_mut(&rep.remote_comm_id)
+            .filter(|c| c.peer == peer)
+        else {
             // IBA 12.9.5 / kernel cm_rep_handler: a REP for no connection of ours is
             // rejected as an invalid communication ID.
             self.counters.stale_drops += 1;
@@ -997,10 +1033,7 @@ impl Cm {
         let drep = Box::new(CmMessage::Drep(drep_for(id, dreq.local_comm_id)).to_mad(tid));
         match c.state {
             // The passive side may see the DREQ before the RTU (the RTU was lost).
-            CmState::Established
-            | CmState::RepSent
-            | CmState::MraRepRcvd
-            | CmState::DreqSent => {
+            CmState::Established | CmState::RepSent | CmState::MraRepRcvd | CmState::DreqSent => {
                 let quiet = c.quiet;
                 let was_dreq_sent = c.state == CmState::DreqSent;
                 if c.state.is_half_open(c.role) {

@@ -1,8 +1,7 @@
 //! What a consumer gives the CM: configuration, and the parameters of a connect or accept.
 
 use softib_wire::cm::{
-    CmPath, TransportService, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
-    SIDR_REQ_PRIVATE_DATA_LEN,
+    CmPath, TransportService, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
 
 /// A port GID (RoCEv2: the IPv6 address, or `::ffff:a.b.c.d`).

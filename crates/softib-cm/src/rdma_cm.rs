@@ -64,7 +64,9 @@ pub fn roce_flow_label(src_port: u16, dst_port: u16) -> u32 {
 
 /// The rdma_cm private data too long for a REQ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("rdma_cm private data of {0} bytes does not fit a REQ (at most {REQ_USER_PRIVATE_DATA_LEN})")]
+#[error(
+    "rdma_cm private data of {0} bytes does not fit a REQ (at most {REQ_USER_PRIVATE_DATA_LEN})"
+)]
 pub struct PrivateDataTooLong(pub usize);
 
 /// A REQ's private data as rdma_cm builds it: the IP header for `src` -> `dst`, then the
@@ -143,6 +145,9 @@ mod tests {
     fn private_data_over_56_bytes_is_refused() {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert!(req_private_data(a, a, &[0; 56]).is_ok());
-        assert_eq!(req_private_data(a, a, &[0; 57]), Err(PrivateDataTooLong(57)));
+        assert_eq!(
+            req_private_data(a, a, &[0; 57]),
+            Err(PrivateDataTooLong(57))
+        );
     }
 }

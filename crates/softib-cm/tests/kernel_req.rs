@@ -46,7 +46,10 @@ fn softib_req_for_an_rdma_cm_connect_matches_the_kernels_field_by_field() {
     let params = rc_connect_params(PortSpace::Tcp, src, dst, 0x1b, 0xe9_2f1e, &[]).unwrap();
     cm.connect(0, &params).unwrap();
     let t = cm.poll_transmit().unwrap();
-    assert_eq!(t.dest_gid, softib_cm::rdma_cm::gid_of("10.99.0.1".parse().unwrap()));
+    assert_eq!(
+        t.dest_gid,
+        softib_cm::rdma_cm::gid_of("10.99.0.1".parse().unwrap())
+    );
     assert_eq!(t.pkey, 0xffff);
     let (header, ours) = CmMessage::parse(&t.mad[..]).unwrap();
     let CmMessage::Req(ours) = ours else {
@@ -55,8 +58,18 @@ fn softib_req_for_an_rdma_cm_connect_matches_the_kernels_field_by_field() {
 
     // The MAD header: all but the transaction ID.
     assert_eq!(
-        (header.base_version, header.mgmt_class, header.class_version, header.method),
-        (kernel_header.base_version, kernel_header.mgmt_class, kernel_header.class_version, kernel_header.method)
+        (
+            header.base_version,
+            header.mgmt_class,
+            header.class_version,
+            header.method
+        ),
+        (
+            kernel_header.base_version,
+            kernel_header.mgmt_class,
+            kernel_header.class_version,
+            kernel_header.method
+        )
     );
     assert_eq!(header.attribute_id, kernel_header.attribute_id);
     assert_eq!(header.attribute_modifier, kernel_header.attribute_modifier);

@@ -3,8 +3,8 @@
 //! at exact times.
 
 use softib_cm::{
-    exponent_ns, AcceptParams, Cm, CmConfig, CmEvent, CmState, ConnId, ConnectParams, Gid,
-    Nanos, SidrParams, TimeoutPhase,
+    exponent_ns, AcceptParams, Cm, CmConfig, CmEvent, CmState, ConnId, ConnectParams, Gid, Nanos,
+    SidrParams, TimeoutPhase,
 };
 use softib_wire::cm::{attr, CmMessage, RejectReason, SidrStatus};
 
@@ -109,7 +109,9 @@ fn req_wait() -> Nanos {
 
 fn expect_request(cm: &mut Cm) -> (ConnId, Box<softib_wire::cm::CmReq>) {
     match cm.poll_event() {
-        Some(CmEvent::ConnectRequest { conn, req, peer, .. }) => {
+        Some(CmEvent::ConnectRequest {
+            conn, req, peer, ..
+        }) => {
             assert_eq!(peer, A);
             (conn, req)
         }
@@ -144,7 +146,10 @@ fn connect_accept_rtu_establishes_both_sides_with_each_others_qp_and_psn() {
     p.deliver(|_, _| false);
     let (b, req) = match p.b.poll_event() {
         Some(CmEvent::ConnectRequest {
-            conn, listener, req, ..
+            conn,
+            listener,
+            req,
+            ..
         }) => {
             assert_eq!(listener, l);
             (conn, req)
@@ -200,7 +205,8 @@ fn consumer_reject_reaches_the_active_side_as_reason_28_with_private_data() {
     let a = p.a.connect(0, &params(0x11)).unwrap();
     p.deliver(|_, _| false);
     let (b, _) = expect_request(&mut p.b);
-    p.b.reject(b, RejectReason::ConsumerReject, b"go away").unwrap();
+    p.b.reject(b, RejectReason::ConsumerReject, b"go away")
+        .unwrap();
     assert_eq!(p.b.state(b), None);
     p.deliver(|_, _| false);
     match p.a.poll_event() {
@@ -253,7 +259,10 @@ fn lost_req_is_resent_after_the_response_timeout_and_then_connects() {
     let (b, _) = expect_request(&mut p.b);
     p.b.accept(p.now, b, &accept_params(0x22)).unwrap();
     p.deliver(|_, _| false);
-    assert!(matches!(p.a.poll_event(), Some(CmEvent::ConnectReply { .. })));
+    assert!(matches!(
+        p.a.poll_event(),
+        Some(CmEvent::ConnectReply { .. })
+    ));
     assert_eq!(p.a.state(a), Some(CmState::RepRcvd));
 }
 
@@ -272,7 +281,11 @@ fn lost_rep_is_resent_when_the_req_is_retried_and_a_duplicate_req_makes_no_new_c
     // here, so the first timer of either fires. Whichever it is, a REP gets through.
     p.next_timer();
     p.deliver(|_, _| false);
-    assert_eq!(p.b.connection_count(), 1, "the duplicate REQ made no second connection");
+    assert_eq!(
+        p.b.connection_count(),
+        1,
+        "the duplicate REQ made no second connection"
+    );
     assert!(p.b.counters().duplicate_reqs + p.b.counters().retransmits >= 1);
     assert!(matches!(p.a.poll_event(), Some(CmEvent::ConnectReply { conn, .. }) if conn == a));
     assert_eq!(p.b.poll_event(), None, "no second ConnectRequest");
@@ -345,7 +358,10 @@ fn mra_extends_the_wait_for_the_rep_beyond_the_response_timeout() {
     p.b.accept(p.now, b, &accept_params(0x22)).unwrap();
     p.deliver(|_, _| false);
     assert_eq!(p.a_sent, [attr::REQ]);
-    assert!(matches!(p.a.poll_event(), Some(CmEvent::ConnectReply { .. })));
+    assert!(matches!(
+        p.a.poll_event(),
+        Some(CmEvent::ConnectReply { .. })
+    ));
 }
 
 #[test]
@@ -380,7 +396,10 @@ fn lost_rtu_is_resent_when_the_rep_is_retried() {
     p.deliver(|_, _| false);
     assert_eq!(p.b_sent, [attr::REP, attr::REP]);
     assert_eq!(p.a_sent, [attr::REQ, attr::RTU, attr::RTU]);
-    assert!(matches!(p.b.poll_event(), Some(CmEvent::Established { .. })));
+    assert!(matches!(
+        p.b.poll_event(),
+        Some(CmEvent::Established { .. })
+    ));
 }
 
 #[test]
@@ -395,7 +414,10 @@ fn passive_side_gives_up_on_a_missing_rtu_and_rejects_with_timeout() {
     p.b.accept(0, b, &accept_params(0x22)).unwrap();
     p.deliver(|_, _| false);
     // A's consumer dies before moving its QP: no RTU ever comes.
-    assert!(matches!(p.a.poll_event(), Some(CmEvent::ConnectReply { .. })));
+    assert!(matches!(
+        p.a.poll_event(),
+        Some(CmEvent::ConnectReply { .. })
+    ));
     for _ in 0..3 {
         p.next_timer();
         p.deliver(|_, _| false);
@@ -412,7 +434,10 @@ fn passive_side_gives_up_on_a_missing_rtu_and_rejects_with_timeout() {
     // The REJ (reason timeout) ends the active side too.
     assert!(matches!(
         p.a.poll_event(),
-        Some(CmEvent::Rejected { reason: RejectReason::Timeout, .. })
+        Some(CmEvent::Rejected {
+            reason: RejectReason::Timeout,
+            ..
+        })
     ));
 }
 
@@ -513,7 +538,10 @@ fn peer_dies_mid_connection_so_the_dreq_times_out_and_the_connection_still_close
     }
     assert_eq!(p.a.state(a), Some(CmState::TimeWait));
     p.next_timer();
-    assert!(matches!(p.a.poll_event(), Some(CmEvent::TimewaitExit { .. })));
+    assert!(matches!(
+        p.a.poll_event(),
+        Some(CmEvent::TimewaitExit { .. })
+    ));
     assert_eq!(p.a.connection_count(), 0);
 }
 
@@ -574,7 +602,10 @@ fn malformed_and_stray_mads_are_dropped_and_counted_without_state() {
     let mut p = Pair::new();
     let (a, _) = establish(&mut p);
     let before = p.b.counters();
-    let mut req = p.a.connect(p.now, &params(0x33)).map(|_| p.a.poll_transmit().unwrap()).unwrap();
+    let mut req =
+        p.a.connect(p.now, &params(0x33))
+            .map(|_| p.a.poll_transmit().unwrap())
+            .unwrap();
     // Truncated, wrong class, wrong class version, wrong method, unknown attribute.
     p.b.handle_mad(0, A, 0xffff, &req.mad[..100]);
     let mut bad = *req.mad;
@@ -597,7 +628,10 @@ fn malformed_and_stray_mads_are_dropped_and_counted_without_state() {
     assert_eq!(c.rx_mads - before.rx_mads, 6);
     assert_eq!(p.b.connection_count(), 1);
     assert_eq!(p.b.poll_event(), None);
-    assert!(p.b.poll_transmit().is_none(), "nothing answers a malformed MAD");
+    assert!(
+        p.b.poll_transmit().is_none(),
+        "nothing answers a malformed MAD"
+    );
     // An RTU for a connection that does not exist, and one from the wrong peer.
     let rtu = CmMessage::Rtu(softib_wire::cm::CmRtu {
         local_comm_id: 5,
@@ -677,12 +711,16 @@ fn sidr_resolves_a_ud_service_and_unbound_services_say_not_supported() {
         }
         e => panic!("{e:?}"),
     };
-    p.b.sidr_reply(rid, SidrStatus::Valid, 0x42, 0x1111_2222, b"ud").unwrap();
+    p.b.sidr_reply(rid, SidrStatus::Valid, 0x42, 0x1111_2222, b"ud")
+        .unwrap();
     p.deliver(|_, _| false);
     match p.a.poll_event() {
         Some(CmEvent::SidrReply { id: got, rep }) => {
             assert_eq!(got, id);
-            assert_eq!((rep.status, rep.qpn, rep.qkey), (SidrStatus::Valid, 0x42, 0x1111_2222));
+            assert_eq!(
+                (rep.status, rep.qpn, rep.qkey),
+                (SidrStatus::Valid, 0x42, 0x1111_2222)
+            );
             assert_eq!(&rep.private_data[..2], b"ud");
         }
         e => panic!("{e:?}"),

@@ -122,12 +122,24 @@ impl CmPath {
 
     fn emit(&self, d: &mut [u8], at: usize) {
         use path_field as f;
-        bytes::put(d, at + f::LOCAL_LID..at + f::LOCAL_LID + 2, u64::from(self.local_lid));
-        bytes::put(d, at + f::REMOTE_LID..at + f::REMOTE_LID + 2, u64::from(self.remote_lid));
+        bytes::put(
+            d,
+            at + f::LOCAL_LID..at + f::LOCAL_LID + 2,
+            u64::from(self.local_lid),
+        );
+        bytes::put(
+            d,
+            at + f::REMOTE_LID..at + f::REMOTE_LID + 2,
+            u64::from(self.remote_lid),
+        );
         d[at + f::LOCAL_GID..at + f::LOCAL_GID + 16].copy_from_slice(&self.local_gid);
         d[at + f::REMOTE_GID..at + f::REMOTE_GID + 16].copy_from_slice(&self.remote_gid);
         let word = ((self.flow_label & 0xF_FFFF) << 12) | u32::from(self.packet_rate & 0x3f);
-        bytes::put(d, at + f::FLOW_RATE_WORD..at + f::FLOW_RATE_WORD + 4, u64::from(word));
+        bytes::put(
+            d,
+            at + f::FLOW_RATE_WORD..at + f::FLOW_RATE_WORD + 4,
+            u64::from(word),
+        );
         d[at + f::TRAFFIC_CLASS] = self.traffic_class;
         d[at + f::HOP_LIMIT] = self.hop_limit;
         Bits::new(at + f::SL_BYTE, 0, 4).put(d, self.sl);
@@ -203,10 +215,7 @@ impl CmReq {
     pub fn parse(d: &[u8]) -> Result<CmReq> {
         use req_field as f;
         check_data("CM REQ", d)?;
-        let transport_service = match (
-            f::TRANSPORT_SERVICE.get(d),
-            f::EXTENDED_TRANSPORT.get(d),
-        ) {
+        let transport_service = match (f::TRANSPORT_SERVICE.get(d), f::EXTENDED_TRANSPORT.get(d)) {
             (0, _) => TransportService::Rc,
             (1, _) => TransportService::Uc,
             (2, _) => TransportService::Rd,

@@ -520,12 +520,21 @@ mod tests {
     #[test]
     fn parses_the_kernel_rtu_dreq_drep() {
         let rtu = CmRtu::parse(&capture::mad(capture::RTU)[MAD_HEADER_LEN..]).unwrap();
-        assert_eq!((rtu.local_comm_id, rtu.remote_comm_id), (0xa0eb_9a6e, 0xed0b_2b6b));
+        assert_eq!(
+            (rtu.local_comm_id, rtu.remote_comm_id),
+            (0xa0eb_9a6e, 0xed0b_2b6b)
+        );
         let dreq = CmDreq::parse(&capture::mad(capture::DREQ)[MAD_HEADER_LEN..]).unwrap();
-        assert_eq!((dreq.local_comm_id, dreq.remote_comm_id), (0xa1eb_9a6e, 0xef0b_2b6b));
+        assert_eq!(
+            (dreq.local_comm_id, dreq.remote_comm_id),
+            (0xa1eb_9a6e, 0xef0b_2b6b)
+        );
         assert_eq!(dreq.remote_qpn, 0x1b);
         let drep = CmDrep::parse(&capture::mad(capture::DREP)[MAD_HEADER_LEN..]).unwrap();
-        assert_eq!((drep.local_comm_id, drep.remote_comm_id), (0xef0b_2b6b, 0xa1eb_9a6e));
+        assert_eq!(
+            (drep.local_comm_id, drep.remote_comm_id),
+            (0xef0b_2b6b, 0xa1eb_9a6e)
+        );
     }
 
     #[test]
@@ -568,7 +577,10 @@ mod tests {
             private_data: [0; SIDR_REP_PRIVATE_DATA_LEN],
         };
         rep.emit(&mut d).unwrap();
-        assert_eq!(&d[..12], &[0xAA, 0xBB, 0xCC, 0xDD, 1, 0, 0, 0, 0x12, 0x34, 0x56, 0]);
+        assert_eq!(
+            &d[..12],
+            &[0xAA, 0xBB, 0xCC, 0xDD, 1, 0, 0, 0, 0x12, 0x34, 0x56, 0]
+        );
         assert_eq!(CmSidrRep::parse(&d).unwrap(), rep);
     }
 }

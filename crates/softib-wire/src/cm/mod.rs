@@ -12,20 +12,25 @@
 //! Private data is always carried at its full length (92 bytes in a REQ, 196 in a REP...):
 //! the wire has no length field, and the kernel hands consumers the whole field, zero-padded.
 
+mod connect;
 mod ip_header;
 mod messages;
-mod connect;
 
+pub use connect::{
+    CmPath, CmRep, CmReq, TransportService, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
+};
 pub use ip_header::{CmaIpHeader, CMA_IP_HEADER_LEN, CMA_VERSION};
 pub use messages::{
     CmDrep, CmDreq, CmMra, CmRej, CmRtu, CmSidrRep, CmSidrReq, MraMessage, RejMessage,
-    RejectReason, SidrStatus, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN,
-    MRA_PRIVATE_DATA_LEN, REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN,
-    SIDR_REP_INFO_LEN, SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
+    RejectReason, SidrStatus, DREP_PRIVATE_DATA_LEN, DREQ_PRIVATE_DATA_LEN, MRA_PRIVATE_DATA_LEN,
+    REJ_ARI_LEN, REJ_PRIVATE_DATA_LEN, RTU_PRIVATE_DATA_LEN, SIDR_REP_INFO_LEN,
+    SIDR_REP_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
-pub use connect::{CmPath, CmRep, CmReq, TransportService, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN};
 
-use crate::mad::{MadHeader, MadPacket, CM_CLASS_VERSION, MAD_BASE_VERSION, MAD_HEADER_LEN, MAD_LEN, MGMT_CLASS_CM};
+use crate::mad::{
+    MadHeader, MadPacket, CM_CLASS_VERSION, MAD_BASE_VERSION, MAD_HEADER_LEN, MAD_LEN,
+    MGMT_CLASS_CM,
+};
 use crate::{Error, Result};
 
 /// Length of the CM class data (a MAD minus its common header).
@@ -237,7 +242,8 @@ pub(crate) mod capture {
     /// Frame 3: the client's RTU.
     pub const RTU: &str = "0107020300000000000000026e9aeba00014000000000000a0eb9a6eed0b2b6b";
     /// Frame 571: the client's DREQ (second connection).
-    pub const DREQ: &str = "0107020300000000000000026e9aeba10015000000000000a1eb9a6eef0b2b6b00001b00";
+    pub const DREQ: &str =
+        "0107020300000000000000026e9aeba10015000000000000a1eb9a6eef0b2b6b00001b00";
     /// Frame 572: the server's DREP.
     pub const DREP: &str = "0107020300000000000000026e9aeba10016000000000000ef0b2b6ba1eb9a6e";
 
@@ -269,7 +275,13 @@ mod tests {
 
     #[test]
     fn every_captured_mad_reemits_byte_for_byte() {
-        for hex in [capture::REQ, capture::REP, capture::RTU, capture::DREQ, capture::DREP] {
+        for hex in [
+            capture::REQ,
+            capture::REP,
+            capture::RTU,
+            capture::DREQ,
+            capture::DREP,
+        ] {
             let mad = capture::mad(hex);
             let (h, m) = CmMessage::parse(&mad).unwrap();
             assert_eq!(m.to_mad(h.transaction_id), mad, "{m:?}");
@@ -280,7 +292,10 @@ mod tests {
     fn non_cm_and_bad_versions_are_refused() {
         let mut mad = capture::mad(capture::RTU);
         mad[2] = 1;
-        assert!(matches!(CmMessage::parse(&mad), Err(Error::BadVersion { .. })));
+        assert!(matches!(
+            CmMessage::parse(&mad),
+            Err(Error::BadVersion { .. })
+        ));
         let mut mad = capture::mad(capture::RTU);
         mad[1] = 0x04;
         assert!(CmMessage::parse(&mad).is_err());
