@@ -191,3 +191,92 @@ fn private_data_longer_than_a_req_holds_is_refused_before_anything_is_sent() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The CM exchange as the server's pcap tap saw it: every QP1 packet has a valid ICRC and
+/// Wireshark decodes REQ, REP, RTU, DREQ, DREP in that order, from QP1 to QP1.
+#[test]
+fn the_cm_exchange_on_the_wire_decodes_in_wireshark_with_valid_icrcs() {
+    use softib_wire::pcap::CaptureReader;
+    use softib_wire::roce::RoceFrame;
+    let dir = std::env::temp_dir().join(format!("softib-cm-tap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tap = dir.join("server.pcap");
+    // Both devices on RoCEv2's own port, so no peer port is configured and tshark finds
+    // UDP 4791.
+    let open = |ip: &str, pcap: Option<std::path::PathBuf>| {
+        let mut c = NetConfig::new(format!("{ip}:4791").parse().unwrap());
+        c.seed = 7;
+        c.pcap = pcap;
+        let hca = Hca::open(c).unwrap();
+        let pd = hca.alloc_pd();
+        let cq = hca.create_cq().build().unwrap();
+        Side { hca, pd, cq }
+    };
+    let client = open("127.0.67.1", None);
+    let server = open("127.0.67.2", Some(tap.clone()));
+    let listener = CmListener::bind(&server.hca, 9999).unwrap();
+    let server_thread = thread::spawn(move || {
+        let qp = server
+            .pd
+            .create_qp(&server.cq, &server.cq, QpType::Rc)
+            .build()
+            .unwrap();
+        let mut conn = listener.accept(qp, b"", T).unwrap();
+        conn.wait_disconnected(T).unwrap();
+        server.hca.context().flush_capture();
+        server
+    });
+    let qp = client
+        .pd
+        .create_qp(&client.cq, &client.cq, QpType::Rc)
+        .build()
+        .unwrap();
+    let target: SocketAddr = "127.0.67.2:9999".parse().unwrap();
+    let mut conn = CmConnection::connect(qp, target, b"", T).unwrap();
+    conn.disconnect(b"", T).unwrap();
+    let server = server_thread.join().unwrap();
+    drop(server);
+
+    let mut reader = CaptureReader::open(&tap).unwrap();
+    let mut frames = 0;
+    while let Some(rec) = reader.next_record() {
+        let rec = rec.unwrap();
+        let f = RoceFrame::parse_ip(&rec.data).unwrap();
+        assert!(f.icrc_ok(), "frame {frames} has a bad ICRC");
+        frames += 1;
+    }
+    assert_eq!(frames, 5);
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(&tap)
+        .args(["-T", "fields", "-E", "separator=,"])
+        .args(["-e", "infiniband.bth.destqp", "-e", "infiniband.deth.srcqp"])
+        .args([
+            "-e",
+            "infiniband.deth.q_key",
+            "-e",
+            "infiniband.mad.attributeid",
+        ])
+        .args(["-e", "_ws.malformed"])
+        .output()
+        .expect("tshark is needed for this test (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        rows,
+        [
+            "0x000001,0x00000001,0x0000000080010000,0x0010,",
+            "0x000001,0x00000001,0x0000000080010000,0x0013,",
+            "0x000001,0x00000001,0x0000000080010000,0x0014,",
+            "0x000001,0x00000001,0x0000000080010000,0x0015,",
+            "0x000001,0x00000001,0x0000000080010000,0x0016,",
+        ],
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
