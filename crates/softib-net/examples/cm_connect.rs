@@ -10,6 +10,9 @@
 //! # two processes or hosts (devices on UDP 4791; rdma_cm port 18515 unless -p)
 //! cargo run -p softib-net --example cm_connect -- server 10.0.0.1:4791 [-p PORT] [-n MSGS]
 //! cargo run -p softib-net --example cm_connect -- client 10.0.0.2:4791 10.0.0.1 [-p PORT] [-n MSGS]
+//! # against librdmacm's rdma_server (rdmacm-utils) on a Linux rxe or hardware host: one
+//! # 16-byte message each way
+//! cargo run -p softib-net --example cm_connect -- client 10.0.0.2:4791 10.0.0.1 -p 7471 --rdma-server
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -96,6 +99,45 @@ fn server(hca: Hca, listener: CmListener, msgs: u32) {
     println!("server: {msgs} messages checked, client disconnected");
 }
 
+/// The client side of librdmacm's `rdma_server` example: after connecting, a receive is
+/// posted, 16 bytes are sent, the server's 16 bytes arrive, then we disconnect.
+fn rdma_server_client(hca: Hca, server_ip: IpAddr, port: u16) {
+    let (pd, cq) = (
+        hca.alloc_pd(),
+        hca.create_cq().set_entries(16).build().unwrap(),
+    );
+    let qp = pd.create_qp(&cq, &cq, QpType::Rc).build().unwrap();
+    let target = SocketAddr::new(server_ip, port);
+    let mut conn = CmConnection::connect(qp, target, b"", T)
+        .unwrap_or_else(|e| fail(&format!("connect to {target}: {e}")));
+    println!("client: connected to {target}, QP {:#x}", conn.qp().qpn());
+    let send = pd.register(vec![0x5au8; 16]).unwrap();
+    let recv = pd.register(vec![0u8; 16]).unwrap();
+    conn.qp()
+        .post_recv(&[RecvRequest::new(2, recv.slice(..))])
+        .unwrap();
+    conn.qp()
+        .post_send(&[SendRequest::send(1, send.slice(..))])
+        .unwrap();
+    let mut done = 0;
+    let mut wcs = [empty_wc(); 2];
+    while done < 2 {
+        let got = cq.wait(&mut wcs, T);
+        if got.is_empty() {
+            fail("no completion from rdma_server within the timeout");
+        }
+        for wc in got {
+            if wc.status != WcStatus::Success {
+                fail(&format!("completion failed: {wc:?}"));
+            }
+            done += 1;
+        }
+    }
+    conn.disconnect(b"", T)
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    println!("client: 16 bytes each way with rdma_server, disconnected");
+}
+
 fn client(hca: Hca, server_ip: IpAddr, port: u16, msgs: u32) {
     let (pd, cq) = (
         hca.alloc_pd(),
@@ -130,6 +172,7 @@ fn client(hca: Hca, server_ip: IpAddr, port: u16, msgs: u32) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut port, mut msgs) = (18515u16, 100u32);
+    let mut rdma_server = false;
     let mut positional = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -146,6 +189,7 @@ fn main() {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or_else(|| fail("-n needs a count"))
             }
+            "--rdma-server" => rdma_server = true,
             // Flags `cargo test` passes to every test binary.
             f if f.starts_with("--") => {}
             p => positional.push(p.to_string()),
@@ -173,13 +217,17 @@ fn main() {
             let listener = listen(&hca, port);
             server(hca, listener, msgs)
         }
-        [role, bind, peer] if role == "client" => client(
-            open(addr(bind)),
-            peer.parse()
-                .unwrap_or_else(|_| fail(&format!("bad peer address {peer}"))),
-            port,
-            msgs,
-        ),
-        _ => fail("usage: cm_connect [server BIND | client BIND SERVER_IP] [-p PORT] [-n MSGS]"),
+        [role, bind, peer] if role == "client" => {
+            let hca = open(addr(bind));
+            let peer = peer
+                .parse()
+                .unwrap_or_else(|_| fail(&format!("bad peer address {peer}")));
+            if rdma_server {
+                rdma_server_client(hca, peer, port)
+            } else {
+                client(hca, peer, port, msgs)
+            }
+        }
+        _ => fail("usage: cm_connect [server BIND | client BIND SERVER_IP [--rdma-server]] [-p PORT] [-n MSGS]"),
     }
 }
