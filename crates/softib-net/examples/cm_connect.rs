@@ -13,6 +13,8 @@
 //! # against librdmacm's rdma_server (rdmacm-utils) on a Linux rxe or hardware host: one
 //! # 16-byte message each way
 //! cargo run -p softib-net --example cm_connect -- client 10.0.0.2:4791 10.0.0.1 -p 7471 --rdma-server
+//! # and for librdmacm's rdma_client (`rdma_client -s 10.0.0.1 -p 7471` on the other host)
+//! cargo run -p softib-net --example cm_connect -- server 10.0.0.1:4791 -p 7471 --rdma-client
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -99,6 +101,46 @@ fn server(hca: Hca, listener: CmListener, msgs: u32) {
     println!("server: {msgs} messages checked, client disconnected");
 }
 
+/// The server side of librdmacm's `rdma_client` example: a receive is posted before the
+/// REP, 16 bytes arrive, 16 bytes go back, then the client disconnects.
+fn rdma_client_server(hca: Hca, listener: CmListener) {
+    let (pd, cq) = (
+        hca.alloc_pd(),
+        hca.create_cq().set_entries(16).build().unwrap(),
+    );
+    println!(
+        "server: listening on {} for rdma_client",
+        listener.local_addr()
+    );
+    let request = listener
+        .get_request(T)
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    println!("server: request from {:?}", request.peer_addr());
+    let recv = pd.register(vec![0u8; 16]).unwrap();
+    let send = pd.register(vec![0xa5u8; 16]).unwrap();
+    let qp = pd.create_qp(&cq, &cq, QpType::Rc).build().unwrap();
+    let mut conn = request
+        .accept_with(qp, b"", T, |qp| {
+            qp.post_recv(&[RecvRequest::new(2, recv.slice(..))])
+        })
+        .unwrap_or_else(|e| fail(&format!("accept: {e}")));
+    let mut wcs = [empty_wc(); 1];
+    match cq.wait(&mut wcs, T) {
+        [wc] if wc.status == WcStatus::Success && wc.byte_len == 16 => {}
+        other => fail(&format!("receive from rdma_client: {other:?}")),
+    }
+    conn.qp()
+        .post_send(&[SendRequest::send(1, send.slice(..))])
+        .unwrap();
+    match cq.wait(&mut wcs, T) {
+        [wc] if wc.status == WcStatus::Success => {}
+        other => fail(&format!("send to rdma_client: {other:?}")),
+    }
+    conn.wait_disconnected(T)
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    println!("server: 16 bytes each way with rdma_client, client disconnected");
+}
+
 /// The client side of librdmacm's `rdma_server` example: after connecting, a receive is
 /// posted, 16 bytes are sent, the server's 16 bytes arrive, then we disconnect.
 fn rdma_server_client(hca: Hca, server_ip: IpAddr, port: u16) {
@@ -173,6 +215,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut port, mut msgs) = (18515u16, 100u32);
     let mut rdma_server = false;
+    let mut rdma_client = false;
     let mut positional = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -190,6 +233,7 @@ fn main() {
                     .unwrap_or_else(|| fail("-n needs a count"))
             }
             "--rdma-server" => rdma_server = true,
+            "--rdma-client" => rdma_client = true,
             // Flags `cargo test` passes to every test binary.
             f if f.starts_with("--") => {}
             p => positional.push(p.to_string()),
@@ -215,7 +259,11 @@ fn main() {
         [role, bind] if role == "server" => {
             let hca = open(addr(bind));
             let listener = listen(&hca, port);
-            server(hca, listener, msgs)
+            if rdma_client {
+                rdma_client_server(hca, listener)
+            } else {
+                server(hca, listener, msgs)
+            }
         }
         [role, bind, peer] if role == "client" => {
             let hca = open(addr(bind));
@@ -228,6 +276,6 @@ fn main() {
                 client(hca, peer, port, msgs)
             }
         }
-        _ => fail("usage: cm_connect [server BIND | client BIND SERVER_IP [--rdma-server]] [-p PORT] [-n MSGS]"),
+        _ => fail("usage: cm_connect [server BIND [--rdma-client] | client BIND SERVER_IP [--rdma-server]] [-p PORT] [-n MSGS]"),
     }
 }
