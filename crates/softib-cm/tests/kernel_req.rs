@@ -118,20 +118,23 @@ fn transport_frames(name: &str) -> Vec<(std::net::Ipv4Addr, Vec<u8>)> {
     out
 }
 
-/// softib's CM against Linux 6.1 rxe's rdma_server (oracle VM run, bundled capture): the
-/// kernel took softib's REQ (its REP answers softib's communication ID and QPN), and both
-/// sides' first SENDs carry the PSN the other side's CM message announced as expected, so
-/// neither was taken for a duplicate.
-#[test]
-fn linux_rdma_server_accepted_softibs_req_and_psns_agree() {
+/// What a capture of one CM-connected exchange shows: (from softib?, attribute ID) of each
+/// CM MAD, the REQ and REP, and (from softib?, DestQP, PSN) of each RC SEND.
+type Exchange = (
+    Vec<(bool, u16)>,
+    softib_wire::cm::CmReq,
+    softib_wire::cm::CmRep,
+    Vec<(bool, u32, u32)>,
+);
+
+fn exchange(name: &str) -> Exchange {
     use softib_wire::PacketRepr;
     let softib: std::net::Ipv4Addr = "10.99.0.254".parse().unwrap();
-    let frames = transport_frames("softib-rxe-rdma_server.pcap");
     let mut req = None;
     let mut rep = None;
     let mut sends = Vec::new();
     let mut cm_attrs = Vec::new();
-    for (src, bytes) in &frames {
+    for (src, bytes) in &transport_frames(name) {
         let p = PacketRepr::parse(bytes).unwrap();
         if p.bth.dest_qp == 1 {
             let (_, m) = CmMessage::parse(p.payload).unwrap();
@@ -145,10 +148,20 @@ fn linux_rdma_server_accepted_softibs_req_and_psns_agree() {
             sends.push((*src == softib, p.bth.dest_qp, p.bth.psn));
         }
     }
-    let (req, rep) = (req.expect("softib's REQ"), rep.expect("rxe's REP"));
+    (cm_attrs, req.expect("a REQ"), rep.expect("a REP"), sends)
+}
+
+/// softib's CM against Linux 6.1 rxe's rdma_server (oracle VM run, bundled capture): the
+/// kernel took softib's REQ (its REP answers softib's communication ID), and both sides'
+/// first SENDs carry the PSN the other side's CM message announced as expected, so neither
+/// was taken for a duplicate.
+#[test]
+fn linux_rdma_server_accepted_softibs_req_and_psns_agree() {
+    let (cm, req, rep, sends) = exchange("softib-rxe-rdma_server.pcap");
     assert_eq!(rep.remote_comm_id, req.local_comm_id);
+    // softib: REQ, RTU, DREQ, then DREP for rxe's crossing DREQ.
     assert_eq!(
-        cm_attrs,
+        cm,
         [
             (true, 0x10),
             (false, 0x13),
@@ -164,6 +177,33 @@ fn linux_rdma_server_accepted_softibs_req_and_psns_agree() {
         [
             (true, rep.local_qpn, rep.starting_psn),
             (false, req.local_qpn, req.starting_psn)
+        ]
+    );
+}
+
+/// Linux 6.1 rxe's rdma_client connecting to a softib listener (oracle VM run, bundled
+/// capture): softib answered the kernel's REQ with a REP to its communication ID, rxe sent
+/// the RTU and then data with the REP's PSN; softib's answer carries the REQ's PSN; rxe's
+/// DREQ got softib's DREP.
+#[test]
+fn softib_accepted_linux_rdma_clients_req_and_psns_agree() {
+    let (cm, req, rep, sends) = exchange("softib-rxe-rdma_client.pcap");
+    assert_eq!(rep.remote_comm_id, req.local_comm_id);
+    assert_eq!(
+        cm,
+        [
+            (false, 0x10),
+            (true, 0x13),
+            (false, 0x14),
+            (false, 0x15),
+            (true, 0x16)
+        ]
+    );
+    assert_eq!(
+        sends,
+        [
+            (false, rep.local_qpn, rep.starting_psn),
+            (true, req.local_qpn, req.starting_psn)
         ]
     );
 }
