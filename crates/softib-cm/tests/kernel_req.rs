@@ -15,7 +15,7 @@ use softib_wire::cm::CmMessage;
 /// The MADs (UD SEND_ONLY to QP1) of the bundled capture extract, in order.
 fn captured_mads() -> Vec<[u8; 256]> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/captures/rxe-write_bw_rdmacm-cm.pcap");
+        .join("../../testdata/captures/cm/rxe-write_bw_rdmacm-cm.pcap");
     let file = File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let mut reader = PcapReader::new(file).expect("pcap header");
     let mut out = Vec::new();
@@ -103,7 +103,7 @@ fn every_captured_cm_mad_parses_and_reemits_exactly() {
 /// BTH + payload of every frame of a bundled capture (Ethernet, IPv4, UDP 4791), ICRC cut.
 fn transport_frames(name: &str) -> Vec<(std::net::Ipv4Addr, Vec<u8>)> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/captures")
+        .join("../../testdata/captures/cm")
         .join(name);
     let file = File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let mut reader = PcapReader::new(file).expect("pcap header");

@@ -1,5 +1,5 @@
 //! A softib device answers the Linux kernel's own CM MADs: the REQ and RTU that rdma_cm sent
-//! in the rxe capture (`ib_write_bw -R`, testdata/captures/rxe-write_bw_rdmacm-cm.pcap) are
+//! in the rxe capture (`ib_write_bw -R`, testdata/captures/cm/rxe-write_bw_rdmacm-cm.pcap) are
 //! replayed byte for byte (re-sealed for the loopback addresses) from a plain UDP socket
 //! into a softib listener, which must take the kernel's REQ as a connection request, answer
 //! with a REP to the kernel's communication ID and QPN, and establish on the kernel's RTU.
@@ -25,7 +25,7 @@ const ICRC_LEN: usize = 4;
 /// BTH + DETH + MAD of each frame of the capture extract (the UDP payload minus ICRC).
 fn captured_transport() -> Vec<Vec<u8>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/captures/rxe-write_bw_rdmacm-cm.pcap");
+        .join("../../testdata/captures/cm/rxe-write_bw_rdmacm-cm.pcap");
     let file = File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let mut reader = PcapReader::new(file).unwrap();
     let mut out = Vec::new();
