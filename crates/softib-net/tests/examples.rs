@@ -18,6 +18,10 @@ mod rdma_roundtrip;
 #[path = "../examples/ud_send.rs"]
 mod ud_send;
 
+#[allow(dead_code)]
+#[path = "../examples/cm_connect.rs"]
+mod cm_connect;
+
 #[test]
 fn rc_pingpong_example_round_trips_checked_messages() {
     rc_pingpong::loopback();
@@ -31,4 +35,9 @@ fn rdma_roundtrip_example_writes_reads_and_runs_both_atomics() {
 #[test]
 fn ud_send_example_delivers_checked_datagrams() {
     ud_send::loopback();
+}
+
+#[test]
+fn cm_connect_example_connects_through_the_cm_and_checks_every_message() {
+    cm_connect::loopback();
 }
