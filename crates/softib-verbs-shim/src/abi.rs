@@ -678,6 +678,9 @@ pub const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 pub const IBV_DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
 pub const IBV_DEVICE_N_NOTIFY_CQ: u32 = 1 << 14;
 pub const IBV_DEVICE_XRC: u32 = 1 << 20;
+pub const IBV_DEVICE_MEM_WINDOW: u32 = 1 << 17;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2A: u32 = 1 << 23;
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 // enum ibv_gid_type
 pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 // enum ibv_gid_type_sysfs of rdma-core's libibverbs/driver.h (not installed by
@@ -766,6 +769,15 @@ pub const CHECKED_CONSTANTS: &[(&str, i64)] = &[
     ),
     ("IBV_DEVICE_N_NOTIFY_CQ", IBV_DEVICE_N_NOTIFY_CQ as i64),
     ("IBV_DEVICE_XRC", IBV_DEVICE_XRC as i64),
+    ("IBV_DEVICE_MEM_WINDOW", IBV_DEVICE_MEM_WINDOW as i64),
+    (
+        "IBV_DEVICE_MEM_WINDOW_TYPE_2A",
+        IBV_DEVICE_MEM_WINDOW_TYPE_2A as i64,
+    ),
+    (
+        "IBV_DEVICE_MEM_WINDOW_TYPE_2B",
+        IBV_DEVICE_MEM_WINDOW_TYPE_2B as i64,
+    ),
     ("IBV_GID_TYPE_ROCE_V2", IBV_GID_TYPE_ROCE_V2 as i64),
     ("IBV_ACCESS_ON_DEMAND", IBV_ACCESS_ON_DEMAND as i64),
     ("IBV_ACCESS_HUGETLB", IBV_ACCESS_HUGETLB as i64),

@@ -39,8 +39,7 @@ pub fn fw_ver() -> [u8; 64] {
 /// - SYS_IMAGE_GUID: `sys_image_guid` is meaningful;
 /// - N_NOTIFY_CQ: `ibv_req_notify_cq` with `solicited_only` is honoured.
 ///
-/// Not advertised until they work: MEM_WINDOW / MEM_WINDOW_TYPE_2A/2B (branch `engine`),
-/// MEM_MGT_EXTENSIONS (local invalidate / fast registration),
+/// Not advertised until they work: MEM_MGT_EXTENSIONS (local invalidate / fast registration),
 /// SRQ_RESIZE (`ibv_modify_srq` with `IBV_SRQ_MAX_WR`), PORT_ACTIVE_EVENT (no port events),
 /// UD_IP_CSUM, RC_IP_CSUM, RAW_*.
 pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_RC_RNR_NAK_GEN
@@ -49,16 +48,15 @@ pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_RC_RNR_NAK_GEN
     | MW_CAP_FLAGS
     | if XRC { IBV_DEVICE_XRC } else { 0 };
 
-/// The memory window bits of `device_cap_flags` (`IBV_DEVICE_MEM_WINDOW`,
-/// `IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B`): none until [`MAX_MW`] is non-zero.
-pub const MW_CAP_FLAGS: u32 = 0;
+/// The memory window bits of `device_cap_flags`: windows of type 1 and of types 2A and 2B
+/// (the engine's `mw.rs`, the shim's `ffi/mw.rs`; QPNs are never reused, so 2A and 2B
+/// behave alike), as rxe advertises them.
+pub const MW_CAP_FLAGS: u32 =
+    IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 
 /// `device_cap_flags_ex` bits above bit 31 (raw scatter FCS, PCI write end padding, ...):
 /// none.
 pub const DEVICE_CAP_FLAGS_EX_HIGH: u64 = 0;
-
-/// Memory windows: `max_mw` (0 until branch `engine` implements `ibv_alloc_mw`/bind).
-pub const MAX_MW: i32 = 0;
 
 /// XRC domains, XRC SRQs and XRC initiator/target QPs (`IBV_DEVICE_XRC`): the engine's
 /// `rc/xrc.rs` (branch `engine`), the shim's `ffi/xrc.rs`.
@@ -147,7 +145,7 @@ pub fn device_attr(s: &Shared) -> ibv_device_attr {
         atomic_cap: IBV_ATOMIC_HCA,
         max_ee: 0,
         max_rdd: 0,
-        max_mw: MAX_MW,
+        max_mw: clamp(l.max_mw),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

@@ -1,9 +1,9 @@
 """softib's driver for rdma-core's pyverbs test suite (kept outside this repository, run from
 where it is): loads the suite as its own run_tests.py does, runs every test against DEVICE and
-prints one JSON object per test on stdout, so tests/pyverbs_suite.rs can check outcomes by
-test name instead of parsing unittest's text.
+writes one JSON object per test to OUT (a file: the tests print on stdout themselves), so
+tests/pyverbs_suite.rs can check outcomes by test name instead of parsing unittest's text.
 
-usage: python3 driver.py SUITE_DIR DEVICE
+usage: python3 driver.py SUITE_DIR DEVICE OUT
 SUITE_DIR holds the suite's tests/ package (rdma-core's tests/ at a tag).
 """
 
@@ -14,7 +14,7 @@ import unittest
 
 
 def main():
-    suite_dir, device = sys.argv[1], sys.argv[2]
+    suite_dir, device, out = sys.argv[1], sys.argv[2], sys.argv[3]
     tests_dir = os.path.join(suite_dir, "tests")
     # The suite imports `args_parser` as a top-level module and itself as the package `tests`.
     sys.path[:0] = [tests_dir, suite_dir]
@@ -50,8 +50,9 @@ def main():
 
     suite = unittest.TestLoader().loadTestsFromModule(tests)
     suite.run(Recorder())
-    for r in results:
-        print(json.dumps(r))
+    with open(out, "w") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":

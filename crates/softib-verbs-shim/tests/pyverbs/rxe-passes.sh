@@ -22,7 +22,7 @@ tar czf "$work/suite.tgz" -C "$suite" tests
     echo "base64 -d > suite.tgz <<'B64'"; base64 "$work/suite.tgz"; echo 'B64'
     echo "base64 -d > driver.py <<'B64'"; base64 "$here/driver.py"; echo 'B64'
     echo 'tar xzf suite.tgz'
-    echo 'python3 driver.py /tmp/pv rxe0 > "$RXE_SHARE/pyverbs.json"'
+    echo 'python3 driver.py /tmp/pv rxe0 "$RXE_SHARE/pyverbs.json"'
 } > "$work/job.sh"
 out=$("$oracle/run.sh" --job "$work/job.sh" --timeout 850 2>&1) || { echo "$out" >&2; exit 1; }
 rundir=$(sed -n 's/.*rundir \(.*\)$/\1/p' <<<"$out" | tail -1)
