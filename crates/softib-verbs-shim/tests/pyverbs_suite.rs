@@ -21,8 +21,9 @@ use std::sync::OnceLock;
 
 mod common;
 
-/// The fewest passing tests accepted (issue 13's acceptance is 130 of the generic tests).
-const MIN_PASSED: usize = 46;
+/// The fewest passing tests accepted: issue 13's acceptance (130). With huge pages
+/// allocated (`.ci/run` does) softib passes 132 plus the rdma_cm module.
+const MIN_PASSED: usize = 130;
 /// The device address of this test's shim (its own 127.77.x block, apart from the other
 /// shim tests).
 const DEVICE_ADDR: &str = "127.77.200.1";
