@@ -4,7 +4,7 @@
 //! `cargo run --release -p softib-transport --example pair_throughput`
 
 use softib_transport::harness::{empty_wc, Pair, QpOptions};
-use softib_transport::{Mtu, RxMeta, SendFlags, SendWr, Sge, WrOpcode};
+use softib_transport::{Mtu, RxGrh, RxMeta, SendFlags, SendWr, Sge, WrOpcode};
 
 fn main() {
     let mut pair = Pair::new(1);
@@ -17,7 +17,18 @@ fn main() {
     });
     let mut buf = vec![0u8; 8192];
     let mut rx = vec![0u8; 8192];
-    let meta = RxMeta::default();
+    // What the driver reports for a packet from device `from` (its GID as the source): a
+    // connected QP takes packets from its peer only.
+    let meta: Vec<RxMeta> = (0..2)
+        .map(|from| RxMeta {
+            grh: Some(RxGrh {
+                sgid: pair.device(from).config().gid,
+                dgid: pair.device(1 - from).config().gid,
+                ..RxGrh::default()
+            }),
+            ..RxMeta::default()
+        })
+        .collect();
     let total = 2_000_000u64;
     let (mut posted, mut done, mut packets, mut now) = (0u64, 0u64, 0u64, 0u64);
     let mut wcs = [empty_wc(); 64];
@@ -50,7 +61,8 @@ fn main() {
             while let Some(t) = pair.dev(from).poll_transmit(now, &mut buf) {
                 packets += 1;
                 rx[..t.len].copy_from_slice(&buf[..t.len]);
-                pair.dev(1 - from).handle_packet(now, &meta, &rx[..t.len]);
+                pair.dev(1 - from)
+                    .handle_packet(now, &meta[from], &rx[..t.len]);
             }
         }
         loop {

@@ -423,9 +423,16 @@ fn a_message_keeps_the_srq_its_first_packet_named_and_a_switch_mid_message_is_re
     x.pair.drive_until(SEC, |_| held.borrow().is_some());
     let forged = held.borrow().clone().unwrap();
     let now = x.pair.now;
-    x.pair
-        .dev(1)
-        .handle_packet(now, &softib_transport::RxMeta::default(), &forged);
+    // Forged by the initiator's own device (its address): only the SRQ number is wrong.
+    let from_initiator = softib_transport::RxMeta {
+        grh: Some(softib_transport::RxGrh {
+            sgid: x.pair.device(0).config().gid,
+            dgid: x.pair.device(1).config().gid,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    x.pair.dev(1).handle_packet(now, &from_initiator, &forged);
     assert_eq!(x.wait(0, x.cq0, 1)[0].status, WcStatus::RemInvReqErr);
     // The WR the first packet took completes in error on the SRQ's CQ (nothing lost);
     // the other SRQ's WR is untouched.
