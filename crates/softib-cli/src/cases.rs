@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
-use softib_fabric::cases::{self, doc, Case, Outcome, Scale};
-use softib_fabric::report::Report;
+use softib_sim::cases::{self, doc, Case, Outcome, Scale};
+use softib_sim::report::Report;
 
 /// Arguments of `softib cases`.
 #[derive(Debug, clap::Args)]

@@ -10,32 +10,21 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod cases;
 pub mod cc_switch;
-pub mod cc_trace;
 pub mod congestion;
 pub mod counters;
 pub mod crc;
 pub mod credits;
-pub mod engine_flow;
 pub mod engine_hca;
 pub mod event;
 pub mod fabric;
-pub mod faults;
-pub mod flow_app;
 pub mod hca;
-pub mod host_model;
 pub mod link;
-pub mod overrides;
 pub mod packet;
-pub mod perftest;
 mod port;
 pub mod qos;
-pub mod report;
 pub mod rng;
 pub mod routing;
-pub mod scenario;
-pub mod stream;
 pub mod tap;
 pub mod time;
 pub mod topology;

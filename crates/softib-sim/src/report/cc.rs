@@ -1,0 +1,260 @@
+//! The congestion-control loop of a run (issue 6, IBA Annex A10), for runs whose scenario
+//! turns `[congestion_control]` on: the CCTI of every `[[flow]]` requester QP (and of the
+//! responders that were paced: the data sources of READ flows) and the
+//! FECN/BECN counts of every port that marked or received one, sampled over time. Kept in
+//! `summary.json` (`congestion_control`), written as `cc.csv` and drawn in `ccti.svg` and
+//! `fecn_becn.svg`.
+//!
+//! The series come from [`crate::cc_trace::CcTrace`], which reads engine and port state
+//! between simulation steps, so tracing does not change the run.
+
+use super::csv::us;
+use super::plots::{chart, Line};
+use super::summary::round;
+use super::Report;
+use crate::cc_trace::CcTrace;
+use softib_fabric::time::{Picos, PS_PER_US};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Sources drawn at most in `ccti.svg` (the highest CCTIs); every one is in `cc.csv`.
+pub const MAX_SOURCE_LINES: usize = 12;
+
+/// The CCTI series of one QP of a flow.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CcSourceSeries {
+    /// Flow tag (as in `flows`).
+    pub flow: u32,
+    /// Flow name, with " (responder)" for the responder's QP.
+    pub name: String,
+    /// `requester` or `responder` (the data source of READ flows).
+    pub role: &'static str,
+    /// Host of the QP.
+    pub host: String,
+    /// QP number.
+    pub qpn: u32,
+    /// Highest CCTI sampled.
+    pub max_ccti: u16,
+    /// Mean CCTI over the samples.
+    pub mean_ccti: f64,
+    /// CCTI at each of `times_us` (IBA Annex A10 congestion control table index).
+    pub ccti: Vec<u16>,
+}
+
+/// The cumulative FECN/BECN counts of one port.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CcPortSeries {
+    /// `node:port`.
+    pub port: String,
+    /// Switch port: data packets it marked with FECN, at each sample.
+    pub fecn_marked: Vec<u64>,
+    /// HCA port: FECN-marked packets its engine received.
+    pub fecn_received: Vec<u64>,
+    /// HCA port: BECNs its engine received (in ACKs and CNPs).
+    pub becn_received: Vec<u64>,
+}
+
+/// Time series of the congestion-control loop.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CcSummary {
+    /// Sample times, microseconds.
+    pub times_us: Vec<f64>,
+    /// Sample times, exact (for `cc.csv`).
+    #[serde(skip)]
+    pub times_ps: Vec<Picos>,
+    /// Every flow's requester QP, and its responder QP when that was paced (its CCTI rose
+    /// above 0: the data source of READ flows), by flow tag.
+    pub sources: Vec<CcSourceSeries>,
+    /// Ports that marked or received a FECN or BECN, node then port order.
+    pub ports: Vec<CcPortSeries>,
+}
+
+impl CcSummary {
+    /// The summary of `trace`, whose source `i` is a QP of flow `roles[i].0`, its requester
+    /// if `roles[i].1`; `names` maps flow tags to flow names. Responders whose CCTI stayed 0
+    /// are left out.
+    pub fn from_trace(
+        trace: &CcTrace,
+        roles: &[(u32, bool)],
+        names: &BTreeMap<u32, String>,
+    ) -> Self {
+        let mut sources: Vec<CcSourceSeries> = trace
+            .sources
+            .iter()
+            .zip(roles)
+            .zip(&trace.ccti)
+            .filter(|((_, &(_, requester)), ccti)| requester || ccti.iter().any(|&c| c > 0))
+            .map(|((src, &(flow, requester)), ccti)| {
+                let mean = if ccti.is_empty() {
+                    0.0
+                } else {
+                    ccti.iter().map(|&c| c as f64).sum::<f64>() / ccti.len() as f64
+                };
+                let name = names.get(&flow).cloned().unwrap_or_default();
+                CcSourceSeries {
+                    flow,
+                    name: if requester {
+                        name
+                    } else {
+                        format!("{name} (responder)")
+                    },
+                    role: if requester { "requester" } else { "responder" },
+                    host: src.host.clone(),
+                    qpn: src.qpn,
+                    max_ccti: ccti.iter().copied().max().unwrap_or(0),
+                    mean_ccti: round(mean, 3),
+                    ccti: ccti.clone(),
+                }
+            })
+            .collect();
+        sources.sort_by(|a, b| {
+            (a.flow, a.role, &a.host, a.qpn).cmp(&(b.flow, b.role, &b.host, b.qpn))
+        });
+        CcSummary {
+            times_us: trace
+                .times
+                .iter()
+                .map(|&t| round(t as f64 / PS_PER_US as f64, 6))
+                .collect(),
+            times_ps: trace.times.clone(),
+            sources,
+            ports: trace
+                .ports
+                .iter()
+                .map(|p| CcPortSeries {
+                    port: format!("{}:{}", p.node, p.port),
+                    fecn_marked: p.fecn_marked.clone(),
+                    fecn_received: p.fecn_received.clone(),
+                    becn_received: p.becn_received.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Header of `cc.csv`.
+pub const CC_HEADER: &str = "time_us,series,name,value";
+
+/// `cc.csv`: one row per sample and series value, in time order: `ccti` per source (named by
+/// its flow, responders with " (responder)"), then `fecn_marked`, `fecn_received` and `becn_received` per port
+/// (cumulative counts; zero series of a port are left out).
+pub fn csv(cc: &CcSummary) -> String {
+    let mut out = String::new();
+    out.push_str(CC_HEADER);
+    out.push('\n');
+    for (k, &t) in cc.times_ps.iter().enumerate() {
+        let t = us(t);
+        for s in &cc.sources {
+            if let Some(c) = s.ccti.get(k) {
+                let _ = writeln!(out, "{t},ccti,{},{c}", s.name);
+            }
+        }
+        for p in &cc.ports {
+            for (series, v) in [
+                ("fecn_marked", &p.fecn_marked),
+                ("fecn_received", &p.fecn_received),
+                ("becn_received", &p.becn_received),
+            ] {
+                if v.last().copied().unwrap_or(0) == 0 {
+                    continue;
+                }
+                if let Some(x) = v.get(k) {
+                    let _ = writeln!(out, "{t},{series},{},{x}", p.port);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `ccti.svg`: the CCTI of the requesters that reached the highest index.
+pub fn ccti_plot(r: &Report, cc: &CcSummary) -> String {
+    let mut order: Vec<&CcSourceSeries> = cc.sources.iter().collect();
+    order.sort_by(|a, b| {
+        b.max_ccti
+            .cmp(&a.max_ccti)
+            .then(b.mean_ccti.total_cmp(&a.mean_ccti))
+            .then(a.flow.cmp(&b.flow))
+    });
+    let lines: Vec<Line> = order
+        .iter()
+        .take(MAX_SOURCE_LINES)
+        .map(|s| Line {
+            label: format!("{} (QP {})", s.name, s.qpn),
+            points: cc
+                .times_us
+                .iter()
+                .zip(&s.ccti)
+                .map(|(&t, &c)| (t, c as f64))
+                .collect(),
+        })
+        .collect();
+    let note = if order.len() > MAX_SOURCE_LINES {
+        format!(
+            "{MAX_SOURCE_LINES} highest of {} requesters; every one is in cc.csv",
+            order.len()
+        )
+    } else {
+        "CCTI of each flow's requester QP, and of paced responders (IBA Annex A10)".to_string()
+    };
+    chart(
+        &format!("CCTI per source: {}", r.summary.scenario.name),
+        "CCTI",
+        r.duration_ps as f64 / PS_PER_US as f64,
+        &lines,
+        &note,
+    )
+}
+
+/// `fecn_becn.svg`: per sample interval, the FECNs each switch port marked and the BECNs
+/// each HCA port received, per microsecond (the ports with the most first).
+pub fn marks_plot(r: &Report, cc: &CcSummary) -> String {
+    let mut series: Vec<(String, &Vec<u64>)> = Vec::new();
+    for p in &cc.ports {
+        if p.fecn_marked.last().copied().unwrap_or(0) > 0 {
+            series.push((format!("{} FECN marked", p.port), &p.fecn_marked));
+        }
+        if p.becn_received.last().copied().unwrap_or(0) > 0 {
+            series.push((format!("{} BECN received", p.port), &p.becn_received));
+        }
+    }
+    let all = series.len();
+    series.sort_by(|a, b| b.1.last().cmp(&a.1.last()).then_with(|| a.0.cmp(&b.0)));
+    let lines: Vec<Line> = series
+        .iter()
+        .take(super::plots::MAX_PORT_LINES)
+        .map(|(label, v)| {
+            let mut prev = (0.0f64, 0u64);
+            Line {
+                label: label.clone(),
+                points: cc
+                    .times_us
+                    .iter()
+                    .zip(v.iter())
+                    .map(|(&t, &x)| {
+                        let dt = (t - prev.0).max(1e-6);
+                        let rate = x.saturating_sub(prev.1) as f64 / dt;
+                        prev = (t, x);
+                        (t, rate)
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let note = if all == 0 {
+        "no port marked or received a FECN/BECN".to_string()
+    } else {
+        format!(
+            "{} of {all} series (largest totals first); counts in cc.csv",
+            lines.len()
+        )
+    };
+    chart(
+        &format!("FECN marks and BECNs: {}", r.summary.scenario.name),
+        "per microsecond",
+        r.duration_ps as f64 / PS_PER_US as f64,
+        &lines,
+        &note,
+    )
+}
