@@ -1,5 +1,5 @@
 //! `softib cases [CASE...] [--quick] [--doc GUIDE.md] [--out DIR]`: runs the field-case
-//! library (`scenarios/cases/`, issue 7), prints each case's figures and whether its
+//! library (`scenarios/cases/`: classic transport problems and their fixes), prints each case's figures and whether its
 //! criteria hold, and with `--doc` regenerates the figures, plots and command outputs of the
 //! troubleshooting guide. The full-size runs are the scenario files as bundled; `--quick`
 //! runs the shrunk sizes the test suite uses.

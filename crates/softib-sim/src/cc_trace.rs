@@ -1,4 +1,4 @@
-//! Time series of the congestion-control loop (issue 6): the CCTI of each source and the
+//! Time series of the congestion-control loop (IBA Annex A10): the CCTI of each source and the
 //! FECN/BECN counts per port, sampled while a fabric runs, for reports and plots.
 //!
 //! The trace is taken from outside the event loop: [`CcTrace::run`] advances the fabric in
@@ -6,9 +6,9 @@
 //! CCTI that paces the QP: its own or its SL's, per the CA's Port_Control) and the port
 //! counters. Sampling reads state only, so a traced run is the same run as an untraced one.
 
+use crate::apps::flow::FlowHost;
 use softib_fabric::engine_hca::EngineHca;
 use softib_fabric::fabric::Fabric;
-use crate::flow_app::FlowHost;
 use softib_fabric::time::{to_engine_nanos, Picos};
 use softib_fabric::topology::NodeKind;
 

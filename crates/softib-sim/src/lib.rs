@@ -11,14 +11,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod apps;
 pub mod cases;
 pub mod cc_trace;
-pub mod engine_flow;
-pub mod faults;
-pub mod flow_app;
-pub mod host_model;
-pub mod overrides;
-pub mod perftest;
 pub mod report;
 pub mod scenario;
-pub mod stream;
+pub mod setup;

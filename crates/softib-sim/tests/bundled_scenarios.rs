@@ -1,8 +1,8 @@
 //! The bundled scenarios that tests elsewhere do not run end to end, run here on a shorter
 //! span (debug builds are slow): the 648-host fat-tree all-to-all.
 
-use softib_sim::overrides::apply_to_text;
 use softib_sim::report::run::run;
+use softib_sim::scenario::overrides::apply_to_text;
 use softib_sim::scenario::Scenario;
 
 const A2A_648: &str = include_str!("../../../scenarios/fat-tree-648-all-to-all.toml");

@@ -1,4 +1,4 @@
-//! The closed IBA congestion-control loop (issue 6 acceptance): Annex A10 switch marking
+//! The closed IBA congestion-control loop: Annex A10 switch marking
 //! configured with OpenSM's keys, the real engine's BECN return and CCA pacing, on an 8->1
 //! incast of RC WRITEs.
 //!
@@ -18,13 +18,13 @@
 mod support;
 
 use softib_fabric::cc_switch::{parse_opensm_cc, OpensmCc};
-use softib_sim::cc_trace::{CcSource, CcTrace, PortCcSeries};
 use softib_fabric::engine_hca::{EngineHca, HostApp};
 use softib_fabric::fabric::{Fabric, FabricConfig};
 use softib_fabric::link::{LinkRate, LinkSpeed, LinkWidth};
 use softib_fabric::rng::SeedTree;
 use softib_fabric::time::{to_engine_nanos, Picos, PS_PER_US};
 use softib_fabric::topology::{NodeKind, Topology};
+use softib_sim::cc_trace::{CcSource, CcTrace, PortCcSeries};
 use softib_transport::WrOpcode;
 use softib_transport::{Device, Mtu, Nanos, SendFlags, SendWr, Sge, WcStatus, WorkCompletion};
 use support::engine::*;
@@ -352,7 +352,7 @@ fn victim_flow_collapses_without_cc_and_recovers_with_it() {
         victim_off < 0.1 * fair,
         "without CC the victim should collapse: {victim_off:.2} of {fair:.2} Gb/s"
     );
-    // With CC it keeps at least 80% of its fair share (issue 6).
+    // With CC it keeps at least 80% of its fair share.
     assert!(
         victim_on >= 0.8 * fair,
         "with CC the victim should keep 80% of {fair:.2} Gb/s: {victim_on:.2}"

@@ -1,4 +1,4 @@
-//! Congestion control from a scenario file (issue 6): `scenarios/cc-victim.toml`'s
+//! Congestion control from a scenario file: `scenarios/cc-victim.toml`'s
 //! `[congestion_control]` table configures both the switches' Annex A10 marking and the
 //! engine HCAs that run its `[[flow]]`s (their CCA, BECN answers), and the report carries
 //! the loop's time series (CCTI per source, FECN/BECN per port) in `summary.json`,

@@ -1,4 +1,4 @@
-//! The field-case library (issue 7): every case of `scenarios/cases/` runs at its quick size
+//! The field-case library: every case of `scenarios/cases/` runs at its quick size
 //! (the same fabric and traffic as the full-size files, shorter runs) and must meet the
 //! criteria its module states; and the troubleshooting guide must have been generated from
 //! the scenario files as they are now.

@@ -3,13 +3,13 @@
 //! and UD services, the ring all-reduce pattern; per-flow QP counters and error statuses in
 //! the summary.
 
-use softib_sim::engine_flow::{atomic_counter, attach_flows};
+use softib_fabric::time::PS_PER_US;
 use softib_sim::report::flows::FlowRecorder;
 use softib_sim::report::run::run;
 use softib_sim::report::summary::FlowSummary;
 use softib_sim::report::Report;
 use softib_sim::scenario::Scenario;
-use softib_fabric::time::PS_PER_US;
+use softib_sim::setup::{atomic_counter, attach_flows};
 
 fn run_text(text: &str) -> Report {
     let s = Scenario::parse(text).unwrap();

@@ -1,4 +1,4 @@
-//! The field-case library (issue 7): classic InfiniBand transport problems reproduced as
+//! The field-case library: classic InfiniBand transport problems reproduced as
 //! bundled scenario pairs under `scenarios/cases/<NN-name>/` (`problem.toml`, `fix.toml`,
 //! sometimes a third run), each with the measurements that show the tell-tale counters and
 //! the criteria that say the reproduction is right.
@@ -24,9 +24,9 @@ mod rc_vs_ud;
 mod receiver_not_ready;
 mod vl_starvation;
 
-use crate::overrides::{parse_with, OverrideError};
 use crate::report::run::{run as run_scenario, RunError};
 use crate::report::Report;
+use crate::scenario::overrides::{parse_with, OverrideError};
 use crate::scenario::Scenario;
 
 /// How large a case runs.

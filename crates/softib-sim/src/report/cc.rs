@@ -1,4 +1,4 @@
-//! The congestion-control loop of a run (issue 6, IBA Annex A10), for runs whose scenario
+//! The congestion-control loop of a run (IBA Annex A10), for runs whose scenario
 //! turns `[congestion_control]` on: the CCTI of every `[[flow]]` requester QP (and of the
 //! responders that were paced: the data sources of READ flows) and the
 //! FECN/BECN counts of every port that marked or received one, sampled over time. Kept in
@@ -9,12 +9,12 @@
 //! between simulation steps, so tracing does not change the run.
 
 use super::csv::us;
+use super::decimals::round;
 use super::plots::{chart, Line};
-use super::summary::round;
 use super::Report;
 use crate::cc_trace::CcTrace;
-use softib_fabric::time::{Picos, PS_PER_US};
 use serde::Serialize;
+use softib_fabric::time::{Picos, PS_PER_US};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

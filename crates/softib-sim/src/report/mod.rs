@@ -12,6 +12,7 @@ pub mod capture;
 pub mod cc;
 pub mod compare;
 pub mod csv;
+pub mod decimals;
 pub mod diagnose;
 pub mod flows;
 pub mod histogram;
@@ -21,11 +22,12 @@ pub mod standout;
 pub mod summary;
 pub mod text;
 
+use decimals::round;
+use flows::{FlowRecorder, FlowStats};
+use histogram::Histogram;
 use softib_fabric::fabric::Fabric;
 use softib_fabric::time::{Picos, PS_PER_NS, PS_PER_US};
 use softib_fabric::topology::NodeKind;
-use flows::{FlowRecorder, FlowStats};
-use histogram::Histogram;
 use std::path::{Path, PathBuf};
 use summary::*;
 
@@ -215,7 +217,9 @@ impl Report {
             .iter()
             .map(|n| vec![u32::MAX; n.ports as usize + 1])
             .collect();
-        let name = |a: softib_fabric::topology::PortAddr| format!("{}:{}", topo.nodes[a.node].name, a.port);
+        let name = |a: softib_fabric::topology::PortAddr| {
+            format!("{}:{}", topo.nodes[a.node].name, a.port)
+        };
         let mut ports = Vec::with_capacity(ends.len());
         for (i, (me, peer, rate)) in ends.iter().enumerate() {
             index_of[me.node][me.port as usize] = i as u32;

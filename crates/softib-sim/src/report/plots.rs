@@ -6,8 +6,8 @@
 
 use super::csv::bin_count;
 use super::Report;
-use softib_fabric::time::{Picos, PS_PER_US};
 use plotters::prelude::*;
+use softib_fabric::time::{Picos, PS_PER_US};
 
 /// Flows drawn at most (the largest by bytes); the rest are summarised in the caption.
 pub const MAX_FLOW_LINES: usize = 12;

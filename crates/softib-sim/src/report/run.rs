@@ -6,11 +6,11 @@ use super::capture::{Capture, Captured, TapCapture};
 use super::cc::CcSummary;
 use super::flows::{FlowRecorder, Metered};
 use super::{Report, RunMeta};
+use crate::apps::stream::Generator;
 use crate::cc_trace::{flow_sources, CcSource, CcTrace};
-use crate::engine_flow::{attach_flows, flow_qp_counters, transport_counters, FlowSetupError};
-use softib_fabric::hca::Endpoint;
 use crate::scenario::{Scenario, ScenarioError, TopologyKind};
-use crate::stream::Generator;
+use crate::setup::{attach_flows, flow_qp_counters, transport_counters, FlowSetupError};
+use softib_fabric::hca::Endpoint;
 use softib_fabric::time::{Picos, PS_PER_NS, PS_PER_US};
 use std::collections::BTreeMap;
 
@@ -82,7 +82,7 @@ pub fn run_with(
     progress: &mut dyn FnMut(Picos, Picos),
 ) -> Result<Report, RunError> {
     let mut fabric = s.build()?;
-    let hosts = crate::stream::host_names(fabric.topology());
+    let hosts = crate::scenario::pattern::host_names(fabric.topology());
     for h in &opts.capture_hosts {
         if !hosts.contains(h) {
             return Err(RunError::Capture(format!(

@@ -3,23 +3,9 @@
 //! declaration order, and floats are rounded to fixed decimals, so the file is a function of
 //! the run only.
 
-use softib_fabric::counters::PortCounters;
+use super::decimals::round;
 use serde::Serialize;
-
-/// Rounds to `digits` decimals, so that JSON and tables never show float noise.
-pub fn round(x: f64, digits: i32) -> f64 {
-    if !x.is_finite() {
-        return 0.0;
-    }
-    let m = 10f64.powi(digits);
-    let r = (x * m).round() / m;
-    // -0.0 prints as "-0.0": normalise.
-    if r == 0.0 {
-        0.0
-    } else {
-        r
-    }
-}
+use softib_fabric::counters::PortCounters;
 
 fn is_zero(x: &u64) -> bool {
     *x == 0

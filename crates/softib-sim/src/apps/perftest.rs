@@ -3,7 +3,7 @@
 //! exchange does (both sides' QPNs and PSNs known before traffic), and `ib_write_bw`'s
 //! traffic (`WriteBw`: keep `tx_depth` RDMA WRITEs of `size` bytes in flight, count
 //! completions), for tests and benchmarks that wire hosts by hand. Scenario traffic (every
-//! operation and service, receive models, patterns) is [`crate::engine_flow`]'s.
+//! operation and service, receive models, patterns) is [`crate::scenario::flows`]'s.
 
 use softib_fabric::engine_hca::HostApp;
 use softib_transport::{

@@ -15,8 +15,8 @@
 //! more than its gate receiver has received (step k + 1 needs the chunk of step k from the
 //! predecessor), which is the data dependency of a ring all-reduce.
 
-use softib_fabric::engine_hca::HostApp;
 use crate::report::flows::SharedRecorder;
+use softib_fabric::engine_hca::HostApp;
 use softib_fabric::time::{from_engine_nanos, Picos};
 use softib_transport::{
     CqHandle, Device, Nanos, RecvWr, SendFlags, SendWr, Sge, SrqHandle, UdDest, WcOpcode, WcStatus,
