@@ -2,9 +2,9 @@
 //! attached to the HCAs a scenario's plan names, and after the run the transport counters
 //! of their engines for the report.
 
+pub mod counters;
 pub mod flows;
+mod host;
 
-pub use self::flows::{
-    atomic_counter, attach_flows, flow_qp_counters, transport_counters, FlowSetupError,
-    WrapEndpoint,
-};
+pub use self::counters::{atomic_counter, flow_qp_counters, transport_counters};
+pub use self::flows::{attach_flows, FlowSetupError, WrapEndpoint};
