@@ -4,6 +4,12 @@
 //! control, VL arbitration and port counters follow the InfiniBand Architecture
 //! Specification vol. 1 (chapter 7, link layer). See `docs/design/fabric.md` for the model.
 //!
+//! This crate is the model alone; the experiment around it (TOML scenarios, traffic
+//! applications, reports, the field-case library) is `softib-sim`. The surface: build a
+//! [`fabric::Fabric`] from a [`topology::Topology`] and a [`fabric::FabricConfig`], attach an
+//! [`hca::Endpoint`] per HCA port (e.g. [`engine_hca::EngineHca`], the real engine), run it
+//! until a time ([`fabric::Fabric::run_until`]), read its ports and counters.
+//!
 //! Determinism: time is simulated ([`time::Picos`]), events run in (time, insertion order)
 //! ([`event::EventQueue`]), and every random stream is derived from the scenario seed
 //! ([`rng::SeedTree`]). Nothing here reads a clock.

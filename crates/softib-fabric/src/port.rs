@@ -1,5 +1,5 @@
-//! One physical port: the transmit side (per-VL output queues, credits, VL arbiter,
-//! flow-control packets sent and taken (IBA 7.9.4), transmit-wait accounting) and the receive side (per-VL buffers
+//! One physical port (IBA 7.6, 7.9): the transmit side (per-VL output queues, credits, VL
+//! arbiter, flow-control packets sent and taken, transmit-wait accounting) and the receive side (per-VL buffers
 //! with their credit state, input FIFOs of a switch port).
 
 use crate::counters::PortCounters;
