@@ -223,6 +223,7 @@ impl Port {
     /// checked the link is idle): the lowest VL with a pending packet, carrying that VL's
     /// FCTBS and the FCCL it advertises now (IBA 7.9.4.2). The link is busy for the
     /// packet's serialisation; the peer takes it with [`Port::on_fc_sent_to_me`].
+    #[inline]
     pub fn send_fc(&mut self, now: Picos) -> Option<FcPacket> {
         if self.fc_pending == 0 {
             return None;
@@ -246,6 +247,7 @@ impl Port {
     /// The peer sent `fc` to this port at `now`. Returns the time an `FcWake` event must
     /// look at this port's credits, if it is idle with something to send and not already
     /// woken; the FCCL itself is applied lazily ([`Port::apply_fc`]).
+    #[inline]
     pub fn on_fc_sent_to_me(&mut self, fc: FcPacket, now: Picos) -> Option<Picos> {
         // The receiver's ABR := FCTBS (IBA 7.9.4.3) is applied now, not on arrival: data
         // packets are accounted at the receiver when they start on the wire (see the

@@ -273,31 +273,53 @@ const MAX_RQ_DEPTH: u32 = 16384;
 /// not fit a large fabric, so flows stay at perftest's usual sizes.
 const MAX_SIZE: u32 = 1 << 24;
 
-fn small_key(
-    src: &Source,
-    key: &str,
-    v: &Option<Spanned<u8>>,
-    range: std::ops::RangeInclusive<u8>,
-    default: u8,
-    what: &str,
-) -> Result<u8, ScenarioError> {
-    match v {
-        Some(x) if !range.contains(x.get_ref()) => Err(src.error_at(
-            key,
-            x.span(),
-            format!(
-                "{}: {what}: {}..={}",
-                x.get_ref(),
-                range.start(),
-                range.end()
-            ),
-        )),
-        Some(x) => Ok(*x.get_ref()),
-        None => Ok(default),
+/// The keys of one `[[flow]]` table: their dotted names and errors at their lines.
+struct TableKeys<'a> {
+    /// `flow[i]`.
+    table: String,
+    src: &'a Source,
+}
+
+impl TableKeys<'_> {
+    /// The dotted name of key `k` of this table.
+    fn name(&self, k: &str) -> String {
+        format!("{}.{k}", self.table)
+    }
+
+    /// An error at key `k`, at the line of `span`.
+    fn error(&self, k: &str, span: std::ops::Range<usize>, reason: String) -> ScenarioError {
+        self.src.error_at(&self.name(k), span, reason)
+    }
+
+    /// A small integer key: within `range`, `default` when absent.
+    fn small(
+        &self,
+        k: &str,
+        v: &Option<Spanned<u8>>,
+        range: std::ops::RangeInclusive<u8>,
+        default: u8,
+        what: &str,
+    ) -> Result<u8, ScenarioError> {
+        match v {
+            Some(x) if !range.contains(x.get_ref()) => Err(self.error(
+                k,
+                x.span(),
+                format!(
+                    "{}: {what}: {}..={}",
+                    x.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+            )),
+            Some(x) => Ok(*x.get_ref()),
+            None => Ok(default),
+        }
     }
 }
 
 /// The QP pairs of every `[[flow]]`, tagged from `first_flow`; errors name key and line.
+/// Each table's keys are checked in a fixed order, so a table with several mistakes always
+/// reports the same one first.
 pub fn flow_plan(
     entries: &[FlowEntry],
     topo: &Topology,
@@ -307,330 +329,431 @@ pub fn flow_plan(
     let hosts = host_names(topo);
     let mut out: Vec<FlowPlan> = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        let table = format!("flow[{i}]");
-        let key = |k: &str| format!("{table}.{k}");
-        let op = *e.op.get_ref();
-        let service = e.service.as_ref().map_or(Service::Rc, |s| *s.get_ref());
-        let allowed = match service {
-            Service::Rc => true,
-            Service::Uc => matches!(op, FlowOp::Send | FlowOp::Write),
-            Service::Ud => op == FlowOp::Send,
-        };
-        if !allowed {
-            let s = e.service.as_ref().expect("RC allows every op");
-            return Err(src.error_at(
-                &key("service"),
+        let first_of_table = first_flow + out.len() as u32;
+        out.extend(table_plan(i, e, &hosts, first_of_table, src)?);
+    }
+    Ok(out)
+}
+
+/// The QP pairs of table `i`, tagged from `first_of_table`.
+fn table_plan(
+    i: usize,
+    e: &FlowEntry,
+    hosts: &[String],
+    first_of_table: u32,
+    src: &Source,
+) -> Result<Vec<FlowPlan>, ScenarioError> {
+    let keys = TableKeys {
+        table: format!("flow[{i}]"),
+        src,
+    };
+    let (op, service, pattern) = op_service_pattern(e, &keys)?;
+    // Ring WRITEs carry immediate data, which consumes a receive at the successor and
+    // tells it the chunk has arrived (what NCCL-style rings do).
+    let receives = op == FlowOp::Send || pattern == Pattern::Ring;
+    let mtu = mtu_key(e, &keys)?;
+    let size = size_key(e, op, service, mtu, &keys)?;
+    let tx_depth = match &e.tx_depth {
+        Some(d) if *d.get_ref() == 0 || *d.get_ref() > MAX_TX_DEPTH => {
+            return Err(keys.error(
+                "tx_depth",
+                d.span(),
+                format!(
+                    "{}: must be 1..={MAX_TX_DEPTH} (the send queue)",
+                    d.get_ref()
+                ),
+            ))
+        }
+        Some(d) => *d.get_ref(),
+        None => 128,
+    };
+    let mut qp = qp_keys(e, mtu, &keys)?;
+    refuse_foreign_keys(e, op, receives, &keys)?;
+    let atomic = atomic_plan(e, op);
+    let recv = recv_plan(e, receives, service, &keys)?;
+    qp.sl = sl_key(src, &keys.name("sl"), &e.sl)?;
+    let start_ps = start_key(src, &keys.name("start_us"), &e.start_us)?;
+    let stagger_ps = start_key(src, &keys.name("stagger_us"), &e.stagger_us)?;
+    let pairs = resolve_pattern(
+        src,
+        &keys.table,
+        PatternKeys {
+            pattern,
+            src: &e.src,
+            srcs: &e.srcs,
+            dst: &e.dst,
+            shift: &e.shift,
+        },
+        hosts,
+    )?;
+    let iterations = match &e.iterations {
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(keys.error(
+                "iterations",
+                n.span(),
+                "at least 1 (omit it to run until the end)".into(),
+            ))
+        }
+        Some(n) => Some(*n.get_ref()),
+        None if pattern == Pattern::Ring => Some(2 * (pairs.len() as u64 - 1)),
+        None => None,
+    };
+    let duration_ps = match &e.duration_us {
+        Some(d) if !(d.get_ref().is_finite() && *d.get_ref() > 0.0) => {
+            return Err(keys.error(
+                "duration_us",
+                d.span(),
+                "must be > 0 (omit it to run until the end)".into(),
+            ))
+        }
+        Some(d) => Some((d.get_ref() * PS_PER_US as f64).round() as Picos),
+        None => None,
+    };
+    let qps = qps_key(e, pattern, service, &keys)?;
+    let template = FlowPlan {
+        flow: first_of_table,
+        table: i,
+        info: FlowInfo {
+            name: String::new(),
+            src: String::new(),
+            dst: String::new(),
+            data_from: String::new(),
+            management: false,
+        },
+        op,
+        service,
+        atomic,
+        src: String::new(),
+        dst: String::new(),
+        size,
+        tx_depth,
+        iterations,
+        stop_ps: None,
+        qp,
+        recv,
+        gate: None,
+        start_ps,
+    };
+    Ok(expand_pairs(
+        &template,
+        pattern,
+        pairs,
+        qps,
+        stagger_ps,
+        duration_ps,
+    ))
+}
+
+/// `op`, `service` and `pattern`, checked against each other.
+fn op_service_pattern(
+    e: &FlowEntry,
+    keys: &TableKeys<'_>,
+) -> Result<(FlowOp, Service, Pattern), ScenarioError> {
+    let op = *e.op.get_ref();
+    let service = e.service.as_ref().map_or(Service::Rc, |s| *s.get_ref());
+    let allowed = match service {
+        Service::Rc => true,
+        Service::Uc => matches!(op, FlowOp::Send | FlowOp::Write),
+        Service::Ud => op == FlowOp::Send,
+    };
+    if !allowed {
+        let s = e.service.as_ref().expect("RC allows every op");
+        return Err(keys.error(
+            "service",
+            s.span(),
+            format!(
+                "{:?} has no {} (UC carries SEND and RDMA WRITE, UD only SEND; IBA 9.8.2, 9.8.3)",
+                service,
+                op.name()
+            ),
+        ));
+    }
+    let pattern = *e.pattern.get_ref();
+    if pattern == Pattern::Ring && !matches!(op, FlowOp::Send | FlowOp::Write) {
+        return Err(keys.error(
+            "pattern",
+            e.pattern.span(),
+            "a ring steps on received messages: it needs op = \"send\" or \"write\" (with immediate)"
+                .into(),
+        ));
+    }
+    Ok((op, service, pattern))
+}
+
+/// The path MTU, default 4096.
+fn mtu_key(e: &FlowEntry, keys: &TableKeys<'_>) -> Result<Mtu, ScenarioError> {
+    match &e.mtu {
+        None => Ok(Mtu::M4096),
+        Some(m) => Mtu::from_bytes(*m.get_ref()).ok_or_else(|| {
+            keys.error(
+                "mtu",
+                m.span(),
+                format!("{}: IB MTUs are 256, 512, 1024, 2048 and 4096", m.get_ref()),
+            )
+        }),
+    }
+}
+
+/// The message size: 8 for atomics, at most the MTU for UD, 64 KiB by default.
+fn size_key(
+    e: &FlowEntry,
+    op: FlowOp,
+    service: Service,
+    mtu: Mtu,
+    keys: &TableKeys<'_>,
+) -> Result<u32, ScenarioError> {
+    Ok(match (&e.size, op, service) {
+        (Some(s), FlowOp::Atomic, _) if *s.get_ref() != 8 => {
+            return Err(keys.error(
+                "size",
+                s.span(),
+                format!("{} bytes: atomics work on 8 bytes", s.get_ref()),
+            ))
+        }
+        (None, FlowOp::Atomic, _) => 8,
+        (Some(s), _, Service::Ud) if *s.get_ref() > mtu.bytes() => {
+            return Err(keys.error(
+                "size",
                 s.span(),
                 format!(
-                    "{:?} has no {} (UC carries SEND and RDMA WRITE, UD only SEND; IBA 9.8.2, 9.8.3)",
-                    service,
-                    op.name()
+                    "{} bytes: a UD message is one packet of at most the MTU ({})",
+                    s.get_ref(),
+                    mtu.bytes()
                 ),
-            ));
+            ))
         }
-        let pattern = *e.pattern.get_ref();
-        if pattern == Pattern::Ring && !matches!(op, FlowOp::Send | FlowOp::Write) {
-            return Err(src.error_at(
-                &key("pattern"),
-                e.pattern.span(),
-                "a ring steps on received messages: it needs op = \"send\" or \"write\" (with immediate)"
-                    .into(),
-            ));
-        }
-        // Ring WRITEs carry immediate data, which consumes a receive at the successor
-        // and tells it the chunk has arrived (what NCCL-style rings do).
-        let receives = op == FlowOp::Send || pattern == Pattern::Ring;
-        let mtu = match &e.mtu {
-            None => Mtu::M4096,
-            Some(m) => Mtu::from_bytes(*m.get_ref()).ok_or_else(|| {
-                src.error_at(
-                    &key("mtu"),
-                    m.span(),
-                    format!("{}: IB MTUs are 256, 512, 1024, 2048 and 4096", m.get_ref()),
-                )
-            })?,
-        };
-        let size = match (&e.size, op, service) {
-            (Some(s), FlowOp::Atomic, _) if *s.get_ref() != 8 => {
-                return Err(src.error_at(
-                    &key("size"),
-                    s.span(),
-                    format!("{} bytes: atomics work on 8 bytes", s.get_ref()),
-                ))
-            }
-            (None, FlowOp::Atomic, _) => 8,
-            (Some(s), _, Service::Ud) if *s.get_ref() > mtu.bytes() => {
-                return Err(src.error_at(
-                    &key("size"),
-                    s.span(),
-                    format!(
-                        "{} bytes: a UD message is one packet of at most the MTU ({})",
-                        s.get_ref(),
-                        mtu.bytes()
-                    ),
-                ))
-            }
-            (None, _, Service::Ud) => mtu.bytes(),
-            (Some(s), _, _) if *s.get_ref() == 0 || *s.get_ref() > MAX_SIZE => {
-                return Err(src.error_at(
-                    &key("size"),
-                    s.span(),
-                    format!("{} bytes: must be 1..={MAX_SIZE}", s.get_ref()),
-                ))
-            }
-            (Some(s), _, _) => *s.get_ref(),
-            (None, _, _) => 65_536,
-        };
-        let tx_depth = match &e.tx_depth {
-            Some(d) if *d.get_ref() == 0 || *d.get_ref() > MAX_TX_DEPTH => {
-                return Err(src.error_at(
-                    &key("tx_depth"),
-                    d.span(),
-                    format!(
-                        "{}: must be 1..={MAX_TX_DEPTH} (the send queue)",
-                        d.get_ref()
-                    ),
-                ))
-            }
-            Some(d) => *d.get_ref(),
-            None => 128,
-        };
-        let timeout = small_key(
-            src,
-            &key("local_ack_timeout"),
-            &e.local_ack_timeout,
-            0..=31,
-            14,
-            "a 5-bit exponent",
-        )?;
-        let retry_cnt = small_key(
-            src,
-            &key("retry_cnt"),
-            &e.retry_cnt,
-            0..=7,
-            7,
-            "a 3-bit count",
-        )?;
-        let rnr_retry = small_key(
-            src,
-            &key("rnr_retry"),
-            &e.rnr_retry,
-            0..=7,
-            7,
-            "a 3-bit count (7 = forever)",
-        )?;
-        let rnr_timer = small_key(
-            src,
-            &key("rnr_timer"),
-            &e.rnr_timer,
-            0..=31,
-            12,
-            "a 5-bit RNR timer code (IBA 9.7.5.2.8)",
-        )?;
-        let max_rd_atomic = small_key(
-            src,
-            &key("max_rd_atomic"),
-            &e.max_rd_atomic,
-            1..=16,
-            16,
-            "the device allows",
-        )?;
-        // Keys that belong to another op are mistakes worth naming.
-        let only = |present: bool, k: &str, span: std::ops::Range<usize>, ops: &str| {
-            if present {
-                Err(src.error_at(
-                    &key(k),
-                    span,
-                    format!("applies to {ops} flows, not {}", op.name()),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        if op != FlowOp::Atomic {
-            if let Some(a) = &e.atomic {
-                only(true, "atomic", a.span(), "atomic")?;
-            }
-            for (v, k) in [(&e.add, "add"), (&e.compare, "compare"), (&e.swap, "swap")] {
-                if let Some(v) = v {
-                    only(true, k, v.span(), "atomic")?;
-                }
-            }
-        }
-        if !receives {
-            if let Some(d) = &e.rq_depth {
-                only(true, "rq_depth", d.span(), "send")?;
-            }
-            if let Some(d) = &e.srq {
-                only(true, "srq", d.span(), "send")?;
-            }
-            if let Some(d) = &e.recv_post_delay_ns {
-                only(true, "recv_post_delay_ns", d.span(), "send")?;
-            }
-        }
-        let atomic = (op == FlowOp::Atomic).then(|| {
-            match e
-                .atomic
-                .as_ref()
-                .map_or(AtomicKind::FetchAdd, |a| *a.get_ref())
-            {
-                AtomicKind::FetchAdd => AtomicPlan::FetchAdd {
-                    add: e.add.as_ref().map_or(1, |v| *v.get_ref()),
-                },
-                AtomicKind::CmpSwap => AtomicPlan::CmpSwap {
-                    compare: e.compare.as_ref().map_or(0, |v| *v.get_ref()),
-                    swap: e.swap.as_ref().map_or(1, |v| *v.get_ref()),
-                },
-            }
-        });
-        let srq = e.srq.as_ref().is_some_and(|s| *s.get_ref());
-        if srq && service != Service::Rc {
-            let s = e.srq.as_ref().expect("srq is set");
-            return Err(src.error_at(
-                &key("srq"),
+        (None, _, Service::Ud) => mtu.bytes(),
+        (Some(s), _, _) if *s.get_ref() == 0 || *s.get_ref() > MAX_SIZE => {
+            return Err(keys.error(
+                "size",
                 s.span(),
-                "shared receive queues serve RC QPs here".into(),
-            ));
+                format!("{} bytes: must be 1..={MAX_SIZE}", s.get_ref()),
+            ))
         }
-        let recv = receives
-            .then(|| -> Result<RecvPlan, ScenarioError> {
-                let depth = match &e.rq_depth {
-                    Some(d) if *d.get_ref() == 0 || *d.get_ref() > MAX_RQ_DEPTH => {
-                        return Err(src.error_at(
-                            &key("rq_depth"),
-                            d.span(),
-                            format!("{}: must be 1..={MAX_RQ_DEPTH}", d.get_ref()),
-                        ))
-                    }
-                    Some(d) => *d.get_ref(),
-                    None => 512,
-                };
-                Ok(RecvPlan {
-                    depth,
-                    srq,
-                    post_delay_ps: e.recv_post_delay_ns.as_ref().map_or(0, |v| *v.get_ref())
-                        * PS_PER_NS,
-                })
-            })
-            .transpose()?;
-        let sl = sl_key(src, &key("sl"), &e.sl)?;
-        let start_ps = start_key(src, &key("start_us"), &e.start_us)?;
-        let stagger_ps = start_key(src, &key("stagger_us"), &e.stagger_us)?;
-        let pairs = resolve_pattern(
-            src,
-            &table,
-            PatternKeys {
-                pattern,
-                src: &e.src,
-                srcs: &e.srcs,
-                dst: &e.dst,
-                shift: &e.shift,
-            },
-            &hosts,
-        )?;
-        let iterations = match &e.iterations {
-            Some(n) if *n.get_ref() == 0 => {
-                return Err(src.error_at(
-                    &key("iterations"),
-                    n.span(),
-                    "at least 1 (omit it to run until the end)".into(),
-                ))
-            }
-            Some(n) => Some(*n.get_ref()),
-            None if pattern == Pattern::Ring => Some(2 * (pairs.len() as u64 - 1)),
-            None => None,
-        };
-        let duration_ps = match &e.duration_us {
-            Some(d) if !(d.get_ref().is_finite() && *d.get_ref() > 0.0) => {
-                return Err(src.error_at(
-                    &key("duration_us"),
-                    d.span(),
-                    "must be > 0 (omit it to run until the end)".into(),
-                ))
-            }
-            Some(d) => Some((d.get_ref() * PS_PER_US as f64).round() as Picos),
-            None => None,
-        };
-        let qps = match &e.qps {
-            Some(q) if *q.get_ref() == 0 || *q.get_ref() > MAX_QPS => {
-                return Err(src.error_at(
-                    &key("qps"),
-                    q.span(),
-                    format!("{}: must be 1..={MAX_QPS}", q.get_ref()),
-                ))
-            }
-            Some(q) if *q.get_ref() > 1 && (pattern == Pattern::Ring || service == Service::Ud) => {
-                return Err(src.error_at(
-                    &key("qps"),
-                    q.span(),
-                    "a ring steps one QP per neighbour, and UD uses one QP per host: qps must be 1"
-                        .into(),
-                ))
-            }
-            Some(q) => *q.get_ref(),
-            None => 1,
-        };
-        let first_of_table = first_flow + out.len() as u32;
-        let ring_len = pairs.len() as u32;
-        for (k, (src, dests)) in pairs.into_iter().enumerate() {
-            for (dst, q) in dests
-                .into_iter()
-                .flat_map(|d| (0..qps).map(move |q| (d.clone(), q)))
-            {
-                let flow = first_flow + out.len() as u32;
-                let nth = (flow - first_of_table) as u64;
-                let arrow = match op {
-                    FlowOp::Read => "<-",
-                    _ => "->",
-                };
-                let tag = match (op, service) {
-                    (_, Service::Rc) => op.name().to_string(),
-                    (_, s) => format!("{}-{}", format!("{s:?}").to_lowercase(), op.name()),
-                };
-                // Ring: host k's posts wait for what host k - 1 sent it.
-                let gate = (pattern == Pattern::Ring)
-                    .then(|| first_of_table + (k as u32 + ring_len - 1) % ring_len);
-                out.push(FlowPlan {
-                    flow,
-                    table: i,
-                    info: FlowInfo {
-                        name: if qps > 1 {
-                            format!("f{i} {tag} {src}{arrow}{dst} q{q}")
-                        } else {
-                            format!("f{i} {tag} {src}{arrow}{dst}")
-                        },
-                        src: src.clone(),
-                        dst: dst.clone(),
-                        data_from: match op {
-                            FlowOp::Read => dst.clone(),
-                            _ => src.clone(),
-                        },
-                        management: false,
-                    },
-                    op,
-                    service,
-                    atomic,
-                    src: src.clone(),
-                    dst,
-                    size,
-                    tx_depth,
-                    iterations,
-                    stop_ps: duration_ps.map(|d| start_ps + nth * stagger_ps + d),
-                    qp: QpPlan {
-                        mtu,
-                        sl,
-                        timeout,
-                        retry_cnt,
-                        rnr_retry,
-                        rnr_timer,
-                        max_rd_atomic,
-                    },
-                    recv,
-                    gate,
-                    start_ps: start_ps + nth * stagger_ps,
-                });
+        (Some(s), _, _) => *s.get_ref(),
+        (None, _, _) => 65_536,
+    })
+}
+
+/// The QP attributes (`sl` is checked later, with the start keys).
+fn qp_keys(e: &FlowEntry, mtu: Mtu, keys: &TableKeys<'_>) -> Result<QpPlan, ScenarioError> {
+    let timeout = keys.small(
+        "local_ack_timeout",
+        &e.local_ack_timeout,
+        0..=31,
+        14,
+        "a 5-bit exponent",
+    )?;
+    let retry_cnt = keys.small("retry_cnt", &e.retry_cnt, 0..=7, 7, "a 3-bit count")?;
+    let rnr_retry = keys.small(
+        "rnr_retry",
+        &e.rnr_retry,
+        0..=7,
+        7,
+        "a 3-bit count (7 = forever)",
+    )?;
+    let rnr_timer = keys.small(
+        "rnr_timer",
+        &e.rnr_timer,
+        0..=31,
+        12,
+        "a 5-bit RNR timer code (IBA 9.7.5.2.8)",
+    )?;
+    let max_rd_atomic = keys.small(
+        "max_rd_atomic",
+        &e.max_rd_atomic,
+        1..=16,
+        16,
+        "the device allows",
+    )?;
+    Ok(QpPlan {
+        mtu,
+        sl: 0,
+        timeout,
+        retry_cnt,
+        rnr_retry,
+        rnr_timer,
+        max_rd_atomic,
+    })
+}
+
+/// Keys that belong to another op are mistakes worth naming.
+fn refuse_foreign_keys(
+    e: &FlowEntry,
+    op: FlowOp,
+    receives: bool,
+    keys: &TableKeys<'_>,
+) -> Result<(), ScenarioError> {
+    let only = |k: &str, span: std::ops::Range<usize>, ops: &str| {
+        Err(keys.error(
+            k,
+            span,
+            format!("applies to {ops} flows, not {}", op.name()),
+        ))
+    };
+    if op != FlowOp::Atomic {
+        if let Some(a) = &e.atomic {
+            return only("atomic", a.span(), "atomic");
+        }
+        for (v, k) in [(&e.add, "add"), (&e.compare, "compare"), (&e.swap, "swap")] {
+            if let Some(v) = v {
+                return only(k, v.span(), "atomic");
             }
         }
     }
-    Ok(out)
+    if !receives {
+        if let Some(d) = &e.rq_depth {
+            return only("rq_depth", d.span(), "send");
+        }
+        if let Some(d) = &e.srq {
+            return only("srq", d.span(), "send");
+        }
+        if let Some(d) = &e.recv_post_delay_ns {
+            return only("recv_post_delay_ns", d.span(), "send");
+        }
+    }
+    Ok(())
+}
+
+/// The operands of an atomic flow (`None` for other ops).
+fn atomic_plan(e: &FlowEntry, op: FlowOp) -> Option<AtomicPlan> {
+    (op == FlowOp::Atomic).then(|| {
+        match e
+            .atomic
+            .as_ref()
+            .map_or(AtomicKind::FetchAdd, |a| *a.get_ref())
+        {
+            AtomicKind::FetchAdd => AtomicPlan::FetchAdd {
+                add: e.add.as_ref().map_or(1, |v| *v.get_ref()),
+            },
+            AtomicKind::CmpSwap => AtomicPlan::CmpSwap {
+                compare: e.compare.as_ref().map_or(0, |v| *v.get_ref()),
+                swap: e.swap.as_ref().map_or(1, |v| *v.get_ref()),
+            },
+        }
+    })
+}
+
+/// The receiving application of a flow whose messages consume receives.
+fn recv_plan(
+    e: &FlowEntry,
+    receives: bool,
+    service: Service,
+    keys: &TableKeys<'_>,
+) -> Result<Option<RecvPlan>, ScenarioError> {
+    let srq = e.srq.as_ref().is_some_and(|s| *s.get_ref());
+    if srq && service != Service::Rc {
+        let s = e.srq.as_ref().expect("srq is set");
+        return Err(keys.error(
+            "srq",
+            s.span(),
+            "shared receive queues serve RC QPs here".into(),
+        ));
+    }
+    if !receives {
+        return Ok(None);
+    }
+    let depth = match &e.rq_depth {
+        Some(d) if *d.get_ref() == 0 || *d.get_ref() > MAX_RQ_DEPTH => {
+            return Err(keys.error(
+                "rq_depth",
+                d.span(),
+                format!("{}: must be 1..={MAX_RQ_DEPTH}", d.get_ref()),
+            ))
+        }
+        Some(d) => *d.get_ref(),
+        None => 512,
+    };
+    Ok(Some(RecvPlan {
+        depth,
+        srq,
+        post_delay_ps: e.recv_post_delay_ns.as_ref().map_or(0, |v| *v.get_ref()) * PS_PER_NS,
+    }))
+}
+
+/// QP pairs per (requester, responder), perftest's `-q`.
+fn qps_key(
+    e: &FlowEntry,
+    pattern: Pattern,
+    service: Service,
+    keys: &TableKeys<'_>,
+) -> Result<u32, ScenarioError> {
+    match &e.qps {
+        Some(q) if *q.get_ref() == 0 || *q.get_ref() > MAX_QPS => Err(keys.error(
+            "qps",
+            q.span(),
+            format!("{}: must be 1..={MAX_QPS}", q.get_ref()),
+        )),
+        Some(q) if *q.get_ref() > 1 && (pattern == Pattern::Ring || service == Service::Ud) => {
+            Err(keys.error(
+                "qps",
+                q.span(),
+                "a ring steps one QP per neighbour, and UD uses one QP per host: qps must be 1"
+                    .into(),
+            ))
+        }
+        Some(q) => Ok(*q.get_ref()),
+        None => Ok(1),
+    }
+}
+
+/// One plan per (source, destination, QP) of the resolved pattern, tagged in order from
+/// `template.flow`; pair k starts k x `stagger_ps` after the table's start.
+fn expand_pairs(
+    template: &FlowPlan,
+    pattern: Pattern,
+    pairs: Vec<(String, Vec<String>)>,
+    qps: u32,
+    stagger_ps: Picos,
+    duration_ps: Option<Picos>,
+) -> Vec<FlowPlan> {
+    let (i, op, service) = (template.table, template.op, template.service);
+    let first_of_table = template.flow;
+    let start_ps = template.start_ps;
+    let ring_len = pairs.len() as u32;
+    let arrow = match op {
+        FlowOp::Read => "<-",
+        _ => "->",
+    };
+    let tag = match service {
+        Service::Rc => op.name().to_string(),
+        s => format!("{}-{}", format!("{s:?}").to_lowercase(), op.name()),
+    };
+    let mut out = Vec::new();
+    for (k, (src, dests)) in pairs.into_iter().enumerate() {
+        for (dst, q) in dests
+            .into_iter()
+            .flat_map(|d| (0..qps).map(move |q| (d.clone(), q)))
+        {
+            let flow = first_of_table + out.len() as u32;
+            let nth = (flow - first_of_table) as u64;
+            // Ring: host k's posts wait for what host k - 1 sent it.
+            let gate = (pattern == Pattern::Ring)
+                .then(|| first_of_table + (k as u32 + ring_len - 1) % ring_len);
+            out.push(FlowPlan {
+                flow,
+                info: FlowInfo {
+                    name: if qps > 1 {
+                        format!("f{i} {tag} {src}{arrow}{dst} q{q}")
+                    } else {
+                        format!("f{i} {tag} {src}{arrow}{dst}")
+                    },
+                    src: src.clone(),
+                    dst: dst.clone(),
+                    data_from: match op {
+                        FlowOp::Read => dst.clone(),
+                        _ => src.clone(),
+                    },
+                    management: false,
+                },
+                src: src.clone(),
+                dst,
+                stop_ps: duration_ps.map(|d| start_ps + nth * stagger_ps + d),
+                gate,
+                start_ps: start_ps + nth * stagger_ps,
+                ..template.clone()
+            });
+        }
+    }
+    out
 }
