@@ -4,14 +4,10 @@
 //! bandwidth of every flow per time bin). Times are exact: picoseconds written as
 //! microseconds with six decimals.
 
-use super::Report;
+use super::decimals::us;
+use super::output::Report;
 use softib_fabric::time::Picos;
 use std::fmt::Write;
-
-/// `t` picoseconds as microseconds with six decimals, exactly.
-pub fn us(t: Picos) -> String {
-    format!("{}.{:06}", t / 1_000_000, t % 1_000_000)
-}
 
 /// Header of `counters.csv`.
 pub const COUNTERS_HEADER: &str = "time_us,port,PortXmitData,PortRcvData,PortXmitPkts,PortRcvPkts,PortXmitWait,errors,rx_buffer_bytes";

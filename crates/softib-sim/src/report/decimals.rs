@@ -1,5 +1,7 @@
-//! Fixed-decimal rounding of the floats a report writes, so that `summary.json`, the CSV
+//! Fixed-decimal rounding and formatting of the numbers a report writes, so that `summary.json`, the CSV
 //! files and the tables never show float noise and are a function of the run only.
+
+use softib_fabric::time::Picos;
 
 /// Rounds to `digits` decimals, so that JSON and tables never show float noise.
 pub fn round(x: f64, digits: i32) -> f64 {
@@ -14,4 +16,9 @@ pub fn round(x: f64, digits: i32) -> f64 {
     } else {
         r
     }
+}
+
+/// `t` picoseconds as microseconds with six decimals, exactly.
+pub fn us(t: Picos) -> String {
+    format!("{}.{:06}", t / 1_000_000, t % 1_000_000)
 }

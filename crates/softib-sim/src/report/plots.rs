@@ -5,7 +5,7 @@
 //! is a pure function of the report.
 
 use super::csv::bin_count;
-use super::Report;
+use super::output::Report;
 use plotters::prelude::*;
 use softib_fabric::time::{Picos, PS_PER_US};
 

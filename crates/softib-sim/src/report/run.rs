@@ -5,7 +5,7 @@
 use super::capture::{Capture, Captured, TapCapture};
 use super::cc::CcSummary;
 use super::flows::{FlowRecorder, Metered};
-use super::{Report, RunMeta};
+use super::output::{Report, RunMeta};
 use crate::apps::stream::Generator;
 use crate::cc_trace::{flow_sources, CcSource, CcTrace};
 use crate::scenario::{Scenario, ScenarioError, TopologyKind};
