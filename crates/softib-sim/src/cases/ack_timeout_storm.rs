@@ -6,11 +6,11 @@
 //! falls further behind, and after retry_cnt timeouts without progress the QP fails. No link
 //! counter shows anything. A timeout above the responder's worst case fixes it.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{
     error_completions, flow, flow_index, flow_series, gbps, link_errors_and_drops, plot, ratio,
     xmit_rate_series,
 };
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 
 /// The case.

@@ -4,8 +4,8 @@
 //! saturates and adding requesters only adds latency. Aggregating locally and writing the
 //! updates in batches takes the atomic unit out of the path.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{gbps, plot};
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::Report;
 use softib_fabric::time::{Picos, PS_PER_US};
 

@@ -7,8 +7,8 @@
 //! are those of the congestion-control acceptance test (`tests/cc_loop.rs`): the coefficient
 //! of variation of each sender's rate and of its CCTI, and the 99th-percentile latency.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{flow_index, flow_series, gbps, link_errors_and_drops, plot};
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::Report;
 
 /// The case.

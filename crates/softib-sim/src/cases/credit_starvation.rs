@@ -5,11 +5,11 @@
 //! with every error counter at zero, its PortXmitWait climbs, and traffic on other ports is
 //! untouched. The fix restores the advertisement.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{
     flow, gbps, link_errors_and_drops, pct, plot, port, ratio, retransmissions, wait_series,
     xmit_rate_series,
 };
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 
 /// The case.
 pub const CASE: Case = Case {

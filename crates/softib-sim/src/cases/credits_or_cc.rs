@@ -5,8 +5,8 @@
 //! CCTI and pace themselves; their ports hardly wait). From the application's side they look
 //! alike; `softib sim --explain` must name the mechanism and cite the counters.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{gbps, link_errors_and_drops, pct, plot, port, xmit_rate_series};
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 use crate::report::Report;
 

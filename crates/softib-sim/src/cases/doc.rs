@@ -5,7 +5,7 @@
 //! scenarios. The BEGIN marker records a digest of the case's scenario files and quick
 //! overrides, so a test can tell that a scenario changed after the guide was generated.
 
-use super::{Case, CaseError, Evaluation, Outcome, Scale};
+use super::case::{Case, CaseError, Evaluation, Outcome, Scale};
 use crate::report::compare::{compare, render as render_compare};
 use crate::report::text::render_explain;
 use std::fmt::Write;

@@ -2,7 +2,7 @@
 //! counters by host, and time series for plots. A missing flow or port is a
 //! [`CaseError::Missing`] naming what was looked for, never a panic.
 
-use super::CaseError;
+use super::case::CaseError;
 use crate::report::plots::{chart, Line};
 use crate::report::summary::{FlowSummary, HostTransport, PortSummary};
 use crate::report::Report;

@@ -5,10 +5,10 @@
 //! rate than the small one; with ample credits the order reverses (the large MTU carries
 //! fewer header bytes), which tells this case apart from a plain header-overhead effect.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{
     flow, gbps, link_errors_and_drops, pct, plot, port, ratio, retransmissions, xmit_rate_series,
 };
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 
 /// The case.
 pub const CASE: Case = Case {

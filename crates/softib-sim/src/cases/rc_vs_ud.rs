@@ -6,8 +6,8 @@
 //! destination through an address handle. The engine state is measured
 //! (`Device::footprint`), not estimated.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome};
 use super::measure::transport;
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome};
 use crate::report::summary::HostTransport;
 use crate::report::Report;
 

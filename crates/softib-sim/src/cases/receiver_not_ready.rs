@@ -5,10 +5,10 @@
 //! receives too slowly therefore runs at a pace set by the RNR timer; a deeper receive queue
 //! fixes it.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{
     error_completions, flow, gbps, link_errors_and_drops, pct, plot, port, ratio, xmit_rate_series,
 };
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 
 /// The case.

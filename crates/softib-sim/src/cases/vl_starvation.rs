@@ -5,8 +5,8 @@
 //! back by data VLs, which the management stream in every run shows. The fixed table shares
 //! the link by weights.
 
+use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use super::measure::{flow, gbps, link_errors_and_drops, pct, plot, port, ratio, xmit_rate_series};
-use super::{Case, CaseError, CaseRun, Evaluation, Outcome, Plot};
 use crate::report::summary::FlowSummary;
 use crate::report::Report;
 
