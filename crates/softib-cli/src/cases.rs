@@ -1,5 +1,5 @@
 //! `softib cases [CASE...] [--quick] [--doc GUIDE.md] [--out DIR]`: runs the field-case
-//! library (`scenarios/cases/`, issue 7), prints each case's figures and whether its
+//! library (`scenarios/cases/`: classic transport problems and their fixes), prints each case's figures and whether its
 //! criteria hold, and with `--doc` regenerates the figures, plots and command outputs of the
 //! troubleshooting guide. The full-size runs are the scenario files as bundled; `--quick`
 //! runs the shrunk sizes the test suite uses.
@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
-use softib_fabric::cases::{self, doc, Case, Outcome, Scale};
-use softib_fabric::report::Report;
+use softib_sim::cases::{self, doc, Case, Outcome, Scale};
+use softib_sim::report::Report;
 
 /// Arguments of `softib cases`.
 #[derive(Debug, clap::Args)]

@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
-use softib_fabric::overrides::{apply_to_text, parse_assignment, set_key, value_from_text};
-use softib_fabric::report::compare::{compare, render as render_compare};
-use softib_fabric::report::run::{run_with, RunOptions};
-use softib_fabric::report::text::{render, render_explain};
-use softib_fabric::report::Report;
-use softib_fabric::scenario::Scenario;
+use softib_sim::report::compare::{compare, render as render_compare};
+use softib_sim::report::run::{run_with, RunOptions};
+use softib_sim::report::text::{render, render_explain};
+use softib_sim::report::Report;
+use softib_sim::scenario::overrides::{apply_to_text, parse_assignment, set_key, value_from_text};
+use softib_sim::scenario::Scenario;
 
 /// The scenarios shipped in `scenarios/`, by name.
-pub const BUNDLED: [(&str, &str); 6] = [
+pub const BUNDLED: [(&str, &str); 7] = [
     ("b2b-edr", include_str!("../../../scenarios/b2b-edr.toml")),
     (
         "switch-1to1",
@@ -43,6 +43,10 @@ pub const BUNDLED: [(&str, &str); 6] = [
     (
         "cc-victim",
         include_str!("../../../scenarios/cc-victim.toml"),
+    ),
+    (
+        "traffic-mix",
+        include_str!("../../../scenarios/traffic-mix.toml"),
     ),
 ];
 

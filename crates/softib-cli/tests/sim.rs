@@ -244,15 +244,22 @@ fn no_argument_runs_the_bundled_default() {
     assert!(text.contains("transport engines (2 of 2 hosts"), "{text}");
     assert!(dir.join("softib-sim/b2b-edr/summary.json").is_file());
     let list = ok(&softib().args(["sim", "--list"]).output().unwrap());
-    for n in [
-        "b2b-edr",
-        "switch-1to1",
-        "incast-8to1",
-        "fat-tree-648-all-to-all",
-        "fat-tree-3456-permutation",
-    ] {
-        assert!(list.contains(n), "{list}");
+    // Every scenario shipped in scenarios/ is bundled, under its file name.
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut names = 0;
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+            assert!(
+                list.lines()
+                    .any(|l| l.split_whitespace().next() == Some(name.as_str())),
+                "{name} is not in `softib sim --list`:\n{list}"
+            );
+            names += 1;
+        }
     }
+    assert!(names >= 7, "{names} scenarios in {}", shipped.display());
 }
 
 #[test]

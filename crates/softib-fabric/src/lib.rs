@@ -4,38 +4,33 @@
 //! control, VL arbitration and port counters follow the InfiniBand Architecture
 //! Specification vol. 1 (chapter 7, link layer). See `docs/design/fabric.md` for the model.
 //!
+//! This crate is the model alone; the experiment around it (TOML scenarios, traffic
+//! applications, reports, the field-case library) is `softib-sim`. The surface: build a
+//! [`fabric::Fabric`] from a [`topology::Topology`] and a [`fabric::FabricConfig`], attach an
+//! [`hca::Endpoint`] per HCA port (e.g. [`engine_hca::EngineHca`], the real engine), run it
+//! until a time ([`fabric::Fabric::run_until`]), read its ports and counters.
+//!
 //! Determinism: time is simulated ([`time::Picos`]), events run in (time, insertion order)
 //! ([`event::EventQueue`]), and every random stream is derived from the scenario seed
 //! ([`rng::SeedTree`]). Nothing here reads a clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod cases;
 pub mod cc_switch;
-pub mod cc_trace;
 pub mod congestion;
 pub mod counters;
 pub mod crc;
 pub mod credits;
-pub mod engine_flow;
 pub mod engine_hca;
 pub mod event;
 pub mod fabric;
-pub mod faults;
-pub mod flow_app;
 pub mod hca;
-pub mod host_model;
 pub mod link;
-pub mod overrides;
 pub mod packet;
-pub mod perftest;
 mod port;
 pub mod qos;
-pub mod report;
 pub mod rng;
 pub mod routing;
-pub mod scenario;
-pub mod stream;
 pub mod tap;
 pub mod time;
 pub mod topology;

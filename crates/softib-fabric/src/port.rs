@@ -1,9 +1,9 @@
-//! One physical port: the transmit side (per-VL output queues, credits, VL arbiter,
-//! flow-control scheduling, transmit-wait accounting) and the receive side (per-VL buffers
+//! One physical port (IBA 7.6, 7.9): the transmit side (per-VL output queues, credits, VL
+//! arbiter, flow-control packets sent and taken, transmit-wait accounting) and the receive side (per-VL buffers
 //! with their credit state, input FIFOs of a switch port).
 
 use crate::counters::PortCounters;
-use crate::credits::{RxCredits, TxCredits};
+use crate::credits::{RxCredits, TxCredits, FC_PACKET_BYTES};
 use crate::link::{LinkRate, SerTiming};
 use crate::packet::{PacketId, MAX_PACKET_BYTES};
 use crate::qos::Sl2Vl;
@@ -27,6 +27,19 @@ pub(crate) enum Source {
     Local(PacketId),
     /// At the head of a switch input port's FIFO for that input VL.
     Input { port: u32, vl: u8 },
+}
+
+/// A flow-control packet on the wire (IBA 7.9.4.2), from [`Port::send_fc`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FcPacket {
+    /// The VL whose credits it carries.
+    pub vl: u8,
+    /// The sender's Flow Control Total Blocks Sent on that VL.
+    pub fctbs: u16,
+    /// The sender's Flow Control Credit Limit for that VL.
+    pub fccl: u16,
+    /// When it has fully arrived at the peer.
+    pub arrives: Picos,
 }
 
 pub(crate) struct Port {
@@ -204,6 +217,55 @@ impl Port {
             counters: PortCounters::default(),
             errors: None,
         }
+    }
+
+    /// Sends the next flow-control packet this port owes, if any, at `now` (the caller has
+    /// checked the link is idle): the lowest VL with a pending packet, carrying that VL's
+    /// FCTBS and the FCCL it advertises now (IBA 7.9.4.2). The link is busy for the
+    /// packet's serialisation; the peer takes it with [`Port::on_fc_sent_to_me`].
+    #[inline]
+    pub fn send_fc(&mut self, now: Picos) -> Option<FcPacket> {
+        if self.fc_pending == 0 {
+            return None;
+        }
+        let vl = self.fc_pending.trailing_zeros() as u8;
+        self.fc_pending &= !(1 << vl);
+        let fctbs = self.tx[vl as usize].fctbs();
+        let fccl = self.advertise(vl as usize, now);
+        self.fc_last[vl as usize] = now;
+        self.counters.fc_packets_sent += 1;
+        let ser = self.ser.ps(FC_PACKET_BYTES);
+        self.busy_until = now + ser;
+        Some(FcPacket {
+            vl,
+            fctbs,
+            fccl,
+            arrives: now + ser + self.delay,
+        })
+    }
+
+    /// The peer sent `fc` to this port at `now`. Returns the time an `FcWake` event must
+    /// look at this port's credits, if it is idle with something to send and not already
+    /// woken; the FCCL itself is applied lazily ([`Port::apply_fc`]).
+    #[inline]
+    pub fn on_fc_sent_to_me(&mut self, fc: FcPacket, now: Picos) -> Option<Picos> {
+        // The receiver's ABR := FCTBS (IBA 7.9.4.3) is applied now, not on arrival: data
+        // packets are accounted at the receiver when they start on the wire (see the
+        // fabric's `transmit_to`), so "every packet sent before this flow-control packet"
+        // is exactly what the receiver has accounted at this instant. Applied on arrival it
+        // would wrongly write off the packets sent in between.
+        if fc.vl < self.op_vls {
+            self.rx[fc.vl as usize].on_fctbs(fc.fctbs);
+        }
+        // The FCCL takes effect here when the packet has arrived. It is applied lazily,
+        // when this port next looks at its credits; only a port that is idle and waiting
+        // for credits needs an event to look at that moment.
+        self.fc_in.push_back((fc.arrives, fc.vl, fc.fccl));
+        if self.nonempty != 0 && self.busy_until <= now && self.fc_wake_at == NOT_WAITING {
+            self.fc_wake_at = fc.arrives;
+            return Some(fc.arrives);
+        }
+        None
     }
 
     /// Applies the flow-control packets that have arrived by `now`.

@@ -5,7 +5,6 @@ mod support;
 
 use softib_fabric::fabric::{Fabric, FabricConfig};
 use softib_fabric::qos::QosOptions;
-use softib_fabric::scenario::Scenario;
 use softib_fabric::time::PS_PER_US;
 use softib_fabric::topology::Topology;
 use support::*;
@@ -129,20 +128,20 @@ fn fat_tree_all_to_all_delivers_everything_over_balanced_uplinks() {
     assert!(up.iter().all(|&u| u == up[0]), "uplinks {up:?}");
 }
 
-const SCENARIO: &str = r#"
-seed = 3
-[fabric]
-sample_interval_us = 10
-rx_buffer_bytes = 8192
-[topology]
-kind = "fat-tree-2"
-switch_ports = 4
-hosts = 8
-"#;
+/// A 2-level fat tree of 4-port switches with 8 hosts, seed 3, 8 KiB receive buffers,
+/// counters sampled every 10 us.
+fn sampled_fat_tree() -> Fabric {
+    let cfg = FabricConfig {
+        seed: 3,
+        sample_interval_ps: Some(10 * PS_PER_US),
+        rx_buffer_bytes: 8192,
+        ..FabricConfig::default()
+    };
+    Fabric::new(Topology::fat_tree_2(4, 8).unwrap(), cfg).unwrap()
+}
 
 fn run_scenario() -> (Vec<softib_fabric::fabric::CounterSample>, Vec<(u64, u32)>) {
-    let s = Scenario::parse(SCENARIO).unwrap();
-    let mut f = s.build().unwrap();
+    let mut f = sampled_fat_tree();
     let lids: Vec<u16> = (0..8).map(|i| f.lid(&format!("h{i}")).unwrap()).collect();
     let log = shared();
     for i in 0..8usize {
@@ -298,8 +297,7 @@ fn head_of_line_blocking_holds_a_victim_flow_to_the_congested_share() {
 
 #[test]
 fn counter_samples_are_periodic_and_monotonic() {
-    let s = Scenario::parse(SCENARIO).unwrap();
-    let mut f = s.build().unwrap();
+    let mut f = sampled_fat_tree();
     let log = shared();
     let d = f.lid("h7").unwrap();
     f.attach(

@@ -1,10 +1,7 @@
 //! Test fixtures: a raw-packet source and a counting sink. These are NOT a transport
 //! engine: they exercise the link layer (credits, arbitration, switching) with packets whose
-//! only meaningful header is the LRH, so link-layer figures can be computed exactly. The
-//! `engine` module sets up the real transport engine for the end-to-end tests.
+//! only meaningful header is the LRH, so link-layer figures can be computed exactly.
 #![allow(dead_code)]
-
-pub mod engine;
 
 use softib_fabric::hca::{Endpoint, HcaTx};
 use softib_fabric::packet::Packet;

@@ -1,0 +1,141 @@
+//! A pcap of what chosen HCAs receive and of what crosses chosen ports in both directions
+//! (switch ports included; see [`softib_fabric::tap`]), as `LINKTYPE_INFINIBAND`: LRH through VCRC,
+//! with the ICRC and VCRC materialised as the link carried them, timestamped with the
+//! simulated time the packet's last byte crossed the port (nanosecond pcap). `softib
+//! decode` reads it; see `softib_wire::pcap` for Wireshark.
+//!
+//! The capture is kept in memory and written with the report, frames in time order (a port
+//! tap sees a packet it receives only after later packets it sent have been recorded);
+//! past [`MAX_CAPTURE_BYTES`] further frames are counted, not stored, so a long run cannot
+//! exhaust memory.
+
+use softib_fabric::crc::wire_image;
+use softib_fabric::hca::{Endpoint, HcaTx};
+use softib_fabric::packet::Packet;
+use softib_fabric::tap::WireTap;
+use softib_fabric::time::Picos;
+use softib_wire::pcap::{CaptureWriter, LinkType};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Bytes of frames a capture stores at most.
+pub const MAX_CAPTURE_BYTES: usize = 256 << 20;
+
+/// The frames captured so far.
+pub struct Capture {
+    /// (time, order of recording, range in `data`) of every stored frame.
+    index: Vec<(Picos, u64, usize, usize)>,
+    data: Vec<u8>,
+    scratch: Vec<u8>,
+    stored_bytes: usize,
+    /// Frames written.
+    pub frames: u64,
+    /// Frames not stored because the capture was full.
+    pub dropped: u64,
+}
+
+/// A capture shared by the endpoints of one run.
+pub type SharedCapture = Rc<RefCell<Capture>>;
+
+impl Capture {
+    /// An empty capture.
+    pub fn shared() -> SharedCapture {
+        Rc::new(RefCell::new(Capture {
+            index: Vec::new(),
+            data: Vec::new(),
+            scratch: Vec::new(),
+            stored_bytes: 0,
+            frames: 0,
+            dropped: 0,
+        }))
+    }
+
+    fn record(&mut self, at: Picos, p: &Packet) {
+        if self.stored_bytes + p.bytes().len() > MAX_CAPTURE_BYTES {
+            self.dropped += 1;
+            return;
+        }
+        wire_image(p, &mut self.scratch);
+        let start = self.data.len();
+        self.data.extend_from_slice(&self.scratch);
+        self.index.push((at, self.frames, start, self.data.len()));
+        self.stored_bytes += self.scratch.len();
+        self.frames += 1;
+    }
+
+    /// The pcap file's bytes, frames in time order (ties in recording order), without the
+    /// frames whose last byte had not crossed their port by `end` (a tap records a packet
+    /// when it starts on the wire; at the end of a run some are still crossing). The
+    /// capture stores nothing after this.
+    pub fn take_bytes(&mut self, end: Picos) -> Vec<u8> {
+        let mut index = std::mem::take(&mut self.index);
+        index.retain(|&(at, ..)| at <= end);
+        let data = std::mem::take(&mut self.data);
+        index.sort_unstable_by_key(|&(at, seq, _, _)| (at, seq));
+        let mut w = CaptureWriter::new(
+            Vec::with_capacity(24 + data.len() + 16 * index.len()),
+            LinkType::InfiniBand,
+        )
+        .expect("writing a pcap header into memory cannot fail");
+        for (at, _, a, b) in index {
+            let ts = Duration::new(
+                at / 1_000_000_000_000,
+                ((at % 1_000_000_000_000) / 1000) as u32,
+            );
+            // Frames are at most 8,190 bytes, under the snap length, and simulated time
+            // stays far below the year 2106: this cannot fail.
+            if w.write(ts, &data[a..b]).is_err() {
+                self.dropped += 1;
+            }
+        }
+        w.into_inner().unwrap_or_default()
+    }
+}
+
+/// The sink of a fabric's port taps ([`softib_fabric::fabric::Fabric::set_tap`]) that records into a
+/// capture.
+pub struct TapCapture(pub SharedCapture);
+
+impl WireTap for TapCapture {
+    fn on_wire(&mut self, at: Picos, packet: &Packet) {
+        self.0.borrow_mut().record(at, packet);
+    }
+}
+
+/// Wraps an endpoint and captures every packet it receives.
+pub struct Captured {
+    inner: Box<dyn Endpoint>,
+    capture: SharedCapture,
+}
+
+impl Captured {
+    /// Captures what `inner` receives into `capture`.
+    pub fn new(inner: Box<dyn Endpoint>, capture: SharedCapture) -> Self {
+        Captured { inner, capture }
+    }
+}
+
+impl Endpoint for Captured {
+    fn on_transmit_ready(&mut self, tx: &mut HcaTx<'_>) {
+        self.inner.on_transmit_ready(tx);
+    }
+
+    fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>) {
+        self.capture.borrow_mut().record(tx.now(), packet);
+        self.inner.on_receive(packet, tx);
+    }
+
+    fn next_wakeup(&self) -> Option<Picos> {
+        self.inner.next_wakeup()
+    }
+
+    fn on_timer(&mut self, tx: &mut HcaTx<'_>) {
+        self.inner.on_timer(tx);
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        // The wrapper is transparent: its owner reaches the endpoint inside.
+        self.inner.as_any_mut()
+    }
+}
