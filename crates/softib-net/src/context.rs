@@ -497,10 +497,48 @@ impl Context {
         }
     }
 
+    /// Waits up to `timeout` until `f` (run on the driver under its lock, each time the
+    /// device thread made progress, and at least every 10 ms) returns something. For waits
+    /// on state the device thread changes, such as CM events.
+    pub(crate) fn wait_for<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&mut Driver) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        self.app_waits();
+        let mut d = self.lock();
+        loop {
+            if let Some(out) = f(&mut d) {
+                // `f` may have queued MADs (e.g. an automatic answer); send them.
+                let _ = d.flush();
+                return Some(out);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            d = match self
+                .shared
+                .activity
+                .wait_timeout(d, left.min(Duration::from_millis(10)))
+            {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
     /// The engine's counters and the driver's.
     pub fn counters(&self) -> (DeviceCounters, DriverCounters) {
         let d = self.lock();
         (d.engine().counters(), d.counters())
+    }
+
+    /// The Communication Manager's counters and QP1's (see [`crate::gsi`]).
+    pub fn cm_counters(&self) -> (softib_cm::CmCounters, crate::gsi::GsiCounters) {
+        let d = self.lock();
+        (d.gsi().cm().counters(), d.gsi().counters())
     }
 
     /// One QP's engine counters.

@@ -21,6 +21,7 @@ use softib_transport::{
 };
 
 use crate::cc::{self, RoceCc};
+use crate::gsi::{Gsi, GSI_DATAGRAM_LEN};
 use crate::inject::{FaultCounters, FaultSpec, Injector};
 use crate::roce::{self, Ipv4IdPolicy, RxCheck, RxCounters, RxDrop, ICRC_LEN};
 use crate::socket::{
@@ -182,6 +183,8 @@ pub struct Driver {
     counters: DriverCounters,
     wake_rx: UnixDatagram,
     wake_tx: UnixDatagram,
+    /// QP1: management datagrams and the Communication Manager (`gsi.rs`).
+    gsi: Gsi,
 }
 
 impl std::fmt::Debug for Driver {
@@ -265,7 +268,13 @@ impl Driver {
         let (wake_rx, wake_tx) = UnixDatagram::pair().map_err(NetError::Wake)?;
         wake_rx.set_nonblocking(true).map_err(NetError::Wake)?;
         wake_tx.set_nonblocking(true).map_err(NetError::Wake)?;
+        // The CM's IDs come from the device seed too, on a stream of their own.
+        let gsi = Gsi::new(
+            roce::gid_from_ip(local.ip()),
+            config.seed ^ 0x434d_5f47_5349,
+        );
         Ok(Driver {
+            gsi,
             engine: Device::new(engine_config, config.seed),
             check: RxCheck::new(local, config.ipv4_id_policy),
             injector: config.inject.map(|s| Injector::new(s, max_datagram)),
@@ -300,6 +309,22 @@ impl Driver {
     /// may make packets ready (`post_send`, `post_recv`, `modify_qp`).
     pub fn engine_mut(&mut self) -> &mut Device {
         &mut self.engine
+    }
+
+    /// QP1 and its Communication Manager.
+    pub fn gsi(&self) -> &Gsi {
+        &self.gsi
+    }
+
+    /// QP1 and its Communication Manager, for CM commands. Call [`Driver::flush`] after a
+    /// command that sends a MAD.
+    pub fn gsi_mut(&mut self) -> &mut Gsi {
+        &mut self.gsi
+    }
+
+    /// The engine and QP1 together, for glue that moves a QP and tells the CM (the CM API).
+    pub fn engine_and_gsi(&mut self) -> (&mut Device, &mut Gsi) {
+        (&mut self.engine, &mut self.gsi)
     }
 
     /// The bound address.
@@ -350,10 +375,10 @@ impl Driver {
     /// the injector's held datagram.
     pub fn next_deadline(&self) -> Option<Nanos> {
         let inj = self.injector.as_ref().and_then(|i| i.poll_timeout());
-        match (self.engine.poll_timeout(), inj) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.engine.poll_timeout(), inj, self.gsi.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether datagrams wait in the send batch because the socket buffer was full.
@@ -376,6 +401,9 @@ impl Driver {
         progress.received = self.receive(now)?;
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
+        }
+        if self.gsi.poll_timeout().is_some_and(|t| t <= now) {
+            self.gsi.handle_timeout(now);
         }
         let (sent, blocked) = self.flush_at(now)?;
         progress.sent = sent;
@@ -403,6 +431,11 @@ impl Driver {
                         if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
                             self.counters.pcap_errors += 1;
                         }
+                    }
+                    // QP1 is the GSI's, not the engine's (IBA 13.5.1).
+                    if Gsi::is_for_gsi(r.transport) {
+                        self.gsi.handle_packet(now, r.sgid, r.transport);
+                        continue;
                     }
                     let meta = RxMeta {
                         slid: 0,
@@ -444,6 +477,7 @@ impl Driver {
                 queue_copy(tx, tap, counters, local, default_tos, dest, tos, bytes);
             });
         }
+        queued += self.flush_gsi()?;
         loop {
             // Keep room for the worst case of one transmit: itself, a duplicate and a
             // released held datagram.
@@ -468,6 +502,64 @@ impl Driver {
             Ok(()) => Ok((queued, false)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok((queued, true)),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Queues QP1's datagrams (CM MADs). They bypass the fault injector: CM loss is tested
+    /// on the sans-IO CM with a virtual clock.
+    fn flush_gsi(&mut self) -> io::Result<usize> {
+        let max = GSI_DATAGRAM_LEN + ICRC_LEN;
+        let mut queued = 0;
+        loop {
+            if !self.tx.has_room(1, max) {
+                match self.socket.send(&mut self.tx) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(queued),
+                    Err(e) => return Err(e),
+                }
+                if !self.tx.has_room(1, max) {
+                    return Ok(queued);
+                }
+            }
+            let mut datagram = [0u8; GSI_DATAGRAM_LEN + ICRC_LEN];
+            let Some(t) = self.gsi.poll_transmit(&mut datagram[..GSI_DATAGRAM_LEN]) else {
+                return Ok(queued);
+            };
+            let ip = roce::ip_from_gid(t.dest_gid);
+            if ip.is_ipv4() != self.local.is_ipv4() {
+                self.counters.tx_unroutable += 1;
+                continue;
+            }
+            let dest = SocketAddr::new(ip, self.peer_ports.get(ip));
+            let (local, tos) = (self.local, self.default_tos);
+            let mut sealed = 0;
+            let pushed = self.tx.push_with(dest, None, max, |slot, oracle| {
+                let ident = oracle.ipv4_ident(t.len + ICRC_LEN);
+                slot[..t.len].copy_from_slice(&datagram[..t.len]);
+                match roce::seal(local, dest, tos, ident, slot, t.len) {
+                    Some(n) => {
+                        datagram[..n].copy_from_slice(&slot[..n]);
+                        sealed = ident;
+                        n
+                    }
+                    None => 0,
+                }
+            });
+            match pushed {
+                Ok(0) | Err(_) => self.counters.tx_unroutable += 1,
+                Ok(len) => {
+                    self.counters.tx_datagrams += 1;
+                    self.counters.tx_bytes += len as u64;
+                    queued += 1;
+                    if let Some(tap) = self.tap.as_mut() {
+                        if let Some((ip, udp)) = roce::tx_headers(local, dest, tos, sealed) {
+                            if tap.record(&ip, &udp, &datagram[..len]).is_err() {
+                                self.counters.pcap_errors += 1;
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

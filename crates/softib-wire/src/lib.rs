@@ -51,6 +51,10 @@ pub mod rdeth;
 pub mod reth;
 pub mod xrceth;
 
+// Management datagrams (IBA vol. 1, chapters 12 and 13): the MAD header and CM messages.
+pub mod cm;
+pub mod mad;
+
 pub use aeth::{AethPacket, AethRepr, CreditCode, NakCode, RnrTimer, Syndrome, AETH_LEN};
 pub use atomic_ack_eth::{AtomicAckEthPacket, AtomicAckEthRepr, ATOMIC_ACK_ETH_LEN};
 pub use atomic_eth::{AtomicEthPacket, AtomicEthRepr, ATOMIC_ETH_LEN};

@@ -34,6 +34,7 @@
 //! This layer sits on [`Context`], the handle-based API (PD/CQ handles, QP numbers), which
 //! stays available through [`Hca::context`] for what the objects do not cover.
 
+mod cm;
 mod cq;
 pub(crate) mod mr;
 mod qp;
@@ -47,6 +48,7 @@ use softib_transport::{Mtu, PdHandle, QpType};
 pub use crate::channel::CompletionChannel;
 pub use crate::context::{ConnectOptions, Context, WaitMode};
 use crate::driver::{NetConfig, NetError};
+pub use cm::{CmApiError, CmConnection, CmListener, ConnectRequest};
 pub use cq::{CompletionQueue, CqBuilder};
 pub use mr::{Buffer, LocalSlice, MemoryRegion, MrRead, MrWrite, RawMemoryRegion, RemoteSlice};
 pub use qp::{PostError, PreparedQueuePair, QueuePair, QueuePairBuilder, RecvRequest, SendRequest};

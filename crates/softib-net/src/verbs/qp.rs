@@ -210,6 +210,22 @@ impl PreparedQueuePair {
         self.qp.qpn()
     }
 
+    /// The PSN our first request will carry.
+    pub fn psn(&self) -> u32 {
+        self.psn
+    }
+
+    /// The QP (still in RESET).
+    pub fn queue_pair(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// The connection options `handshake` will use (the CM narrows them to what the peer
+    /// offers).
+    pub(crate) fn options_mut(&mut self) -> &mut ConnectOptions {
+        &mut self.options
+    }
+
     /// Our side of the connection, exposing `regions` to the peer (UD: with our Q_Key).
     pub fn endpoint(&self, regions: &[RemoteRegion]) -> Endpoint {
         let ctx = self.qp.inner.pd.context();
