@@ -12,7 +12,8 @@
 //! `tests/layout.rs`), [`config`] the environment, [`convert`] the safe translations
 //! between C values and engine values; `unsafe` lives only in `raw_memory` (the engine's
 //! view of application buffers), `sys` (eventfd) and `ffi` (the exported C functions), with
-//! a `// SAFETY:` comment on every block.
+//! a `// SAFETY:` comment on every block. [`rdmacm`] is the librdmacm layer (rdma_cm ids and
+//! events on softib's CM); its unsafe modules are named in its documentation.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -24,5 +25,6 @@ mod events;
 mod ffi;
 mod objects;
 mod raw_memory;
+pub mod rdmacm;
 mod sys;
 mod validate;

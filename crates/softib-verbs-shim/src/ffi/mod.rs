@@ -9,8 +9,11 @@
 mod datapath;
 mod device;
 mod qp;
+mod rdmacm;
 mod resources;
 mod unsupported;
+
+pub(crate) use rdmacm::{alloc_pd_for_rdmacm, modify_qp_for_rdmacm, open_for_rdmacm, shared_of};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
