@@ -580,6 +580,9 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
             Ok(l) => {
                 st.listener = Some(l);
                 st.phase = Phase::Listening;
+                if rt.shared.config.debug {
+                    eprintln!("softib: rdma_cm: listening on port {port} (service ID {service:#x})");
+                }
                 rt.owners()
                     .listeners
                     .insert(l, crate::rdmacm::objects::Addr(o.c() as usize));
