@@ -86,8 +86,9 @@ fn udaddy_ud_ids_resolved_by_sidr() {
     let p = run_pair_ready(
         162,
         &rdmacm_utils("udaddy"),
-        &args(&["-p", "7162", "-c", "2", "-C", "20"]),
-        &args(&["-p", "7162", "-c", "2", "-C", "20", "-s"]),
+        // udaddy's -p is the port space; it always uses rdma_cm port 7174.
+        &args(&["-c", "2", "-C", "20"]),
+        &args(&["-c", "2", "-C", "20", "-s"]),
         DEADLINE,
         2,
         LISTENING,

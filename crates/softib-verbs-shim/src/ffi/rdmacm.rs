@@ -576,16 +576,20 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         }
         let port = st.src.map_or(0, |s| s.port());
         let service = rdma_cm::service_id(st.ps, port);
+        // The owners map is held across the CM call, so a request arriving at once finds
+        // its listener (the CM event thread looks it up there).
+        let mut owners = rt.owners();
         match rt.shared.net.with_cm(|cm, _| cm.listen(service)) {
             Ok(l) => {
+                owners
+                    .listeners
+                    .insert(l, crate::rdmacm::objects::Addr(o.c() as usize));
+                drop(owners);
                 st.listener = Some(l);
                 st.phase = Phase::Listening;
                 if rt.shared.config.debug {
                     eprintln!("softib: rdma_cm: listening on port {port} (service ID {service:#x})");
                 }
-                rt.owners()
-                    .listeners
-                    .insert(l, crate::rdmacm::objects::Addr(o.c() as usize));
                 0
             }
             Err(e) => failed(rt, "rdma_listen", libc::EADDRINUSE, &e),
@@ -822,12 +826,15 @@ pub unsafe extern "C" fn rdma_connect(
                 max_retries: 15,
                 private_data: pd,
             };
+            // Owners held across the CM call: the reply may come before it returns.
+            let mut owners = rt.owners();
             let sidr = rt.shared.net.with_cm(|cm, now| cm.sidr_request(now, &params));
-            st.sidr = Some(sidr);
-            st.phase = Phase::Connecting;
-            rt.owners()
+            owners
                 .sidrs
                 .insert(sidr, crate::rdmacm::objects::Addr(o.c() as usize));
+            drop(owners);
+            st.sidr = Some(sidr);
+            st.phase = Phase::Connecting;
             drop(st);
             return complete(o);
         }
@@ -875,13 +882,16 @@ pub unsafe extern "C" fn rdma_connect(
             params.transport = softib_wire::cm::TransportService::Uc;
         }
         st.rd_atomic = (resp, init);
+        // Owners held across the CM call: the REP may come before it returns.
+        let mut owners = rt.owners();
         match rt.shared.net.with_cm(|cm, now| cm.connect(now, &params)) {
             Ok(conn) => {
-                st.conn = Some(conn);
-                st.phase = Phase::Connecting;
-                rt.owners()
+                owners
                     .conns
                     .insert(conn, crate::rdmacm::objects::Addr(o.c() as usize));
+                drop(owners);
+                st.conn = Some(conn);
+                st.phase = Phase::Connecting;
             }
             Err(e) => return failed(rt, "rdma_connect", libc::ENOMEM, &e),
         }
