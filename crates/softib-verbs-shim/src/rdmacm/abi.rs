@@ -221,3 +221,99 @@ pub const CHECKED_CONSTANTS: &[(&str, i64)] = &[
     ("RAI_FAMILY", RAI_FAMILY as i64),
     ("RDMA_UDP_QKEY", RDMA_UDP_QKEY as i64),
 ];
+
+/// (C expression, Rust value) for every size and offset above, for `tests/rdmacm_layout.rs`
+/// to compare with `<rdma/rdma_cma.h>`.
+pub fn checked_layouts() -> Vec<(&'static str, usize)> {
+    use std::mem::{offset_of, size_of};
+    macro_rules! size {
+        ($t:ident) => {
+            (concat!("sizeof(struct ", stringify!($t), ")"), size_of::<$t>())
+        };
+    }
+    macro_rules! off {
+        ($t:ident, $f:ident) => {
+            off!($t, $f, stringify!($f))
+        };
+        ($t:ident, $f:ident, $c:expr) => {
+            (
+                concat!("offsetof(struct ", stringify!($t), ", ", $c, ")"),
+                offset_of!($t, $f),
+            )
+        };
+    }
+    vec![
+        size!(rdma_event_channel),
+        size!(rdma_ib_addr),
+        off!(rdma_ib_addr, dgid),
+        off!(rdma_ib_addr, pkey),
+        size!(rdma_addr),
+        off!(rdma_addr, dst_storage),
+        off!(rdma_addr, ibaddr, "addr.ibaddr"),
+        size!(ibv_sa_path_rec),
+        off!(ibv_sa_path_rec, sgid),
+        off!(ibv_sa_path_rec, dlid),
+        off!(ibv_sa_path_rec, raw_traffic),
+        off!(ibv_sa_path_rec, flow_label),
+        off!(ibv_sa_path_rec, hop_limit),
+        off!(ibv_sa_path_rec, reversible),
+        off!(ibv_sa_path_rec, numb_path),
+        off!(ibv_sa_path_rec, pkey),
+        off!(ibv_sa_path_rec, sl),
+        off!(ibv_sa_path_rec, mtu),
+        off!(ibv_sa_path_rec, packet_life_time),
+        off!(ibv_sa_path_rec, preference),
+        size!(rdma_route),
+        off!(rdma_route, path_rec),
+        off!(rdma_route, num_paths),
+        size!(rdma_cm_id),
+        off!(rdma_cm_id, channel),
+        off!(rdma_cm_id, context),
+        off!(rdma_cm_id, qp),
+        off!(rdma_cm_id, route),
+        off!(rdma_cm_id, ps),
+        off!(rdma_cm_id, port_num),
+        off!(rdma_cm_id, event),
+        off!(rdma_cm_id, send_cq_channel),
+        off!(rdma_cm_id, send_cq),
+        off!(rdma_cm_id, recv_cq_channel),
+        off!(rdma_cm_id, recv_cq),
+        off!(rdma_cm_id, srq),
+        off!(rdma_cm_id, pd),
+        off!(rdma_cm_id, qp_type),
+        size!(rdma_conn_param),
+        off!(rdma_conn_param, private_data_len),
+        off!(rdma_conn_param, responder_resources),
+        off!(rdma_conn_param, initiator_depth),
+        off!(rdma_conn_param, flow_control),
+        off!(rdma_conn_param, retry_count),
+        off!(rdma_conn_param, rnr_retry_count),
+        off!(rdma_conn_param, srq),
+        off!(rdma_conn_param, qp_num),
+        size!(rdma_ud_param),
+        off!(rdma_ud_param, private_data_len),
+        off!(rdma_ud_param, ah_attr),
+        off!(rdma_ud_param, qp_num),
+        off!(rdma_ud_param, qkey),
+        size!(rdma_cm_event),
+        off!(rdma_cm_event, listen_id),
+        off!(rdma_cm_event, event),
+        off!(rdma_cm_event, status),
+        off!(rdma_cm_event, param),
+        size!(rdma_addrinfo),
+        off!(rdma_addrinfo, ai_family),
+        off!(rdma_addrinfo, ai_qp_type),
+        off!(rdma_addrinfo, ai_port_space),
+        off!(rdma_addrinfo, ai_src_len),
+        off!(rdma_addrinfo, ai_dst_len),
+        off!(rdma_addrinfo, ai_src_addr),
+        off!(rdma_addrinfo, ai_dst_addr),
+        off!(rdma_addrinfo, ai_src_canonname),
+        off!(rdma_addrinfo, ai_dst_canonname),
+        off!(rdma_addrinfo, ai_route_len),
+        off!(rdma_addrinfo, ai_route),
+        off!(rdma_addrinfo, ai_connect_len),
+        off!(rdma_addrinfo, ai_connect),
+        off!(rdma_addrinfo, ai_next),
+    ]
+}
