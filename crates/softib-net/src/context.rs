@@ -533,7 +533,10 @@ impl Context {
     /// consumer that drives the CM itself and takes all its events with
     /// [`Context::wait_cm_event`] (the verbs shim's librdmacm layer); the per-connection
     /// [`crate::verbs::CmListener`] API must not be used on the same device then.
-    pub fn with_cm<T>(&self, f: impl FnOnce(&mut softib_cm::Cm, softib_transport::Nanos) -> T) -> T {
+    pub fn with_cm<T>(
+        &self,
+        f: impl FnOnce(&mut softib_cm::Cm, softib_transport::Nanos) -> T,
+    ) -> T {
         self.with_driver(|d| {
             let now = d.now();
             f(d.gsi_mut().cm_mut(), now)

@@ -26,7 +26,8 @@ fn rust_layouts_match_rdma_core_rdma_cma_h() {
         src.push_str(&format!("  printf(\"%lld\\n\", (long long)({name}));\n"));
     }
     src.push_str("  return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("softib-shim-rdmacm-layout-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("softib-shim-rdmacm-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let c = dir.join("layout.c");
     let exe = dir.join("layout");

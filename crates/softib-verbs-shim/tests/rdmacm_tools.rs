@@ -51,14 +51,14 @@ fn rping_100_validated_pings() {
         "last ping missing:\n{}",
         p.dump()
     );
-    let served = p.server.output.matches("server ping data: rdma-ping-").count();
+    let served = p
+        .server
+        .output
+        .matches("server ping data: rdma-ping-")
+        .count();
     assert_eq!(served, 100, "server pings:\n{}", p.dump());
     // The client disconnects; the server sees DISCONNECTED.
-    assert!(
-        p.server.output.contains("DISCONNECT EVENT"),
-        "{}",
-        p.dump()
-    );
+    assert!(p.server.output.contains("DISCONNECT EVENT"), "{}", p.dump());
 }
 
 #[test]
@@ -74,7 +74,11 @@ fn ucmatose_rc_connections_with_server_side_disconnect() {
     );
     both_ok(&p, "ucmatose");
     for side in [&p.server, &p.client] {
-        assert!(side.output.contains("data transfers complete"), "{}", p.dump());
+        assert!(
+            side.output.contains("data transfers complete"),
+            "{}",
+            p.dump()
+        );
         assert!(side.output.contains("return status 0"), "{}", p.dump());
     }
     // ucmatose's server disconnects (rdma_disconnect on the passive side).
@@ -95,7 +99,11 @@ fn udaddy_ud_ids_resolved_by_sidr() {
     );
     both_ok(&p, "udaddy");
     for side in [&p.server, &p.client] {
-        assert!(side.output.contains("data transfers complete"), "{}", p.dump());
+        assert!(
+            side.output.contains("data transfers complete"),
+            "{}",
+            p.dump()
+        );
         assert!(side.output.contains("return status 0"), "{}", p.dump());
     }
 }
@@ -150,8 +158,12 @@ fn ib_write_bw_with_rdma_cm() {
     let p = run_pair_ready(
         165,
         &binary("ib_write_bw", "perftest"),
-        &args(&["-R", "-d", "softib0", "-n", "2000", "-s", "65536", "-p", "7165"]),
-        &args(&["-R", "-d", "softib0", "-n", "2000", "-s", "65536", "-p", "7165"]),
+        &args(&[
+            "-R", "-d", "softib0", "-n", "2000", "-s", "65536", "-p", "7165",
+        ]),
+        &args(&[
+            "-R", "-d", "softib0", "-n", "2000", "-s", "65536", "-p", "7165",
+        ]),
         DEADLINE,
         2,
         LISTENING,

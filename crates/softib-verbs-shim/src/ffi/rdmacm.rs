@@ -86,7 +86,10 @@ fn err(e: i32) -> c_int {
 /// `ERR(e)` with a `SOFTIB_DEBUG` line saying why.
 fn failed(rt: &Runtime, call: &str, e: i32, why: &dyn std::fmt::Display) -> c_int {
     if rt.shared.config.debug {
-        eprintln!("softib: {call} failed ({}): {why}", super::errno_name(e));
+        eprintln!(
+            "softib: {call} failed ({}): {why}",
+            std::io::Error::from_raw_os_error(e)
+        );
     }
     err(e)
 }
@@ -262,7 +265,12 @@ fn create_id(
     qp_type: u32,
 ) -> Result<&'static IdObj, c_int> {
     let Some(space) = port_space(ps) else {
-        return Err(failed(rt, "rdma_create_id", libc::EINVAL, &format!("port space {ps:#x}")));
+        return Err(failed(
+            rt,
+            "rdma_create_id",
+            libc::EINVAL,
+            &format!("port space {ps:#x}"),
+        ));
     };
     let (channel, sync) = if channel.is_null() {
         match ChannelObj::create() {
@@ -272,7 +280,14 @@ fn create_id(
     } else {
         (channel, false)
     };
-    Ok(new_id(rt, channel, context, ps, qp_type, fresh_state(rt, space, sync)))
+    Ok(new_id(
+        rt,
+        channel,
+        context,
+        ps,
+        qp_type,
+        fresh_state(rt, space, sync),
+    ))
 }
 
 #[no_mangle]
@@ -327,7 +342,13 @@ fn destroy_id(rt: &Runtime, o: &'static IdObj) {
         if let Some(p) = st.port_held {
             o_.ports.remove(&(st.ps.value(), p));
         }
-        (st.conn, st.listener, st.sidr, st.sidr_req.is_some(), st.sync)
+        (
+            st.conn,
+            st.listener,
+            st.sidr,
+            st.sidr_req.is_some(),
+            st.sync,
+        )
     };
     let (conn, listener, sidr, passive_sidr, sync) = st;
     rt.shared.net.with_cm(|cm, now| {
@@ -412,7 +433,12 @@ fn bind(rt: &Runtime, o: &IdObj, a: SocketAddr, call: &str) -> c_int {
     } else if rt.reserve(ps, a.port()) {
         a.port()
     } else {
-        return failed(rt, call, libc::EADDRINUSE, &format!("port {} is bound", a.port()));
+        return failed(
+            rt,
+            call,
+            libc::EADDRINUSE,
+            &format!("port {} is bound", a.port()),
+        );
     };
     st.port_held = Some(port);
     st.phase = Phase::Bound;
@@ -465,14 +491,23 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         let local = rt.local_ip();
         let mut st = o.state();
         if st.phase != Phase::Bound {
-            return failed(rt, "rdma_resolve_addr", libc::EINVAL, &"the id is not bound");
+            return failed(
+                rt,
+                "rdma_resolve_addr",
+                libc::EINVAL,
+                &"the id is not bound",
+            );
         }
         let port = st.src.map_or(0, |s| s.port());
         if dst.is_ipv4() != local.is_ipv4() {
             // The device cannot reach the other family: ADDR_ERROR, as a route lookup
             // failure reports.
             drop(st);
-            o.report(EventObj::new(o.c(), RDMA_CM_EVENT_ADDR_ERROR, -libc::EHOSTUNREACH));
+            o.report(EventObj::new(
+                o.c(),
+                RDMA_CM_EVENT_ADDR_ERROR,
+                -libc::EHOSTUNREACH,
+            ));
             return complete(o);
         }
         let src = SocketAddr::new(local, port);
@@ -504,7 +539,12 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
         };
         let mut st = o.state();
         if st.phase != Phase::AddrResolved {
-            return failed(rt, "rdma_resolve_route", libc::EINVAL, &"address not resolved");
+            return failed(
+                rt,
+                "rdma_resolve_route",
+                libc::EINVAL,
+                &"address not resolved",
+            );
         }
         st.phase = Phase::RouteResolved;
         let (src, dst, tos) = (st.src, st.dst, st.tos);
@@ -588,7 +628,9 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
                 st.listener = Some(l);
                 st.phase = Phase::Listening;
                 if rt.shared.config.debug {
-                    eprintln!("softib: rdma_cm: listening on port {port} (service ID {service:#x})");
+                    eprintln!(
+                        "softib: rdma_cm: listening on port {port} (service ID {service:#x})"
+                    );
                 }
                 0
             }
@@ -601,17 +643,17 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
 
 /// rdma_create_qp's work: CQs if the caller gave none (librdmacm `ucma_create_cqs`), the
 /// QP, and INIT (UD: on to RTS), so receives can be posted before the connection.
-fn create_qp(
-    rt: &Runtime,
-    o: &IdObj,
-    pd: *mut ibv_pd,
-    attr: &mut ibv_qp_init_attr,
-) -> c_int {
+fn create_qp(rt: &Runtime, o: &IdObj, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) -> c_int {
     // SAFETY: the id's C view; the application does not use the id concurrently with
     // rdma_create_qp.
     let c = unsafe { &mut *o.c() };
     if c.verbs.is_null() {
-        return failed(rt, "rdma_create_qp", libc::EINVAL, &"the id is not bound to the device");
+        return failed(
+            rt,
+            "rdma_create_qp",
+            libc::EINVAL,
+            &"the id is not bound to the device",
+        );
     }
     if !c.qp.is_null() {
         return failed(rt, "rdma_create_qp", libc::EINVAL, &"the id has a QP");
@@ -752,7 +794,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
 ///
 /// # Safety
 /// `p` is NULL or the caller's conn_param whose data pointer covers its length.
-unsafe fn private_of<'a>(p: Option<&'a rdma_conn_param>) -> &'a [u8] {
+unsafe fn private_of(p: Option<&rdma_conn_param>) -> &[u8] {
     match p {
         Some(p) if !p.private_data.is_null() && p.private_data_len > 0 => {
             // SAFETY: function contract.
@@ -767,7 +809,7 @@ unsafe fn private_of<'a>(p: Option<&'a rdma_conn_param>) -> &'a [u8] {
 /// The device's READ/atomic depth, where conn_param's 0xFF (RDMA_MAX_RESP_RES /
 /// RDMA_MAX_INIT_DEPTH) means "the most the device takes".
 fn rd_limit(rt: &Runtime, v: u8) -> Result<u8, ()> {
-    let max = rt.shared.limits.max_qp_rd_atom.min(255) as u8;
+    let max = rt.shared.limits.max_qp_rd_atom;
     if v == 0xff {
         Ok(max)
     } else if v > max {
@@ -828,7 +870,10 @@ pub unsafe extern "C" fn rdma_connect(
             };
             // Owners held across the CM call: the reply may come before it returns.
             let mut owners = rt.owners();
-            let sidr = rt.shared.net.with_cm(|cm, now| cm.sidr_request(now, &params));
+            let sidr = rt
+                .shared
+                .net
+                .with_cm(|cm, now| cm.sidr_request(now, &params));
             owners
                 .sidrs
                 .insert(sidr, crate::rdmacm::objects::Addr(o.c() as usize));
@@ -839,7 +884,10 @@ pub unsafe extern "C" fn rdma_connect(
             return complete(o);
         }
         let (resp, init) = match p {
-            Some(p) => match (rd_limit(rt, p.responder_resources), rd_limit(rt, p.initiator_depth)) {
+            Some(p) => match (
+                rd_limit(rt, p.responder_resources),
+                rd_limit(rt, p.initiator_depth),
+            ) {
                 (Ok(r), Ok(i)) => (r, i),
                 _ => {
                     return failed(
@@ -928,9 +976,10 @@ pub unsafe extern "C" fn rdma_accept(
                 // SAFETY: our QP.
                 unsafe { (*qp).qp_num }
             };
-            let r = rt.shared.net.with_cm(|cm, _| {
-                cm.sidr_reply(sidr, SidrStatus::Valid, qpn, RDMA_UDP_QKEY, user)
-            });
+            let r = rt
+                .shared
+                .net
+                .with_cm(|cm, _| cm.sidr_reply(sidr, SidrStatus::Valid, qpn, RDMA_UDP_QKEY, user));
             rt.owners().sidrs.remove(&sidr);
             st.sidr = None;
             st.phase = Phase::Connected;
@@ -945,18 +994,35 @@ pub unsafe extern "C" fn rdma_accept(
         if user.len() > REP_PRIVATE_DATA_LEN {
             return failed(rt, "rdma_accept", libc::EINVAL, &"private data too long");
         }
-        let max = rt.shared.limits.max_qp_rd_atom.min(255) as u8;
+        let max = rt.shared.limits.max_qp_rd_atom;
         // librdmacm: without conn_param, the request's depths capped by the device.
         let (resp, init) = match p {
-            Some(p) => match (rd_limit(rt, p.responder_resources), rd_limit(rt, p.initiator_depth)) {
+            Some(p) => match (
+                rd_limit(rt, p.responder_resources),
+                rd_limit(rt, p.initiator_depth),
+            ) {
                 (Ok(r), Ok(i)) => (r.min(req.initiator_depth), i.min(req.responder_resources)),
-                _ => return failed(rt, "rdma_accept", libc::EINVAL, &"READ depths above the device's"),
+                _ => {
+                    return failed(
+                        rt,
+                        "rdma_accept",
+                        libc::EINVAL,
+                        &"READ depths above the device's",
+                    )
+                }
             },
-            None => (req.initiator_depth.min(max), req.responder_resources.min(max)),
+            None => (
+                req.initiator_depth.min(max),
+                req.responder_resources.min(max),
+            ),
         };
         let dst = st.dst.unwrap_or_else(|| SocketAddr::new(rt.local_ip(), 0));
         let peer_ip = crate::rdmacm::dispatch::ip_of_gid(req.primary_path.local_gid);
-        let peer_ip = if peer_ip.is_unspecified() { dst.ip() } else { peer_ip };
+        let peer_ip = if peer_ip.is_unspecified() {
+            dst.ip()
+        } else {
+            peer_ip
+        };
         let mtu = req.path_mtu.clamp(1, device_mtu_code(rt));
         if !qp.is_null() {
             let rtr = RtrParams {
@@ -971,7 +1037,14 @@ pub unsafe extern "C" fn rdma_accept(
             } else {
                 st.ack_timeout
             };
-            let rts = cmqp::rts_attr(qp_type, st.psn, timeout, req.retry_count, req.rnr_retry_count, init);
+            let rts = cmqp::rts_attr(
+                qp_type,
+                st.psn,
+                timeout,
+                req.retry_count,
+                req.rnr_retry_count,
+                init,
+            );
             // SAFETY: the id's QP (ours).
             let r = unsafe {
                 cmqp::modify(qp, cmqp::rtr_attr(qp_type, &rtr)).and_then(|_| cmqp::modify(qp, rts))
@@ -1002,7 +1075,11 @@ pub unsafe extern "C" fn rdma_accept(
             srq: has_srq || p.is_some_and(|p| p.srq != 0),
             private_data,
         };
-        if let Err(e) = rt.shared.net.with_cm(|cm, now| cm.accept(now, conn, &params)) {
+        if let Err(e) = rt
+            .shared
+            .net
+            .with_cm(|cm, now| cm.accept(now, conn, &params))
+        {
             return failed(rt, "rdma_accept", libc::EINVAL, &e);
         }
         st.phase = Phase::Accepting;
@@ -1212,13 +1289,20 @@ pub unsafe extern "C" fn rdma_get_request(
             }
             // SAFETY: the child's C view.
             unsafe { (*child.c()).event = ev.cast() };
-            let ep = l.state().ep_qp_init.as_ref().map(|(pd, a)| (*pd, copy_init(a)));
+            let ep = l
+                .state()
+                .ep_qp_init
+                .as_ref()
+                .map(|(pd, a)| (*pd, copy_init(a)));
             if let Some((pd, mut attr)) = ep {
                 let r = create_qp(rt, child, pd as *mut ibv_pd, &mut attr);
                 if r != 0 {
                     let e = last_errno();
                     let _ = rt.shared.net.with_cm(|cm, _| {
-                        child.state().conn.map(|c| cm.reject(c, RejectReason::NoQp, &[]))
+                        child
+                            .state()
+                            .conn
+                            .map(|c| cm.reject(c, RejectReason::NoQp, &[]))
                     });
                     destroy_id(rt, child);
                     return err(e);
@@ -1389,7 +1473,11 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         // SAFETY: all-zero is a valid value of these C structures.
         let mut obj: Box<AddrInfoObj> = Box::new(unsafe { std::mem::zeroed() });
         obj.ai.ai_flags = flags;
-        obj.ai.ai_family = if found.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        obj.ai.ai_family = if found.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
         obj.ai.ai_qp_type = qp_type as c_int;
         obj.ai.ai_port_space = ps as c_int;
         let (st, len) = to_storage(found);
@@ -1560,8 +1648,9 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
             Err(r) => return r,
         };
         // SAFETY: the caller's attribute and mask (rdma_init_qp_attr(3)).
-        let (Some(a), Some(m)) = (unsafe { qp_attr.as_mut() }, unsafe { qp_attr_mask.as_mut() })
-        else {
+        let (Some(a), Some(m)) = (unsafe { qp_attr.as_mut() }, unsafe {
+            qp_attr_mask.as_mut()
+        }) else {
             return err(libc::EINVAL);
         };
         // SAFETY: the id's C view.
@@ -1592,7 +1681,12 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
             }
             cmqp::IBV_QPS_RTS => cmqp::rts_attr(qp_type, st.psn, st.ack_timeout, 7, 7, 0),
             s => {
-                return failed(rt, "rdma_init_qp_attr", libc::EINVAL, &format!("QP state {s}"))
+                return failed(
+                    rt,
+                    "rdma_init_qp_attr",
+                    libc::EINVAL,
+                    &format!("QP state {s}"),
+                )
             }
         };
         *a = attr;
@@ -1619,7 +1713,12 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     _addr: *mut libc::sockaddr,
 ) -> c_int {
     guard(-1, || match id_of(id) {
-        Ok((rt, _)) => failed(rt, "rdma_leave_multicast", libc::EOPNOTSUPP, &"no multicast"),
+        Ok((rt, _)) => failed(
+            rt,
+            "rdma_leave_multicast",
+            libc::EOPNOTSUPP,
+            &"no multicast",
+        ),
         Err(r) => r,
     })
 }

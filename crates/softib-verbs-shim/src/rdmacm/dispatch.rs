@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use softib_cm::rdma_cm::PortSpace;
 use softib_cm::{CmEvent, ConnId};
-use softib_wire::cm::{
-    CmRep, CmReq, CmaIpHeader, RejectReason, SidrStatus, CMA_IP_HEADER_LEN,
-};
+use softib_wire::cm::{CmRep, CmReq, CmaIpHeader, RejectReason, SidrStatus, CMA_IP_HEADER_LEN};
 
 use super::abi::*;
 use super::objects::{runtime, Addr, EventObj, IdObj, IdState, Phase, Runtime};
@@ -310,7 +308,12 @@ fn new_passive_id(
         (l.channel, l.context, l.ps)
     };
     let child = super::objects::new_id(rt, channel, context, ps, qp_type, state);
-    super::objects::set_route(rt, child, Some(SocketAddr::new(local_ip, local_port)), Some(peer));
+    super::objects::set_route(
+        rt,
+        child,
+        Some(SocketAddr::new(local_ip, local_port)),
+        Some(peer),
+    );
     child
 }
 

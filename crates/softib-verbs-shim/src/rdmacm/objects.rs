@@ -32,9 +32,7 @@ impl ChannelObj {
     /// A new channel on the heap (its address is the application's handle).
     pub fn create() -> std::io::Result<*mut ChannelObj> {
         let queue = EventQueue::new()?;
-        let ch = rdma_event_channel {
-            fd: queue.raw_fd(),
-        };
+        let ch = rdma_event_channel { fd: queue.raw_fd() };
         Ok(Box::into_raw(Box::new(ChannelObj { ch, queue })))
     }
 
@@ -44,6 +42,8 @@ impl ChannelObj {
     }
 
     /// Takes the events of `id` off the channel (the id is being destroyed or migrated).
+    /// Boxed: an event's address is what channels queue and applications hold.
+    #[allow(clippy::vec_box)]
     pub fn take_events_of(&self, id: *mut rdma_cm_id) -> Vec<Box<EventObj>> {
         let mut out = Vec::new();
         self.queue.discard(|&e| {
