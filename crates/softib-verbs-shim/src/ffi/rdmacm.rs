@@ -412,7 +412,11 @@ fn bind(rt: &Runtime, o: &IdObj, a: SocketAddr, call: &str) -> c_int {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
     };
-    if !ip.is_unspecified() && ip != local {
+    // A loopback address on a device that is not on loopback binds the device, as the
+    // kernel's cma_bind_loopback gives a loopback address the first active device
+    // (libfabric's verbs provider binds "localhost" for a passive endpoint).
+    let loopback_alias = ip.is_loopback() && !local.is_loopback();
+    if !ip.is_unspecified() && ip != local && !loopback_alias {
         return failed(
             rt,
             call,
@@ -1427,11 +1431,22 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     guard(-1, || {
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            return err(libc::EINVAL);
-        }
         // SAFETY: NULL or the caller's hints (rdma_getaddrinfo(3)).
         let h = unsafe { hints.as_ref() };
+        if res.is_null() {
+            return err(libc::EINVAL);
+        }
+        if node.is_null() && service.is_null() {
+            // librdmacm: without node and service, the result carries the hints' own
+            // addresses (libfabric's verbs provider passes its endpoints' addresses so).
+            return match h {
+                // SAFETY: the caller's out pointer and hints.
+                Some(h) if !h.ai_src_addr.is_null() || !h.ai_dst_addr.is_null() => unsafe {
+                    addrinfo_from_hints(h, res)
+                },
+                _ => err(libc::EINVAL),
+            };
+        }
         let flags = h.map_or(0, |h| h.ai_flags);
         let ps = h.map_or(0, |h| h.ai_port_space) as u32;
         let qp_type = h.map_or(0, |h| h.ai_qp_type) as u32;
@@ -1501,6 +1516,51 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         unsafe { *res = Box::into_raw(obj).cast() };
         0
     })
+}
+
+/// An rdma_addrinfo holding the hints' addresses.
+///
+/// # Safety
+/// `res` is the caller's out pointer; the hints' addresses are NULL or valid.
+unsafe fn addrinfo_from_hints(h: &rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> c_int {
+    // SAFETY: the hints' addresses (function contract).
+    let (src, dst) = unsafe { (from_c(h.ai_src_addr), from_c(h.ai_dst_addr)) };
+    let Some(family_of) = dst.or(src) else {
+        return err(libc::EAFNOSUPPORT);
+    };
+    // SAFETY: all-zero is a valid value of these C structures.
+    let mut obj: Box<AddrInfoObj> = Box::new(unsafe { std::mem::zeroed() });
+    obj.ai.ai_flags = h.ai_flags;
+    obj.ai.ai_family = if family_of.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    obj.ai.ai_qp_type = if h.ai_qp_type != 0 {
+        h.ai_qp_type
+    } else {
+        IBV_QPT_RC as c_int
+    };
+    obj.ai.ai_port_space = if h.ai_port_space != 0 {
+        h.ai_port_space
+    } else {
+        RDMA_PS_TCP as c_int
+    };
+    if let Some(a) = src {
+        let (st, len) = to_storage(a);
+        obj.src = st;
+        obj.ai.ai_src_len = len;
+        obj.ai.ai_src_addr = std::ptr::addr_of_mut!(obj.src).cast();
+    }
+    if let Some(a) = dst {
+        let (st, len) = to_storage(a);
+        obj.dst = st;
+        obj.ai.ai_dst_len = len;
+        obj.ai.ai_dst_addr = std::ptr::addr_of_mut!(obj.dst).cast();
+    }
+    // SAFETY: the caller's out pointer; freed by rdma_freeaddrinfo.
+    unsafe { *res = Box::into_raw(obj).cast() };
+    0
 }
 
 #[no_mangle]
