@@ -424,6 +424,10 @@ fn bind(rt: &Runtime, o: &IdObj, a: SocketAddr, call: &str) -> c_int {
             &format!("{ip} is not the softib device's address {local} (SOFTIB_ADDR)"),
         );
     }
+    // The id reports the device's address: on softib each process is its own host, so the
+    // address a peer must use is the device's (libfabric hands a passive endpoint's bound
+    // address to its peer).
+    let ip = if loopback_alias { local } else { ip };
     let mut st = o.state();
     if st.phase != Phase::Idle {
         return failed(rt, call, libc::EINVAL, &"the id is already bound");
