@@ -220,3 +220,78 @@ fn connect_to_a_port_nobody_listens_on_is_rejected_with_reason_8() {
         p.dump()
     );
 }
+
+/// libfabric's verbs provider finds RDMA devices behind the host's non-loopback
+/// interfaces, so this test makes its own user and network namespace (`unshare -rn`) with a
+/// veth pair, 10.77.0.1 and 10.77.0.2, and runs `fi_pingpong -p verbs -e msg -c` (data
+/// checked) between two softib devices there. Needs libfabric-bin, util-linux (unshare),
+/// iproute2 (ip) and unprivileged user namespaces.
+#[test]
+fn fi_pingpong_verbs_msg_endpoints() {
+    let fi = binary("fi_pingpong", "libfabric-bin");
+    let unshare = binary("unshare", "util-linux");
+    binary("ip", "iproute2");
+    let script = format!(
+        r#"set -e
+ip link add sv0 type veth peer name sv1
+ip addr add 10.77.0.1/24 dev sv0
+ip addr add 10.77.0.2/24 dev sv1
+ip link set lo up; ip link set sv0 up; ip link set sv1 up
+export LD_PRELOAD={so} SOFTIB_MTU=1024 SOFTIB_DEBUG=1
+SOFTIB_ADDR=10.77.0.1 timeout 60 {fi} -p verbs -e msg -I 200 -S 4096 -c > "$LOG_DIR/server.log" 2>&1 &
+server=$!
+i=0
+until grep -q "softib: rdma_cm: listening on port" "$LOG_DIR/server.log" || [ $i -ge 200 ]; do
+  sleep 0.05; i=$((i+1))
+done
+rc=0
+SOFTIB_ADDR=10.77.0.2 timeout 50 {fi} -p verbs -e msg -I 200 -S 4096 -c 10.77.0.1 > "$LOG_DIR/client.log" 2>&1 || rc=$?
+wait $server || rc=$((rc + 100))
+exit $rc
+"#,
+        so = common::shim_library().display(),
+        fi = fi.display(),
+    );
+    let dir = std::env::temp_dir().join(format!("softib-shim-fi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = std::process::Command::new(&unshare)
+        .args(["-rn", "sh", "-c", &script])
+        .env("LOG_DIR", &dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run unshare");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            // Killing unshare (by its PID) ends the namespace and the tools' timeouts.
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let (server, client) = (read("server.log"), read("client.log"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dump = format!(
+        "unshare: {:?}\n{}\n--- server:\n{server}\n--- client:\n{client}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "fi_pingpong over softib failed (a failing `ip link add` means this host gives \
+         no unprivileged user namespaces):\n{dump}"
+    );
+    for log in [&server, &client] {
+        // The figures row: size 4k, 200 sent, 200 acknowledged.
+        assert!(
+            log.lines().any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() >= 4 && c[0] == "4k" && c[1] == "200" && c[2] == "=200"
+            }),
+            "no result row:\n{dump}"
+        );
+    }
+}
