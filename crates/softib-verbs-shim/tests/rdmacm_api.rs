@@ -22,7 +22,7 @@ fn c_program_sees_rdma_cm_semantics() {
         .args(["-O1", "-Wall", "-o"])
         .arg(&exe)
         .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
+        .args(["-lrdmacm", "-libverbs", "-lpthread"])
         .output()
         .expect("cannot run `cc`: install gcc");
     assert!(

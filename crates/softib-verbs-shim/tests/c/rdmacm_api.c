@@ -4,17 +4,21 @@
  * address. It checks what the stock tools do not show: an O_NONBLOCK channel, the
  * CONNECT_REQUEST's new id and listen_id, private data in REQ, REP and REJ, REJECTED with
  * reason 28 (rdma_reject) and 8 (nobody listens), addresses and ports, data over the
- * connected QPs, DISCONNECTED on both sides, rdma_getaddrinfo and rdma_event_str.
+ * connected QPs, DISCONNECTED on both sides, rdma_getaddrinfo and rdma_event_str; then
+ * synchronous endpoints (rdma_create_ep, rdma_get_request, rdma_accept and rdma_connect
+ * without a channel) with the <rdma/rdma_verbs.h> helpers on the CQs rdma_create_qp made.
  * Exit status 0 and "rdmacm_api: all checks passed" on success. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 
 #define CHECK(cond, ...)                                                    \
 	do {                                                                \
@@ -89,6 +93,93 @@ static void connect_with(struct rdma_cm_id *id, const char *pd)
 		.responder_resources = 1, .initiator_depth = 1, .retry_count = 7,
 		.rnr_retry_count = 7 };
 	CHECK(rdma_connect(id, &cp) == 0, "rdma_connect: errno %d", errno);
+}
+
+/* ----- synchronous endpoints (a server thread and the main thread) ----- */
+
+static const char *sync_ip;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t listening = PTHREAD_COND_INITIALIZER;
+static int is_listening;
+
+static struct ibv_qp_init_attr ep_attr(void)
+{
+	struct ibv_qp_init_attr a = { .qp_type = IBV_QPT_RC, .sq_sig_all = 1,
+		.cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1,
+			 .max_recv_sge = 1 } };
+	return a;
+}
+
+static void *sync_server(void *arg)
+{
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP },
+			     *res;
+	struct ibv_qp_init_attr qa = ep_attr();
+	struct rdma_cm_id *listen_id, *id;
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	static char buf[32];
+	(void)arg;
+	CHECK(rdma_getaddrinfo(sync_ip, "7353", &hints, &res) == 0, "server getaddrinfo");
+	CHECK(rdma_create_ep(&listen_id, res, NULL, &qa) == 0, "create_ep passive: %d", errno);
+	rdma_freeaddrinfo(res);
+	CHECK(rdma_listen(listen_id, 1) == 0, "sync listen: %d", errno);
+	pthread_mutex_lock(&lock);
+	is_listening = 1;
+	pthread_cond_signal(&listening);
+	pthread_mutex_unlock(&lock);
+	CHECK(rdma_get_request(listen_id, &id) == 0, "rdma_get_request: %d", errno);
+	CHECK(id->qp && id->recv_cq && id->recv_cq_channel, "rdma_get_request made the QP");
+	CHECK(id->event && id->event->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+	      strcmp(id->event->param.conn.private_data, "sync-req") == 0,
+	      "the request is the new id's event");
+	mr = rdma_reg_msgs(id, buf, sizeof buf);
+	CHECK(mr, "rdma_reg_msgs");
+	CHECK(rdma_post_recv(id, NULL, buf, sizeof buf, mr) == 0, "rdma_post_recv");
+	CHECK(rdma_accept(id, NULL) == 0, "synchronous accept: %d", errno);
+	CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+	      "rdma_get_recv_comp (completion channel of the id's CQ)");
+	CHECK(strcmp(buf, "sync payload") == 0, "payload %s", buf);
+	rdma_dereg_mr(mr);
+	rdma_disconnect(id);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(listen_id);
+	return NULL;
+}
+
+static void sync_endpoints(const char *ip)
+{
+	pthread_t t;
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
+	struct ibv_qp_init_attr qa = ep_attr();
+	struct rdma_cm_id *id;
+	struct rdma_conn_param cp = { .private_data = "sync-req", .private_data_len = 9,
+		.retry_count = 7, .rnr_retry_count = 7 };
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	static char msg[32] = "sync payload";
+	sync_ip = ip;
+	CHECK(pthread_create(&t, NULL, sync_server, NULL) == 0, "pthread_create");
+	pthread_mutex_lock(&lock);
+	while (!is_listening)
+		pthread_cond_wait(&listening, &lock);
+	pthread_mutex_unlock(&lock);
+	CHECK(rdma_getaddrinfo(ip, "7353", &hints, &res) == 0, "client getaddrinfo");
+	CHECK(res->ai_dst_addr != NULL, "active rdma_addrinfo has the destination");
+	CHECK(rdma_create_ep(&id, res, NULL, &qa) == 0, "create_ep active: %d", errno);
+	rdma_freeaddrinfo(res);
+	CHECK(id->qp && id->send_cq_channel, "create_ep made the QP and its CQs");
+	CHECK(rdma_connect(id, &cp) == 0, "synchronous connect: %d", errno);
+	CHECK(id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED,
+	      "connect returns with ESTABLISHED in id->event");
+	mr = rdma_reg_msgs(id, msg, sizeof msg);
+	CHECK(mr && rdma_post_send(id, NULL, msg, sizeof msg, mr, 0) == 0, "rdma_post_send");
+	CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+	      "rdma_get_send_comp");
+	CHECK(pthread_join(t, NULL) == 0, "join");
+	rdma_dereg_mr(mr);
+	rdma_disconnect(id);
+	rdma_destroy_ep(id);
 }
 
 int main(int argc, char **argv)
@@ -224,6 +315,8 @@ int main(int argc, char **argv)
 
 	rdma_destroy_id(listener);
 	rdma_destroy_event_channel(ch);
+
+	sync_endpoints(ip);
 	printf("rdmacm_api: all checks passed\n");
 	return 0;
 }
