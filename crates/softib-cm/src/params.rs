@@ -55,7 +55,8 @@ pub struct ConnectParams {
     pub service_id: u64,
     /// Our QP.
     pub qpn: u32,
-    /// Our QP's first send PSN.
+    /// The PSN our QP expects to receive first (its rq_psn): the REQ's Starting PSN is
+    /// the PSN the passive side will send with (kernel `ib_send_cm_req`).
     pub starting_psn: u32,
     /// RC or UC.
     pub transport: TransportService,
@@ -127,7 +128,8 @@ impl ConnectParams {
 pub struct AcceptParams {
     /// Our QP.
     pub qpn: u32,
-    /// Our QP's first send PSN.
+    /// The PSN our QP expects to receive first (its rq_psn): the requester sends with it.
+    /// Our QP sends with the REQ's Starting PSN.
     pub starting_psn: u32,
     /// READ/atomic requests we take as responder (at most the REQ's initiator depth).
     pub responder_resources: u8,

@@ -1,5 +1,5 @@
 //! A softib device answers the Linux kernel's own CM MADs: the REQ and RTU that rdma_cm sent
-//! in the rxe capture (`ib_write_bw -R`, testdata/captures/rxe-write_bw_rdmacm-cm.pcap) are
+//! in the rxe capture (`ib_write_bw -R`, testdata/captures/cm/rxe-write_bw_rdmacm-cm.pcap) are
 //! replayed byte for byte (re-sealed for the loopback addresses) from a plain UDP socket
 //! into a softib listener, which must take the kernel's REQ as a connection request, answer
 //! with a REP to the kernel's communication ID and QPN, and establish on the kernel's RTU.
@@ -25,7 +25,7 @@ const ICRC_LEN: usize = 4;
 /// BTH + DETH + MAD of each frame of the capture extract (the UDP payload minus ICRC).
 fn captured_transport() -> Vec<Vec<u8>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/captures/rxe-write_bw_rdmacm-cm.pcap");
+        .join("../../testdata/captures/cm/rxe-write_bw_rdmacm-cm.pcap");
     let file = File::open(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let mut reader = PcapReader::new(file).unwrap();
     let mut out = Vec::new();
@@ -84,7 +84,8 @@ fn the_kernels_req_and_rtu_connect_to_a_softib_listener() {
         let qp = pd.create_qp(&cq, &cq, QpType::Rc).build().unwrap();
         let qpn = qp.qpn();
         let conn = request.accept(qp, b"from softib", T).unwrap();
-        (qpn, conn.qp().state())
+        let attr = conn.qp().query().unwrap();
+        (qpn, conn.qp().state(), attr.sq_psn, attr.rq_psn)
     });
 
     send_sealed(&kernel, server, kernel_req);
@@ -121,8 +122,14 @@ fn the_kernels_req_and_rtu_connect_to_a_softib_listener() {
     assert_eq!(&rtu[at..at + 4], &0xa0eb_9a6e_u32.to_be_bytes());
     send_sealed(&kernel, server, &rtu);
 
-    let (qpn, state) = server_thread.join().unwrap();
+    let (qpn, state, sq_psn, rq_psn) = server_thread.join().unwrap();
     assert_eq!(rep.local_qpn, qpn);
+    // Linux's PSN convention (kernel ib_send_cm_req sets the active side's rq_psn from the
+    // REQ's Starting PSN; in the capture the server's first SEND carries the REQ's PSN
+    // 0xe92f1e and the client's the REP's): the passive side sends with the REQ's PSN and
+    // expects the PSN its REP announces.
+    assert_eq!(sq_psn, 0xe9_2f1e);
+    assert_eq!(rq_psn, rep.starting_psn);
     assert_eq!(state, Some(softib_transport::QpState::Rts));
     let (cm, gsi) = hca.context().cm_counters();
     assert_eq!((gsi.cm_mads, cm.malformed_drops, cm.stale_drops), (2, 0, 0));

@@ -280,3 +280,26 @@ fn the_cm_exchange_on_the_wire_decodes_in_wireshark_with_valid_icrcs() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A peer that never answers: the caller's timeout ends the wait, and the CM forgets the
+/// connection (its REQ cancelled with a REJ, as ib_cm does), so nothing keeps resending.
+#[test]
+fn connecting_to_a_silent_address_times_out_and_leaves_no_state() {
+    let client = side("127.0.71.1");
+    // Nothing listens on 127.0.71.9: the REQs go nowhere.
+    let qp = client
+        .pd
+        .create_qp(&client.cq, &client.cq, QpType::Rc)
+        .build()
+        .unwrap();
+    let target: SocketAddr = "127.0.71.9:18515".parse().unwrap();
+    let started = std::time::Instant::now();
+    match CmConnection::connect(qp, target, b"", Duration::from_millis(300)) {
+        Err(CmApiError::TimedOut) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (cm, gsi) = client.hca.context().cm_counters();
+    // The REQ, then the REJ that cancelled it; no resend (the first wait is 6.4 s).
+    assert_eq!((gsi.tx_packets, cm.retransmits), (2, 0));
+}

@@ -281,8 +281,12 @@ impl ConnectRequest {
         o.mtu = mtu;
         let (responder_resources, initiator_depth, rnr) =
             (o.max_dest_rd_atomic, o.max_rd_atomic, o.rnr_retry);
-        let remote = peer_endpoint(ctx, peer, req.local_qpn, req.starting_psn, mtu);
-        let psn = qp.psn();
+        // IBA 12.7 / kernel cm.c: the REQ's Starting PSN is what we send with; we expect
+        // our own (random) PSN, announced in the REP.
+        let expected = qp.psn();
+        qp.set_psn(req.starting_psn);
+        let remote = peer_endpoint(ctx, peer, req.local_qpn, expected, mtu);
+        let psn = expected;
         let qpn = qp.qpn();
         let queue_pair = match qp.handshake(&remote) {
             Ok(q) => q,
@@ -466,7 +470,10 @@ impl CmConnection {
         opts.max_rd_atomic = opts.max_rd_atomic.min(rep.responder_resources);
         opts.rnr_retry = rep.rnr_retry_count;
         opts.mtu = mtu;
-        let remote = peer_endpoint(ctx, peer.ip(), rep.local_qpn, rep.starting_psn, mtu);
+        // We expect the PSN our REQ announced, and send with the REP's.
+        let expected = qp.psn();
+        qp.set_psn(rep.starting_psn);
+        let remote = peer_endpoint(ctx, peer.ip(), rep.local_qpn, expected, mtu);
         let queue_pair = match qp.handshake(&remote) {
             Ok(q) => q,
             Err(e) => {

@@ -220,6 +220,11 @@ impl PreparedQueuePair {
         &self.qp
     }
 
+    /// Sets the PSN our first request will carry (the CM learns it from the peer).
+    pub(crate) fn set_psn(&mut self, psn: u32) {
+        self.psn = psn & 0x00FF_FFFF;
+    }
+
     /// The connection options `handshake` will use (the CM narrows them to what the peer
     /// offers).
     pub(crate) fn options_mut(&mut self) -> &mut ConnectOptions {

@@ -182,7 +182,9 @@ pub struct CmReq {
     pub transport_service: TransportService,
     /// End-to-end flow control (credits in the AETH).
     pub end_to_end_flow_control: bool,
-    /// The sender's first send PSN (the receiver's expected PSN), 24 bits.
+    /// The PSN the sender expects to receive first, i.e. the receiver's first send PSN, 24
+    /// bits (Linux: the active side's rq_psn and the passive side's sq_psn; kernel
+    /// `ib_send_cm_req`, confirmed by the rxe capture's first SENDs).
     pub starting_psn: u32,
     /// How long the sender takes to answer, exponent, 5 bits.
     pub local_cm_response_timeout: u8,
@@ -342,7 +344,8 @@ pub struct CmRep {
     pub local_qpn: u32,
     /// The replier's EE context (RD only), 24 bits.
     pub local_eecn: u32,
-    /// The replier's first send PSN, 24 bits.
+    /// The PSN the replier expects to receive first, i.e. the requester's first send PSN,
+    /// 24 bits (the passive side's rq_psn, the active side's sq_psn).
     pub starting_psn: u32,
     /// READ/atomic requests the replier accepts as responder (at most the REQ's
     /// initiator depth).

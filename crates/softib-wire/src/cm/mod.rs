@@ -232,7 +232,7 @@ impl CmMessage {
 
 #[cfg(test)]
 pub(crate) mod capture {
-    //! The CM MADs of testdata/captures/rxe-write_bw_rdmacm.pcap (Linux 6.1 rxe, rdma-core
+    //! The CM MADs of testdata/captures/cm/rxe-write_bw_rdmacm-cm.pcap (Linux 6.1 rxe, rdma-core
     //! 44, `ib_write_bw -R`; client 10.99.0.2, server 10.99.0.1), as hex.
 
     /// Frame 1: the client's REQ.
