@@ -1036,7 +1036,9 @@ pub unsafe extern "C" fn rdma_accept(
             let rtr = RtrParams {
                 ah: cmqp::peer_ah(peer_ip, req.primary_path.flow_label, st.tos),
                 dest_qpn: req.local_qpn,
-                rq_psn: req.starting_psn,
+                // The REP announces the PSN we receive from; we send with the REQ's
+                // (a Starting PSN is what its sender expects to receive, as Linux does).
+                rq_psn: st.psn,
                 mtu,
                 max_dest_rd_atomic: resp,
             };
@@ -1047,7 +1049,7 @@ pub unsafe extern "C" fn rdma_accept(
             };
             let rts = cmqp::rts_attr(
                 qp_type,
-                st.psn,
+                req.starting_psn,
                 timeout,
                 req.retry_count,
                 req.rnr_retry_count,
@@ -1223,6 +1225,9 @@ fn migrate(o: &IdObj, new: *mut rdma_event_channel, sync: bool) {
     }
     c.channel = new;
     o.state().sync = sync;
+    o.librdmacm_private
+        .sync
+        .store(i32::from(sync), std::sync::atomic::Ordering::Relaxed);
     if was_sync && !old.is_null() && old != new {
         // SAFETY: the id's own former channel.
         unsafe { rdma_destroy_event_channel(old) };
@@ -1737,13 +1742,23 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
                     &RtrParams {
                         ah: cmqp::peer_ah(peer, req.primary_path.flow_label, st.tos),
                         dest_qpn: req.local_qpn,
-                        rq_psn: req.starting_psn,
+                        rq_psn: st.psn,
                         mtu: req.path_mtu.clamp(1, device_mtu_code(rt)),
                         max_dest_rd_atomic: req.initiator_depth,
                     },
                 )
             }
-            cmqp::IBV_QPS_RTS => cmqp::rts_attr(qp_type, st.psn, st.ack_timeout, 7, 7, 0),
+            cmqp::IBV_QPS_RTS => {
+                let Some(send_psn) = st.send_psn else {
+                    return failed(
+                        rt,
+                        "rdma_init_qp_attr",
+                        libc::EINVAL,
+                        &"RTS attributes are known once the peer's REQ or REP arrived",
+                    );
+                };
+                cmqp::rts_attr(qp_type, send_psn, st.ack_timeout, 7, 7, 0)
+            }
             s => {
                 return failed(
                     rt,

@@ -293,7 +293,8 @@ fn new_passive_id(
         sidr: None,
         req: None,
         sidr_req: None,
-        psn: rt.shared.net.random_psn(),
+        psn: rt.shared.net.random_psn() & 0xFF_FFFF,
+        send_psn: None,
         rd_atomic: (0, 0),
         tos: lst.tos,
         ack_timeout: lst.ack_timeout,
@@ -339,6 +340,7 @@ fn connect_request(
     {
         let mut st = child.state();
         st.conn = Some(conn);
+        st.send_psn = Some(req.starting_psn);
         st.req = Some(req.clone());
     }
     rt.owners().conns.insert(conn, Addr(child.c() as usize));
@@ -364,6 +366,7 @@ fn connect_request(
 /// The REP to our REQ: with a QP, ready it and send the RTU (ESTABLISHED); without,
 /// report CONNECT_RESPONSE for rdma_establish.
 fn connect_reply(rt: &'static Runtime, id: &IdObj, conn: ConnId, rep: Box<CmRep>) {
+    id.state().send_psn = Some(rep.starting_psn);
     // SAFETY: the id's C view is live (looked up in the owners map).
     let (qp_ptr, qp_type) = unsafe { ((*id.c()).qp, (*id.c()).qp_type) };
     let mut e = if qp_ptr.is_null() {
@@ -420,13 +423,16 @@ fn ready_active_qp(
     let rtr = RtrParams {
         ah: qp::peer_ah(dst.ip(), flow, st.tos),
         dest_qpn: rep.local_qpn,
-        rq_psn: rep.starting_psn,
+        // A REQ's or REP's Starting PSN is what its sender expects to receive (kernel
+        // ib_send_cm_req / cm_init_qp_rtr_attr, docs/design/cm.md): we receive from the
+        // PSN our REQ announced and send with the REP's.
+        rq_psn: st.psn,
         mtu: device_mtu_code(rt),
         max_dest_rd_atomic: st.rd_atomic.0.min(rep.initiator_depth),
     };
     let rts = qp::rts_attr(
         qp_type,
-        st.psn,
+        rep.starting_psn,
         st.ack_timeout,
         7,
         rep.rnr_retry_count,

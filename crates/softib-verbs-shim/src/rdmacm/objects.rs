@@ -162,8 +162,10 @@ pub struct IdState {
     pub req: Option<Box<CmReq>>,
     /// The SIDR_REQ that created this passive UD id.
     pub sidr_req: Option<Box<CmSidrReq>>,
-    /// Our QP's first send PSN.
+    /// The PSN our QP expects to receive first (announced in our REQ or REP).
     pub psn: u32,
+    /// The PSN our QP sends with first: the peer's REQ/REP Starting PSN, once known.
+    pub send_psn: Option<u32>,
     /// READ/atomic limits asked for at connect (responder, initiator).
     pub rd_atomic: (u8, u8),
     /// rdma_set_option(TOS).
@@ -183,6 +185,9 @@ pub struct IdState {
 pub struct IdObj {
     /// C view (the application reads and writes fields such as `context` and `qp`).
     pub id: UnsafeCell<rdma_cm_id>,
+    /// What librdmacm keeps after the `rdma_cm_id` (`struct cma_id_private` of cma.c):
+    /// librdmacm's own rsocket code, which runs on these ids, reads it.
+    pub librdmacm_private: CmaIdPrivate,
     /// The rest.
     pub state: Mutex<IdState>,
 }
@@ -215,6 +220,39 @@ impl IdObj {
     pub fn report(&self, ev: Box<EventObj>) {
         if let Some(ch) = self.channel() {
             ch.push(ev);
+        }
+    }
+}
+
+/// The start of librdmacm's `struct cma_id_private` after its `rdma_cm_id` (rdma-core 44
+/// cma.c). librdmacm's rsocket code calls librdmacm internals on our ids: `ucma_max_qpsize`
+/// follows `cma_dev` unless it is NULL, and `ucma_complete` waits for the id's event only if
+/// `sync` is set (then through `rdma_get_cm_event`, which is ours). So `cma_dev` and the
+/// pending-connect fields stay zero and `sync` mirrors whether the id is synchronous.
+#[repr(C)]
+pub struct CmaIdPrivate {
+    cma_dev: usize,
+    connect: usize,
+    connect_len: usize,
+    events_completed: i32,
+    connect_error: i32,
+    /// Mirrors [`IdState::sync`].
+    pub sync: std::sync::atomic::AtomicI32,
+    /// The rest of the structure (condition variable, mutex, handle, ...), never read for
+    /// our ids by the code paths above; zero.
+    rest: [u64; 24],
+}
+
+impl CmaIdPrivate {
+    fn new(sync: bool) -> CmaIdPrivate {
+        CmaIdPrivate {
+            cma_dev: 0,
+            connect: 0,
+            connect_len: 0,
+            events_completed: 0,
+            connect_error: 0,
+            sync: std::sync::atomic::AtomicI32::new(i32::from(sync)),
+            rest: [0; 24],
         }
     }
 }
@@ -331,6 +369,7 @@ pub fn new_id(
     qp_type: u32,
     state: IdState,
 ) -> &'static IdObj {
+    let sync = state.sync;
     // SAFETY: rdma_route is plain old data (addresses and a pointer); all-zero is the
     // unbound route librdmacm starts with.
     let route: rdma_route = unsafe { std::mem::zeroed() };
@@ -352,6 +391,7 @@ pub fn new_id(
             pd: std::ptr::null_mut(),
             qp_type,
         }),
+        librdmacm_private: CmaIdPrivate::new(sync),
         state: Mutex::new(state),
     });
     let obj: &'static IdObj = Box::leak(obj);
@@ -395,6 +435,7 @@ pub fn fresh_state(rt: &Runtime, ps: PortSpace, sync: bool) -> IdState {
         req: None,
         sidr_req: None,
         psn: rt.shared.net.random_psn() & 0xFF_FFFF,
+        send_psn: None,
         rd_atomic: (0, 0),
         tos: 0,
         ack_timeout: 19,
