@@ -550,6 +550,26 @@ impl Context {
         }
     }
 
+    /// Runs `f` on the device's CM with the driver's time, then sends what it queued. For a
+    /// consumer that drives the CM itself and takes all its events with
+    /// [`Context::wait_cm_event`] (the verbs shim's librdmacm layer); the per-connection
+    /// [`crate::verbs::CmListener`] API must not be used on the same device then.
+    pub fn with_cm<T>(
+        &self,
+        f: impl FnOnce(&mut softib_cm::Cm, softib_transport::Nanos) -> T,
+    ) -> T {
+        self.with_driver(|d| {
+            let now = d.now();
+            f(d.gsi_mut().cm_mut(), now)
+        })
+    }
+
+    /// Waits up to `timeout` for the CM's next event, whichever connection, listener or
+    /// SIDR request it is for (see [`Context::with_cm`]).
+    pub fn wait_cm_event(&self, timeout: Duration) -> Option<softib_cm::CmEvent> {
+        self.wait_for(timeout, |d| d.gsi_mut().cm_mut().poll_event())
+    }
+
     /// The engine's counters and the driver's.
     pub fn counters(&self) -> (DeviceCounters, DriverCounters) {
         let d = self.lock();

@@ -13,7 +13,9 @@
 //! between C values and engine values; `unsafe` lives only in `raw_memory` (the engine's
 //! view of application buffers), `sys` (eventfd), `ffi` (the exported C functions) and
 //! `interpose` (the libc file calls that lead sysfs and `/dev/infiniband` paths into the
-//! device view, [`view`]), with a `// SAFETY:` comment on every block.
+//! device view, [`view`]), with a `// SAFETY:` comment on every block. [`rdmacm`] is the
+//! librdmacm layer (rdma_cm ids and events on softib's CM); its unsafe modules are named in
+//! its documentation.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -31,6 +33,7 @@ mod interpose;
 mod objects;
 mod process_memory;
 mod raw_memory;
+pub mod rdmacm;
 mod sys;
 mod validate;
 pub mod view;

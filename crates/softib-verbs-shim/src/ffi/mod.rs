@@ -14,10 +14,13 @@ mod domain;
 mod mw;
 mod qp;
 mod qp_ex;
+mod rdmacm;
 mod resources;
 mod slots;
 mod unsupported;
 mod xrc;
+
+pub(crate) use rdmacm::{alloc_pd_for_rdmacm, modify_qp_for_rdmacm, open_for_rdmacm, shared_of};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

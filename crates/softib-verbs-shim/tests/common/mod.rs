@@ -139,6 +139,37 @@ pub fn run_pair(
     deadline: Duration,
     attempts: u32,
 ) -> Pair {
+    run_pair_ready(
+        slot,
+        program,
+        server_args,
+        client_args,
+        deadline,
+        attempts,
+        Ready::TcpListen,
+    )
+}
+
+/// When the client may start.
+#[derive(Clone, Copy, Debug)]
+pub enum Ready {
+    /// The server listens on TCP `tcp_port(slot)` (an out-of-band exchange).
+    TcpListen,
+    /// The server's log has this line (an rdma_cm server: the shim's `SOFTIB_DEBUG` line
+    /// for rdma_listen).
+    LogLine(&'static str),
+}
+
+/// [`run_pair`], starting the client when `ready` says the server is.
+pub fn run_pair_ready(
+    slot: u8,
+    program: &Path,
+    server_args: &[String],
+    client_args: &[String],
+    deadline: Duration,
+    attempts: u32,
+    ready: Ready,
+) -> Pair {
     let dir = std::env::temp_dir().join(format!("softib-shim-{}-{slot}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let server_addr = format!("127.77.{slot}.1");
@@ -150,7 +181,11 @@ pub fn run_pair(
         let start = Instant::now();
         let end = start + deadline;
         let mut server = spawn(program, server_args, &server_addr, &slog);
-        while !listening(port) && Instant::now() < end {
+        let is_ready = || match ready {
+            Ready::TcpListen => listening(port),
+            Ready::LogLine(l) => std::fs::read_to_string(&slog).is_ok_and(|t| t.contains(l)),
+        };
+        while !is_ready() && Instant::now() < end {
             if let Ok(Some(_)) = server.try_wait() {
                 break;
             }
