@@ -38,23 +38,8 @@ fn softib() -> PathBuf {
 /// `softib run --shim <this build's shim> -- program args`, with `env` set and nothing
 /// of the test's own environment that would steer the device.
 fn command(program: &str, package: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
-    command_at(None, program, package, args, env)
-}
-
-/// [`command`] with the device on `addr` (`softib run --addr`), for a peer that must find
-/// it by address (rdma_cm).
-fn command_at(
-    addr: Option<&str>,
-    program: &str,
-    package: &str,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Command {
     let mut c = Command::new(softib());
     c.arg("run").arg("--shim").arg(shim_library());
-    if let Some(a) = addr {
-        c.arg("--addr").arg(a);
-    }
     c.arg("--")
         .arg(binary(program, package))
         .args(args)
@@ -354,59 +339,12 @@ fn fi_pingpong_verbs_rdm() {
     eprintln!("fi_pingpong 4k: {row}");
 }
 
-/// qperf's RC tests over rdma_cm (`-cm1`), as qperf is run on RoCE: the client connects
-/// to the server's device address through the CM, and the test reports its figure.
-fn qperf_over_rdma_cm(slot: u16, test: &str, figure: &str) {
-    let port = 13720 + slot;
-    let p = port.to_string();
-    let (saddr, caddr) = (
-        format!("127.77.93.{}", 2 * slot + 1),
-        format!("127.77.93.{}", 2 * slot + 2),
-    );
-    let server = || command_at(Some(&saddr), "qperf", "qperf", &["-lp", &p], &[]);
-    let client = || {
-        command_at(
-            Some(&caddr),
-            "qperf",
-            "qperf",
-            &["-lp", &p, "-cm1", "-t", "2", &saddr, test],
-            &[],
-        )
-    };
-    let pair = run_pair(&format!("qperf-cm-{slot}"), port, server, client);
-    assert!(pair.1.ok(), "qperf -cm1 {test}:\n{}", dump(&pair));
-    let line = pair
-        .1
-        .output
-        .lines()
-        .find(|l| l.trim_start().starts_with(figure))
-        .unwrap_or_else(|| panic!("qperf -cm1 {test} printed no {figure}:\n{}", dump(&pair)));
-    let value: f64 = line
-        .split('=')
-        .nth(1)
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("qperf -cm1 {test}: {line:?}"));
-    assert!(value > 0.0, "qperf -cm1 {test}: {line}");
-    eprintln!("qperf -cm1 {test}: {}", line.trim());
-}
-
-#[test]
-fn qperf_rc_bw_over_rdma_cm() {
-    qperf_over_rdma_cm(1, "rc_bw", "bw");
-}
-
-#[test]
-fn qperf_rc_lat_over_rdma_cm() {
-    qperf_over_rdma_cm(2, "rc_lat", "latency");
-}
-
 /// qperf's RC tests end as they do on Linux RoCE (rxe, or a RoCE NIC): qperf 0.4.11
 /// connects without rdma_cm unless given `-cm1`, and then builds its address vector without
 /// a GRH (it never queries a GID), which a RoCE port refuses at RTR with EINVAL
 /// (rdma_check_ah_attr in the kernel; the shim says why with SOFTIB_DEBUG=1). What is
 /// asserted is that outcome, promptly and cleanly on both sides: no hang, no crash, the
-/// kernel's errno. qperf over RoCE needs `-cm1`, i.e. rdma_cm (the tests above).
+/// kernel's errno. qperf over RoCE needs `-cm1`, i.e. rdma_cm (docs/verbs-shim.md).
 fn qperf_refused_at_rtr(slot: u16, test: &str) {
     let port = 13700 + slot;
     let p = port.to_string();

@@ -743,7 +743,12 @@ fn create_qp(rt: &Runtime, o: &IdObj, pd: *mut ibv_pd, attr: &mut ibv_qp_init_at
     c.qp = qp;
     c.pd = pd;
     c.qp_type = attr.qp_type;
-    o.state().own_cqs |= own_cqs;
+    {
+        let mut st = o.state();
+        st.own_cqs |= own_cqs;
+        // SAFETY: the QP just created (ours).
+        st.qpn = Some(unsafe { (*qp).qp_num });
+    }
     0
 }
 
@@ -774,6 +779,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
         unsafe {
             let c = &mut *o.c();
             if !c.qp.is_null() {
+                o.state().qpn = None;
                 super::qp::ibv_destroy_qp(c.qp);
                 c.qp = std::ptr::null_mut();
             }

@@ -170,8 +170,7 @@ fn handle(rt: &'static Runtime, ev: CmEvent) {
                 st.phase = Phase::Down;
                 was
             };
-            // SAFETY: the id's QP is NULL or one of ours (rdma_create_qp).
-            unsafe { qp::to_error((*id.c()).qp) };
+            qp::to_error_by_number(rt, id.state().qpn);
             if !was_connected {
                 return;
             }
@@ -259,8 +258,7 @@ fn went_down(rt: &Runtime, id: &IdObj, conn: ConnId) {
         st.conn = None;
         st.phase = Phase::Down;
     }
-    // SAFETY: the id's QP is NULL or one of ours.
-    unsafe { qp::to_error((*id.c()).qp) };
+    qp::to_error_by_number(rt, id.state().qpn);
 }
 
 /// A new id for a request that reached `listen` (kernel `cma_ib_new_conn_id`): the
@@ -301,6 +299,7 @@ fn new_passive_id(
         sync: false,
         ep_qp_init: None,
         own_cqs: false,
+        qpn: None,
     };
     drop(lst);
     // SAFETY: the listener's C view is live (looked up in the owners map).

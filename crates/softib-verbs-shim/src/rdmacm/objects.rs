@@ -178,6 +178,11 @@ pub struct IdState {
     pub ep_qp_init: Option<(usize, ibv_qp_init_attr)>,
     /// CQs and channels rdma_create_qp made for the id (destroyed with its QP).
     pub own_cqs: bool,
+    /// The number of the QP rdma_create_qp made for the id. The CM event thread puts a
+    /// failed or disconnected connection's QP in error by this number, never through the
+    /// application's `id->qp`: the application may destroy that QP at any moment (rping
+    /// does, with ibv_destroy_qp), and the engine refuses a number whose QP is gone.
+    pub qpn: Option<u32>,
 }
 
 /// An rdma_cm id.
@@ -442,5 +447,6 @@ pub fn fresh_state(rt: &Runtime, ps: PortSpace, sync: bool) -> IdState {
         sync,
         ep_qp_init: None,
         own_cqs: false,
+        qpn: None,
     }
 }

@@ -153,7 +153,23 @@ pub unsafe fn modify(qp: *mut ibv_qp, (mut attr, mask): (ibv_qp_attr, u32)) -> R
     }
 }
 
-/// Moves `qp` to the error state (rdma_disconnect, a failed connection).
+/// Moves the QP numbered `qpn` to the error state from the CM event thread (a failed or
+/// disconnected connection). A QP the application already destroyed is refused by the
+/// engine, which is fine: there is nothing left to stop.
+pub fn to_error_by_number(rt: &super::objects::Runtime, qpn: Option<u32>) {
+    if let Some(qpn) = qpn {
+        let attr = softib_transport::QpAttr {
+            qp_state: softib_transport::QpState::Err,
+            ..Default::default()
+        };
+        let _ = rt
+            .shared
+            .net
+            .modify_qp(qpn, &attr, softib_transport::QpAttrMask::STATE);
+    }
+}
+
+/// Moves `qp` to the error state (rdma_disconnect, from the application's own thread).
 ///
 /// # Safety
 /// `qp` is NULL or a QP of this library.
