@@ -5,13 +5,15 @@
 //!
 //! Structure: a calendar of `BUCKETS` buckets of `2^WIDTH_SHIFT` ps (about 1 ns, 4.2 us of
 //! horizon) in front of a binary heap for events beyond the horizon (flow-control refreshes,
-//! engine timers). A later bucket is an unsorted singly linked list threaded through one
-//! shared slab of slots (`heads[bucket]` -> slot -> slot ...; freed slots are reused last in,
-//! first out); when a bucket's turn comes its list is moved into the active run, sorted once
-//! and read front to back with a cursor (an event scheduled into the running nanosecond is
-//! inserted at its place, nearly always the back). A two-level bitmap finds the next
-//! non-empty bucket. Scheduling an event so touches the 16 KiB head array and a recently
-//! freed, cache-hot slot; the earlier version kept one vector per bucket, 4096 separate
+//! engine timers). A later bucket is an unsorted list of chunks of four entries, threaded
+//! through one shared slab (`heads[bucket]` -> chunk being filled -> full chunk ...; freed
+//! chunks are reused last in, first out); when a bucket's turn comes its entries are moved
+//! into the active run, sorted once and read front to back with a cursor (an event
+//! scheduled into the running nanosecond is inserted at its place, nearly always the back).
+//! A two-level bitmap finds the next non-empty bucket. Scheduling an event into a sparse
+//! bucket so touches the 16 KiB head array and a recently freed, cache-hot chunk; a dense
+//! bucket (tens of thousands of events pending on a large fabric) is read a chunk, two or
+//! three cache lines, at a time. The earlier version kept one vector per bucket, 4096 separate
 //! heap buffers visited in rotation, and scheduling was 14% of a 1 -> 1 run's time
 //! (`perf record`), nearly all cache misses. A large fabric keeps tens of thousands of
 //! events pending, nearly all within a microsecond (serialization, propagation, flow
@@ -47,12 +49,16 @@ impl<E> Entry<E> {
     }
 }
 
-/// An entry waiting in a bucket's list: the entry's fields and the next slot of the list,
-/// side by side so that a slot of a 12-byte event is 32 bytes, as the entry alone is.
+/// Entries per chunk of a bucket's list.
+const CHUNK: usize = 4;
+
+/// A piece of a bucket's list: up to `CHUNK` entries side by side (a dense bucket of a large
+/// fabric is read a few cache lines at a time, not one line per entry) and the bucket's
+/// previous, full chunk.
 #[derive(Clone, Copy)]
-struct Slot<E> {
-    key: u128,
-    event: E,
+struct Chunk<E> {
+    entries: [Entry<E>; CHUNK],
+    len: u32,
     next: u32,
 }
 
@@ -83,10 +89,11 @@ pub struct EventQueue<E> {
     active: Vec<Entry<E>>,
     head: usize,
     /// Entries of buckets base+1 .. base+BUCKETS-1, at index bucket % BUCKETS.
-    /// First slot of each bucket's list, `NIL` when the bucket is empty.
+    /// The chunk each bucket's list starts with (the one being filled), `NIL` when the
+    /// bucket is empty.
     heads: Vec<u32>,
-    /// The lists' slots; free ones are chained from `free`.
-    slots: Vec<Slot<E>>,
+    /// The lists' chunks; free ones are chained from `free`.
+    chunks: Vec<Chunk<E>>,
     free: u32,
     bitmap: [u64; WORDS],
     /// Bit w set when `bitmap[w]` is non-zero: finding the next bucket is two bit scans.
@@ -113,7 +120,7 @@ impl<E: Copy> EventQueue<E> {
             active: Vec::new(),
             head: 0,
             heads: vec![NIL; BUCKETS],
-            slots: Vec::new(),
+            chunks: Vec::new(),
             free: NIL,
             bitmap: [0; WORDS],
             summary: 0,
@@ -146,21 +153,28 @@ impl<E: Copy> EventQueue<E> {
             }
         } else if b < self.base + BUCKETS as u64 {
             let i = (b % BUCKETS as u64) as usize;
-            let slot = Slot {
-                key: e.key,
-                event: e.event,
-                next: self.heads[i],
-            };
-            let s = if self.free != NIL {
-                let s = self.free;
-                self.free = self.slots[s as usize].next;
-                self.slots[s as usize] = slot;
-                s
+            let h = self.heads[i];
+            if h != NIL && (self.chunks[h as usize].len as usize) < CHUNK {
+                let c = &mut self.chunks[h as usize];
+                c.entries[c.len as usize] = e;
+                c.len += 1;
             } else {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            };
-            self.heads[i] = s;
+                let chunk = Chunk {
+                    entries: [e; CHUNK],
+                    len: 1,
+                    next: h,
+                };
+                let c = if self.free != NIL {
+                    let c = self.free;
+                    self.free = self.chunks[c as usize].next;
+                    self.chunks[c as usize] = chunk;
+                    c
+                } else {
+                    self.chunks.push(chunk);
+                    (self.chunks.len() - 1) as u32
+                };
+                self.heads[i] = c;
+            }
             self.bitmap[i / 64] |= 1 << (i % 64);
             self.summary |= 1 << (i / 64);
             self.ring_len += 1;
@@ -189,18 +203,16 @@ impl<E: Copy> EventQueue<E> {
                     self.summary &= !(1 << (i / 64));
                 }
                 // The bucket's list becomes the run (in the spent run's emptied buffer); its
-                // slots go back to the free list.
-                let mut s = std::mem::replace(&mut self.heads[i], NIL);
-                while s != NIL {
-                    let slot = &mut self.slots[s as usize];
-                    self.active.push(Entry {
-                        key: slot.key,
-                        event: slot.event,
-                    });
-                    let next = slot.next;
-                    slot.next = self.free;
-                    self.free = s;
-                    s = next;
+                // chunks go back to the free list.
+                let mut c = std::mem::replace(&mut self.heads[i], NIL);
+                while c != NIL {
+                    let chunk = &mut self.chunks[c as usize];
+                    self.active
+                        .extend_from_slice(&chunk.entries[..chunk.len as usize]);
+                    let next = chunk.next;
+                    chunk.next = self.free;
+                    self.free = c;
+                    c = next;
                 }
                 self.ring_len -= self.active.len();
                 if self.active.len() > 1 {
@@ -275,7 +287,7 @@ impl<E: Copy> EventQueue<E> {
     pub fn memory_bytes(&self) -> usize {
         let entry = std::mem::size_of::<Entry<E>>();
         (self.active.capacity() + self.overflow.capacity()) * entry
-            + self.slots.capacity() * std::mem::size_of::<Slot<E>>()
+            + self.chunks.capacity() * std::mem::size_of::<Chunk<E>>()
             + self.heads.len() * std::mem::size_of::<u32>()
     }
 
