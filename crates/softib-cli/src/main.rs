@@ -8,6 +8,7 @@ mod decode;
 mod device;
 mod perftest;
 mod pingpong;
+mod serve;
 mod sim;
 
 use std::process::ExitCode;
