@@ -214,18 +214,23 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     // CapabilityMask: IsExtendedSpeedsSupported (bit 14), IsCapabilityMask2Supported (15).
     put_u32(out, 20, (1 << 14) | (1 << 15));
     out[28] = if switch { in_port } else { port };
+    // A simulated port supports exactly the width and speed of its cable (supported =
+    // enabled = active), so tools never report that a link "could be" faster.
     let w = width_code(pv.rate.width);
     out[29] = w; // LinkWidthEnabled
-    out[30] = 1 | 2 | 4 | 8 | 16; // LinkWidthSupported: every width
+    out[30] = w; // LinkWidthSupported
     out[31] = w; // LinkWidthActive
     let (speed, ext) = speed_codes(pv.rate.speed);
+    // Supported speeds: every speed up to the active one (bit masks of §14.2.5.6).
+    let speed_mask = (speed << 1) - 1;
+    let ext_mask = if ext == 0 { 0 } else { (ext << 1) - 1 };
     let up = pv.link_up && (port == 0 || pv.peer.is_some());
     // PortState: 4 Active, 1 Down; PortPhysicalState: 5 LinkUp, 2 Polling.
     let (state, phys) = if up { (4u8, 5u8) } else { (1, 2) };
-    out[32] = (0x7 << 4) | state; // LinkSpeedSupported SDR|DDR|QDR
+    out[32] = (speed_mask << 4) | state; // LinkSpeedSupported, PortState
     out[33] = (phys << 4) | 2; // LinkDownDefaultState Polling
     out[34] = 0; // M_KeyProtectBits 0, LMC 0
-    out[35] = (if up { speed } else { 0 } << 4) | 0x7; // LinkSpeedActive, LinkSpeedEnabled
+    out[35] = (if up { speed } else { 0 } << 4) | speed_mask; // LinkSpeedActive, Enabled
     out[36] = (5 << 4) | 0; // NeighborMTU 4096, MasterSMSL 0
     out[37] = vls_code(subnet.vl_cap) << 4; // VLCap, InitType
     let q = subnet.port_qos(node, port);
@@ -240,8 +245,8 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     out[52] = 18; // RespTimeValue
     // CapabilityMask2 (IBA §14.2.5.6, bit 10: IsLinkSpeedNDRSupported).
     put_u16(out, 60, 1 << 10);
-    out[62] = (if up { ext } else { 0 } << 4) | 0xf; // LinkSpeedExtActive, ExtSupported
-    out[63] = 0x1f; // LinkSpeedExtEnabled
+    out[62] = (if up { ext } else { 0 } << 4) | ext_mask; // LinkSpeedExtActive, Supported
+    out[63] = ext_mask; // LinkSpeedExtEnabled
 }
 
 fn switch_info(subnet: &Subnet, node: usize, out: &mut [u8; 64]) {
