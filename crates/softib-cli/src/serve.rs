@@ -33,8 +33,8 @@ pub fn run(args: &SimArgs) -> Result<()> {
     if let Some(path) = &args.replay {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read MAD log {}", path.display()))?;
-        let log = mad_log::parse(&text)
-            .map_err(|e| anyhow::anyhow!("in {}: {e}", path.display()))?;
+        let log =
+            mad_log::parse(&text).map_err(|e| anyhow::anyhow!("in {}: {e}", path.display()))?;
         let (name, subnet) = frozen(args, Some(log.at_ps))?;
         if name != log.scenario {
             bail!(
@@ -55,7 +55,11 @@ pub fn run(args: &SimArgs) -> Result<()> {
             emit(&format!("  line {line}: {what}\n"))?;
         }
         if r.identical != r.replayed {
-            bail!("{} of {} responses differ", r.replayed - r.identical, r.replayed);
+            bail!(
+                "{} of {} responses differ",
+                r.replayed - r.identical,
+                r.replayed
+            );
         }
         return Ok(());
     }

@@ -115,7 +115,13 @@ fn directed_route(subnet: &Subnet, from: PortAddr, m: &mut Mad) -> Result<(usize
 /// Follows the forwarding tables from `from` to the owner of `dlid` (IBA §18.2.4.3.2);
 /// returns the destination node and its receiving port (0 for a switch's own LID).
 pub fn lid_route(subnet: &Subnet, from: PortAddr, dlid: u16) -> Option<(usize, u8)> {
-    match subnet.addressing.owners.get(dlid as usize).copied().flatten()? {
+    match subnet
+        .addressing
+        .owners
+        .get(dlid as usize)
+        .copied()
+        .flatten()?
+    {
         LidOwner::HcaPort(p) if p == from => return Some((p.node, p.port)),
         _ => {}
     }
@@ -128,19 +134,37 @@ pub fn lid_route(subnet: &Subnet, from: PortAddr, dlid: u16) -> Option<(usize, u
     let peer = pv.peer.filter(|_| pv.link_up)?;
     match subnet.nodes[peer.node].kind {
         NodeKind::Hca => {
-            let owner = subnet.addressing.owners.get(dlid as usize).copied().flatten()?;
+            let owner = subnet
+                .addressing
+                .owners
+                .get(dlid as usize)
+                .copied()
+                .flatten()?;
             (owner == LidOwner::HcaPort(peer)).then_some((peer.node, peer.port))
         }
         NodeKind::Switch => walk_switches(subnet, peer.node, peer.port, dlid),
     }
 }
 
-fn walk_switches(subnet: &Subnet, mut node: usize, mut in_port: u8, dlid: u16) -> Option<(usize, u8)> {
+fn walk_switches(
+    subnet: &Subnet,
+    mut node: usize,
+    mut in_port: u8,
+    dlid: u16,
+) -> Option<(usize, u8)> {
     for _ in 0..=MAX_HOPS {
         let n = &subnet.nodes[node];
         if n.kind == NodeKind::Hca {
-            let owner = subnet.addressing.owners.get(dlid as usize).copied().flatten()?;
-            let me = PortAddr { node, port: in_port };
+            let owner = subnet
+                .addressing
+                .owners
+                .get(dlid as usize)
+                .copied()
+                .flatten()?;
+            let me = PortAddr {
+                node,
+                port: in_port,
+            };
             return (owner == LidOwner::HcaPort(me)).then_some((node, in_port));
         }
         if subnet.addressing.switch_lid[node] == dlid {

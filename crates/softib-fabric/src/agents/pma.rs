@@ -58,7 +58,9 @@ pub fn answer(subnet: &Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16 {
         attr::PORT_COUNTERS => match port() {
             None => status::INVALID_FIELD,
             Some(p) => {
-                let c = n.ports[p as usize].counters.classic(subnet.xmit_wait_tick_ps);
+                let c = n.ports[p as usize]
+                    .counters
+                    .classic(subnet.xmit_wait_tick_ps);
                 out[1] = p;
                 out[2..4].copy_from_slice(&m[64 + 2..64 + 4]); // CounterSelect echoed
                 put_u16(&mut out, 4, c.symbol_error_counter);

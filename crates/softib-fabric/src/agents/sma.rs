@@ -118,7 +118,11 @@ pub fn answer(subnet: &Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16 {
         }
         attr::SL2VL_MAPPING_TABLE => {
             // IBA §14.2.5.8: on a switch, bits 15:8 the input port, 7:0 the output port.
-            let out_port = if switch { (h.attr_mod & 0xff) as u8 } else { in_port };
+            let out_port = if switch {
+                (h.attr_mod & 0xff) as u8
+            } else {
+                in_port
+            };
             let in_p = if switch { (h.attr_mod >> 8) & 0xff } else { 0 };
             if out_port as usize >= n.ports.len() || in_p as usize >= n.ports.len() {
                 status::INVALID_FIELD
@@ -243,7 +247,7 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     out[50] = 1; // GUIDCap
     out[51] = 18; // SubnetTimeOut
     out[52] = 18; // RespTimeValue
-    // CapabilityMask2 (IBA §14.2.5.6, bit 10: IsLinkSpeedNDRSupported).
+                  // CapabilityMask2 (IBA §14.2.5.6, bit 10: IsLinkSpeedNDRSupported).
     put_u16(out, 60, 1 << 10);
     out[62] = (if up { ext } else { 0 } << 4) | ext_mask; // LinkSpeedExtActive, Supported
     out[63] = ext_mask; // LinkSpeedExtEnabled
@@ -265,7 +269,13 @@ fn switch_info(subnet: &Subnet, node: usize, out: &mut [u8; 64]) {
 
 /// VLArbitrationTable (IBA §14.2.5.9): modifier bits 31:16 the block (1, 2: low priority
 /// entries 0-31, 32-63; 3, 4: high priority), bits 15:0 the output port (switches).
-fn vl_arbitration(subnet: &Subnet, node: usize, in_port: u8, modifier: u32, out: &mut [u8; 64]) -> u16 {
+fn vl_arbitration(
+    subnet: &Subnet,
+    node: usize,
+    in_port: u8,
+    modifier: u32,
+    out: &mut [u8; 64],
+) -> u16 {
     let n = &subnet.nodes[node];
     let block = modifier >> 16;
     let port = if n.kind == NodeKind::Switch {
@@ -277,7 +287,11 @@ fn vl_arbitration(subnet: &Subnet, node: usize, in_port: u8, modifier: u32, out:
         return status::INVALID_FIELD;
     }
     let q = subnet.port_qos(node, port as u8);
-    let table = if block <= 2 { &q.vlarb.low } else { &q.vlarb.high };
+    let table = if block <= 2 {
+        &q.vlarb.low
+    } else {
+        &q.vlarb.high
+    };
     let first = if block % 2 == 1 { 0 } else { 32 };
     for k in 0..32 {
         if let Some(e) = table.get(first + k) {

@@ -32,7 +32,12 @@ pub struct Exchange {
 }
 
 /// Answers `request` from `from` against `subnet`: what the server sends back and logs.
-pub fn answer(subnet: &Subnet, from: PortAddr, dlid: u16, request: &[u8; 256]) -> Result<[u8; 256], Dropped> {
+pub fn answer(
+    subnet: &Subnet,
+    from: PortAddr,
+    dlid: u16,
+    request: &[u8; 256],
+) -> Result<[u8; 256], Dropped> {
     deliver(subnet, from, dlid, request).map(|r| *r)
 }
 
@@ -66,7 +71,14 @@ pub fn line(e: &Exchange) -> String {
         Ok(r) => hex(r),
         Err(why) => format!("-{}", why.replace(char::is_whitespace, "_")),
     };
-    format!("{} {} {} {} {}\n", e.node, e.port, e.dlid, hex(&e.request), resp)
+    format!(
+        "{} {} {} {} {}\n",
+        e.node,
+        e.port,
+        e.dlid,
+        hex(&e.request),
+        resp
+    )
 }
 
 /// A parsed log: the scenario name, the instant, the exchanges.
@@ -139,11 +151,13 @@ pub fn replay(subnet: &Subnet, log: &Log) -> Replay {
     for (i, e) in log.exchanges.iter().enumerate() {
         out.replayed += 1;
         let Some(node) = subnet.find_node(&e.node) else {
-            out.differences.push((i + 2, format!("node `{}` is not in this topology", e.node)));
+            out.differences
+                .push((i + 2, format!("node `{}` is not in this topology", e.node)));
             continue;
         };
         let from = PortAddr { node, port: e.port };
-        let got = answer(subnet, from, e.dlid, &e.request).map_err(|d| d.to_string().replace(char::is_whitespace, "_"));
+        let got = answer(subnet, from, e.dlid, &e.request)
+            .map_err(|d| d.to_string().replace(char::is_whitespace, "_"));
         if got == e.response {
             out.identical += 1;
         } else if out.differences.len() < 10 {

@@ -72,11 +72,18 @@ fn abstract_addr(name: &str) -> std::io::Result<SocketAddr> {
 impl Server {
     /// Binds `<base>:ctl` and `<base>:out0..9`. `log` receives the MAD log (its header is
     /// written here, from `scenario`).
-    pub fn bind(subnet: Subnet, base: &str, scenario: &str, mut log: Option<Box<dyn Write + Send>>) -> std::io::Result<Server> {
+    pub fn bind(
+        subnet: Subnet,
+        base: &str,
+        scenario: &str,
+        mut log: Option<Box<dyn Write + Send>>,
+    ) -> std::io::Result<Server> {
         let ctl = UnixDatagram::bind_addr(&abstract_addr(&format!("{base}:ctl"))?)?;
         let mut outs = Vec::with_capacity(MAX_CLIENTS);
         for i in 0..MAX_CLIENTS {
-            outs.push(UnixDatagram::bind_addr(&abstract_addr(&format!("{base}:out{i}"))?)?);
+            outs.push(UnixDatagram::bind_addr(&abstract_addr(&format!(
+                "{base}:out{i}"
+            ))?)?);
         }
         if let Some(l) = &mut log {
             l.write_all(mad_log::header(scenario, subnet.at).as_bytes())?;
@@ -160,7 +167,13 @@ fn connect(st: &mut State, c: &mut Ctl) -> bool {
     };
     let Some(node) = node else {
         st.counters.refused += 1;
-        let names: Vec<&str> = st.subnet.nodes.iter().map(|n| n.name.as_str()).take(8).collect();
+        let names: Vec<&str> = st
+            .subnet
+            .nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .take(8)
+            .collect();
         eprintln!(
             "softib sim --serve: client pid {} asked for node \"{}\", which is not in this fabric (nodes: {}{}); refused",
             info.id,
@@ -172,14 +185,20 @@ fn connect(st: &mut State, c: &mut Ctl) -> bool {
     };
     let Some(slot) = st.clients.iter().position(Option::is_none) else {
         st.counters.refused += 1;
-        eprintln!("softib sim --serve: {MAX_CLIENTS} clients connected already; pid {} refused", info.id);
+        eprintln!(
+            "softib sim --serve: {MAX_CLIENTS} clients connected already; pid {} refused",
+            info.id
+        );
         return false;
     };
     let port = match st.subnet.nodes[node].kind {
         NodeKind::Switch => 0,
         NodeKind::Hca => 1,
     };
-    st.clients[slot] = Some(Client { pid: info.id, at: PortAddr { node, port } });
+    st.clients[slot] = Some(Client {
+        pid: info.id,
+        at: PortAddr { node, port },
+    });
     st.counters.connects += 1;
     ClientInfo {
         id: slot as u32,
@@ -220,7 +239,11 @@ fn query(subnet: &Subnet, cl: &Client, k: CtlType, data: &mut [u8; CTL_DATA_LEN]
                 (sma::attr::NODE_INFO, 0)
             } else {
                 let p = data[0];
-                let p = if p == 0 || p as usize >= n.ports.len() { cl.at.port } else { p };
+                let p = if p == 0 || p as usize >= n.ports.len() {
+                    cl.at.port
+                } else {
+                    p
+                };
                 (sma::attr::PORT_INFO, p as u32)
             };
             let mut m: Mad = [0; 256];
@@ -289,7 +312,9 @@ fn serve_client(slot: usize, sock: UnixDatagram, state: Arc<Mutex<State>>) {
             response: result.map_err(|d| d.to_string().replace(char::is_whitespace, "_")),
         };
         if let Some(l) = &mut st.log {
-            let _ = l.write_all(mad_log::line(&entry).as_bytes()).and_then(|_| l.flush());
+            let _ = l
+                .write_all(mad_log::line(&entry).as_bytes())
+                .and_then(|_| l.flush());
         }
         let to = format!("{}:in{}", st.base, cl.pid);
         drop(st);

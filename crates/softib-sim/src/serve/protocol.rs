@@ -212,7 +212,11 @@ impl Request {
     /// travels back), or a timeout status with the request's MAD when `mad` is `None`.
     pub fn reply(&self, sender_lid: u16, target_lid: u16, mad: Option<&[u8; 256]>) -> Request {
         Request {
-            dlid: if self.slid == 0 { sender_lid } else { self.slid },
+            dlid: if self.slid == 0 {
+                sender_lid
+            } else {
+                self.slid
+            },
             slid: target_lid,
             dqp: self.sqp,
             sqp: self.dqp,
