@@ -177,11 +177,30 @@ fn field<'a>(out: &'a str, name: &str) -> &'a str {
         .trim()
 }
 
+/// Garbage on the control and MAD sockets (wrong sizes, wrong magic, an unknown control
+/// type, a MAD from a client that never connected): dropped, and the server serves on.
+fn hostile_datagrams(s: &Served) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let addr = |n: &str| SocketAddr::from_abstract_name(format!("{}:{n}\0", s.sock)).unwrap();
+    let sock = UnixDatagram::unbound().unwrap();
+    sock.send_to_addr(b"hello", &addr("ctl")).unwrap();
+    sock.send_to_addr(&[0u8; 80], &addr("ctl")).unwrap();
+    let mut ctl = [0u8; 80];
+    ctl[0..4].copy_from_slice(&0xdead_beefu32.to_ne_bytes());
+    ctl[4..8].copy_from_slice(&7u32.to_ne_bytes());
+    ctl[8..12].copy_from_slice(&99u32.to_ne_bytes());
+    sock.send_to_addr(&ctl, &addr("ctl")).unwrap();
+    sock.send_to_addr(&[0xffu8; 100], &addr("out0")).unwrap();
+    sock.send_to_addr(&[0x01u8; 288], &addr("out3")).unwrap();
+}
+
 #[test]
 fn ibnetdiscover_and_iblinkinfo_see_the_fat_tree() {
     require_tools();
     let (_, sub) = model();
     let s = serve();
+    hostile_datagrams(&s);
     let out = ok(&s, &["ibnetdiscover"]);
     let switches = out.lines().filter(|l| l.starts_with("Switch\t")).count();
     let cas = out.lines().filter(|l| l.starts_with("Ca\t")).count();
