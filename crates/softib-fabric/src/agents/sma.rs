@@ -235,7 +235,7 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     out[33] = (phys << 4) | 2; // LinkDownDefaultState Polling
     out[34] = 0; // M_KeyProtectBits 0, LMC 0
     out[35] = (if up { speed } else { 0 } << 4) | speed_mask; // LinkSpeedActive, Enabled
-    out[36] = (5 << 4) | 0; // NeighborMTU 4096, MasterSMSL 0
+    out[36] = 5 << 4; // NeighborMTU 4096, MasterSMSL 0
     out[37] = vls_code(subnet.vl_cap) << 4; // VLCap, InitType
     let q = subnet.port_qos(node, port);
     out[38] = q.vlarb.high_limit;
