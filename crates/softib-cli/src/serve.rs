@@ -35,7 +35,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
             .with_context(|| format!("cannot read MAD log {}", path.display()))?;
         let log =
             mad_log::parse(&text).map_err(|e| anyhow::anyhow!("in {}: {e}", path.display()))?;
-        let (name, subnet) = frozen(args, Some(log.at_ps))?;
+        let (name, mut subnet) = frozen(args, Some(log.at_ps))?;
         if name != log.scenario {
             bail!(
                 "{} was served from scenario `{}`, not `{name}`",
@@ -43,7 +43,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
                 log.scenario
             );
         }
-        let r = mad_log::replay(&subnet, &log);
+        let r = mad_log::replay(&mut subnet, &log);
         emit(&format!(
             "replayed {} MADs of {} against {name} at {} us: {} identical\n",
             r.replayed,

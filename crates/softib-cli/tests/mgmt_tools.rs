@@ -413,3 +413,35 @@ fn perfquery_smpquery_ibroute_ibqueryerrors_match_the_model_and_replay() {
     assert!(text.contains(&format!("{exchanges} identical")), "{text}");
     drop(s);
 }
+
+#[test]
+fn opensm_sweeps_the_frozen_fabric_once_to_master() {
+    require_tools();
+    assert!(
+        !which("opensm").as_os_str().is_empty(),
+        "`opensm` is not installed: this test needs the Debian package opensm"
+    );
+    let s = serve();
+    let log = s.log.with_file_name("opensm.log");
+    let log_arg = log.to_str().unwrap().to_string();
+    // -o: one sweep, then exit. Its PortInfo, SwitchInfo and LFT Sets must all succeed.
+    let (_, out) = tool(&s, None, &["opensm", "-o", "-f", &log_arg]);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("Entering MASTER state"), "{out}\n{text}");
+    assert!(text.contains("SUBNET UP"), "{out}\n{text}");
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains(" ERR ")).collect();
+    assert!(
+        errors.is_empty(),
+        "OpenSM logged errors:\n{}",
+        errors.join("\n")
+    );
+    // What OpenSM wrote is what the tools read back, and the log still replays.
+    let out = ok(&s, &["ibroute", "17"]);
+    assert!(out.contains("24 valid lids dumped"), "{out}");
+    let o = softib()
+        .args(["sim", SCENARIO, "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}

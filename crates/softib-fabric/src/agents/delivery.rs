@@ -43,7 +43,12 @@ impl std::fmt::Display for Dropped {
 
 /// Delivers request `m`, sent from the port `from` to `dlid` (the LRH DLID: permissive for
 /// a directed-route SMP), and returns the response to hand back to the sender.
-pub fn deliver(subnet: &Subnet, from: PortAddr, dlid: u16, m: &Mad) -> Result<Box<Mad>, Dropped> {
+pub fn deliver(
+    subnet: &mut Subnet,
+    from: PortAddr,
+    dlid: u16,
+    m: &Mad,
+) -> Result<Box<Mad>, Dropped> {
     let h = Header::parse(m);
     if h.base_version != 1 {
         return Err(Dropped::Malformed("BaseVersion is not 1"));

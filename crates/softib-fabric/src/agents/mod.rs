@@ -6,6 +6,8 @@
 //! instant (topology, LIDs, forwarding tables, link widths and speeds, port states, QoS
 //! tables and port counters). In this first slice a MAD does not travel the simulated fabric
 //! on VL15: it is answered against the snapshot at once (see docs/design/management.md).
+//! An SM's Sets (PortInfo LID/state/SM LID, SwitchInfo LinearFDBTop, LFT blocks) change the
+//! snapshot, so an SM sees what it wrote; they do not reach the simulated data plane.
 //!
 //! GUIDs are not in a topology, so they are derived from it ([`node_guid`]): node `i` (its
 //! index in the topology) has node GUID `GUID_BASE | (i + 1) << 8`; an HCA's port `p` has port
@@ -61,6 +63,9 @@ pub struct PortView {
     pub counters: PortCounters,
     /// LID (HCA ports; for a switch, the switch's LID on every port).
     pub lid: u16,
+    /// PortState an SM set (IBA §14.2.5.6: 1 Down, 2 Init, 3 Armed, 4 Active); `None`: as
+    /// the snapshot found the link (Active if up, else Down).
+    pub state_set: Option<u8>,
 }
 
 /// A node as its agents see it.
@@ -75,6 +80,8 @@ pub struct NodeView {
     pub ports: Vec<PortView>,
     /// Linear forwarding table (switches), indexed by DLID.
     pub lft: Vec<u8>,
+    /// SwitchInfo LinearFDBTop (switches): the highest LID the table holds.
+    pub linear_fdb_top: u16,
 }
 
 /// The fabric's management state at one instant: what every agent answers from.
@@ -94,6 +101,8 @@ pub struct Subnet {
     pub xmit_wait_tick_ps: Picos,
     /// The instant of the snapshot.
     pub at: Picos,
+    /// MasterSMLID an SM set in PortInfo (`None`: the first HCA's LID).
+    pub sm_lid: Option<u16>,
 }
 
 impl Subnet {
@@ -127,6 +136,7 @@ impl Subnet {
                         fabric.port_counters(&n.name, p).unwrap_or_default()
                     },
                     lid,
+                    state_set: None,
                 });
             }
             let lft = match n.kind {
@@ -137,6 +147,7 @@ impl Subnet {
                 name: n.name.clone(),
                 kind: n.kind,
                 ports,
+                linear_fdb_top: lft.len().saturating_sub(1) as u16,
                 lft,
             });
         }
@@ -156,6 +167,7 @@ impl Subnet {
             qos,
             xmit_wait_tick_ps: cfg.xmit_wait_tick_ps,
             at: fabric.now(),
+            sm_lid: None,
         }
     }
 
@@ -181,6 +193,38 @@ impl Subnet {
     /// the first node of its file; a tool is normally run on a host).
     pub fn default_node(&self) -> Option<usize> {
         self.nodes.iter().position(|n| n.kind == NodeKind::Hca)
+    }
+
+    /// Gives port `port` of node `node` LID `lid` (an SM's PortInfo Set): the LID-routing
+    /// view follows; on a switch the LID is port 0's and so every port's.
+    pub fn set_lid(&mut self, node: usize, port: u8, lid: u16) {
+        use crate::routing::LidOwner;
+        let n = &mut self.nodes[node];
+        let (owner, ports): (LidOwner, Vec<usize>) = match n.kind {
+            NodeKind::Switch => (LidOwner::Switch(node), (0..n.ports.len()).collect()),
+            NodeKind::Hca => (
+                LidOwner::HcaPort(PortAddr { node, port }),
+                vec![port as usize],
+            ),
+        };
+        let old = n.ports[ports[0]].lid;
+        for p in ports {
+            n.ports[p].lid = lid;
+        }
+        let owners = &mut self.addressing.owners;
+        if owners.get(old as usize).copied().flatten() == Some(owner) {
+            owners[old as usize] = None;
+        }
+        if lid != 0 && lid < 0xC000 {
+            if owners.len() <= lid as usize {
+                owners.resize(lid as usize + 1, None);
+            }
+            owners[lid as usize] = Some(owner);
+        }
+        match owner {
+            LidOwner::Switch(i) => self.addressing.switch_lid[i] = lid,
+            LidOwner::HcaPort(p) => self.addressing.port_lid[p.node][p.port as usize] = lid,
+        }
     }
 
     /// The QoS settings of port `port` of node `node`.

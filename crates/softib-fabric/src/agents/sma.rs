@@ -3,8 +3,9 @@
 //! VLArbitrationTable and LinearForwardingTable against a [`Subnet`] snapshot.
 //!
 //! The snapshot is what an SM would have configured: every cabled port whose link is up is
-//! Active with its LID, uncabled ports are Down (Polling). Sets are not supported yet (the
-//! snapshot is read-only): they are answered with status 0x0C like unsupported attributes.
+//! Active with its LID, uncabled ports are Down (Polling). An SM's Sets of PortInfo (LID,
+//! MasterSMLID, PortState), SwitchInfo (LinearFDBTop) and LinearForwardingTable blocks change
+//! the snapshot; Sets of other attributes get status 0x0C.
 
 use super::mad::{data_mut, method, put_u16, put_u32, put_u64, status, Header, Mad};
 use super::{node_guid, port_guid, Subnet, VENDOR_ID};
@@ -42,17 +43,25 @@ pub const PARTITION_CAP: u16 = 32;
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
 /// Answers SMP `m` at node `node`, which received it on port `in_port`, and returns the
-/// status to put in the response; the attribute data is written into `m`.
-pub fn answer(subnet: &Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16 {
+/// status to put in the response; the attribute data is written into `m`. A Set of a
+/// settable attribute is applied to the snapshot and answered as a Get of the result
+/// (IBA §13.4.6.2: the response to a Set carries the attribute's new value).
+pub fn answer(subnet: &mut Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16 {
     let h = Header::parse(m);
     if h.class_version != 1 {
         return status::BAD_VERSION;
     }
     match h.method {
         method::GET => {}
-        method::SET => return status::METHOD_ATTR_UNSUPPORTED,
+        method::SET => {
+            let st = set(subnet, node, in_port, &h, m);
+            if st != status::OK {
+                return st;
+            }
+        }
         _ => return status::METHOD_UNSUPPORTED,
     }
+    let subnet = &*subnet;
     let n = &subnet.nodes[node];
     let switch = n.kind == NodeKind::Switch;
     let mut out = [0u8; 64];
@@ -69,11 +78,13 @@ pub fn answer(subnet: &Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16 {
         }
         attr::PORT_INFO => {
             // IBA §14.2.5.6: the modifier is the port; on a CA 0 means the receiving port.
-            let p = match (switch, h.attr_mod) {
+            // Bits 7:0 name the port; OpenSM sets bit 31 on switch ports (a later IBA
+            // revision's option this SMA does not offer), which is ignored.
+            let p = match (switch, h.attr_mod & 0xff) {
                 (false, 0) => in_port,
                 (_, m) => m as u8,
             };
-            if h.attr_mod > 255 || p as usize >= n.ports.len() || (!switch && p == 0) {
+            if p as usize >= n.ports.len() || (!switch && p == 0) {
                 status::INVALID_FIELD
             } else {
                 port_info(subnet, node, p, in_port, &mut out);
@@ -143,6 +154,59 @@ pub fn answer(subnet: &Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16 {
     st
 }
 
+/// Applies a Set: PortInfo (LID of a CA port or switch port 0, MasterSMLID, PortState),
+/// SwitchInfo (LinearFDBTop), LinearForwardingTable (a block). Anything else is read-only.
+fn set(subnet: &mut Subnet, node: usize, in_port: u8, h: &Header, m: &Mad) -> u16 {
+    let switch = subnet.nodes[node].kind == NodeKind::Switch;
+    let d = &m[64..128];
+    let ports = subnet.nodes[node].ports.len();
+    match h.attr_id {
+        attr::PORT_INFO => {
+            // Bits 7:0 name the port; OpenSM sets bit 31 on switch ports (a later IBA
+            // revision's option this SMA does not offer), which is ignored.
+            let p = match (switch, h.attr_mod & 0xff) {
+                (false, 0) => in_port,
+                (_, m) => m as u8,
+            };
+            if p as usize >= ports || (!switch && p == 0) {
+                return status::INVALID_FIELD;
+            }
+            if !switch || p == 0 {
+                let lid = u16::from_be_bytes([d[16], d[17]]);
+                if lid >= 0xC000 {
+                    return status::INVALID_FIELD;
+                }
+                subnet.set_lid(node, p, lid);
+                subnet.sm_lid = Some(u16::from_be_bytes([d[18], d[19]]));
+            }
+            // PortState 0 = no change; 1 Down, 2 Init, 3 Armed, 4 Active.
+            match d[32] & 0x0f {
+                0 => {}
+                s @ 1..=4 => subnet.nodes[node].ports[p as usize].state_set = Some(s),
+                _ => return status::INVALID_FIELD,
+            }
+            status::OK
+        }
+        attr::SWITCH_INFO if switch => {
+            subnet.nodes[node].linear_fdb_top = u16::from_be_bytes([d[6], d[7]]);
+            status::OK
+        }
+        attr::LINEAR_FORWARDING_TABLE if switch => {
+            let block = h.attr_mod as usize;
+            if block >= LINEAR_FDB_CAP as usize / 64 {
+                return status::INVALID_FIELD;
+            }
+            let lft = &mut subnet.nodes[node].lft;
+            if lft.len() < (block + 1) * 64 {
+                lft.resize((block + 1) * 64, NO_ROUTE);
+            }
+            lft[block * 64..(block + 1) * 64].copy_from_slice(d);
+            status::OK
+        }
+        _ => status::METHOD_ATTR_UNSUPPORTED,
+    }
+}
+
 fn node_info(subnet: &Subnet, node: usize, in_port: u8, out: &mut [u8; 64]) {
     let n = &subnet.nodes[node];
     let switch = n.kind == NodeKind::Switch;
@@ -210,10 +274,12 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     put_u64(out, 8, 0xFE80_0000_0000_0000);
     put_u16(out, 16, pv.lid);
     // The SM is taken to run on the first HCA (MasterSMLID).
-    let sm_lid = subnet
-        .default_node()
-        .map(|h| subnet.nodes[h].ports.get(1).map_or(0, |p| p.lid))
-        .unwrap_or(0);
+    let sm_lid = subnet.sm_lid.unwrap_or_else(|| {
+        subnet
+            .default_node()
+            .map(|h| subnet.nodes[h].ports.get(1).map_or(0, |p| p.lid))
+            .unwrap_or(0)
+    });
     put_u16(out, 18, sm_lid);
     // CapabilityMask: IsExtendedSpeedsSupported (bit 14), IsCapabilityMask2Supported (15).
     put_u32(out, 20, (1 << 14) | (1 << 15));
@@ -230,7 +296,11 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     let ext_mask = if ext == 0 { 0 } else { (ext << 1) - 1 };
     let up = pv.link_up && (port == 0 || pv.peer.is_some());
     // PortState: 4 Active, 1 Down; PortPhysicalState: 5 LinkUp, 2 Polling.
-    let (state, phys) = if up { (4u8, 5u8) } else { (1, 2) };
+    let (state, phys) = match (up, pv.state_set) {
+        (true, Some(s)) => (s, 5u8),
+        (true, None) => (4, 5),
+        (false, _) => (1, 2),
+    };
     out[32] = (speed_mask << 4) | state; // LinkSpeedSupported, PortState
     out[33] = (phys << 4) | 2; // LinkDownDefaultState Polling
     out[34] = 0; // M_KeyProtectBits 0, LMC 0
@@ -258,7 +328,7 @@ fn switch_info(subnet: &Subnet, node: usize, out: &mut [u8; 64]) {
     put_u16(out, 0, LINEAR_FDB_CAP);
     put_u16(out, 2, 0); // RandomFDBCap
     put_u16(out, 4, 0); // MulticastFDBCap: multicast is not modelled
-    put_u16(out, 6, n.lft.len().saturating_sub(1) as u16); // LinearFDBTop
+    put_u16(out, 6, n.linear_fdb_top); // LinearFDBTop
     out[8] = 0; // DefaultPort
     out[9] = 0;
     out[10] = 0;

@@ -33,7 +33,7 @@ pub struct Exchange {
 
 /// Answers `request` from `from` against `subnet`: what the server sends back and logs.
 pub fn answer(
-    subnet: &Subnet,
+    subnet: &mut Subnet,
     from: PortAddr,
     dlid: u16,
     request: &[u8; 256],
@@ -145,8 +145,9 @@ pub struct Replay {
     pub differences: Vec<(usize, String)>,
 }
 
-/// Replays `log` against `subnet` (the same scenario frozen at the same instant).
-pub fn replay(subnet: &Subnet, log: &Log) -> Replay {
+/// Replays `log` against `subnet` (the same scenario frozen at the same instant), in the
+/// logged order, since an SM's Sets change what later requests see.
+pub fn replay(subnet: &mut Subnet, log: &Log) -> Replay {
     let mut out = Replay::default();
     for (i, e) in log.exchanges.iter().enumerate() {
         out.replayed += 1;

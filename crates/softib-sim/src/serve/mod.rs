@@ -149,7 +149,7 @@ fn control(st: &mut State, mut c: Ctl) -> Ctl {
             }
             true
         }
-        (Some(k), Some(cl)) => query(&st.subnet, &cl, k, &mut c.data),
+        (Some(k), Some(cl)) => query(&mut st.subnet, &cl, k, &mut c.data),
         (_, _) => false,
     };
     if !ok {
@@ -210,7 +210,7 @@ fn connect(st: &mut State, c: &mut Ctl) -> bool {
 }
 
 /// A control query about the client's node: answered from the same agents as the MADs.
-fn query(subnet: &Subnet, cl: &Client, k: CtlType, data: &mut [u8; CTL_DATA_LEN]) -> bool {
+fn query(subnet: &mut Subnet, cl: &Client, k: CtlType, data: &mut [u8; CTL_DATA_LEN]) -> bool {
     let n = &subnet.nodes[cl.at.node];
     let lid = n.ports[cl.at.port as usize].lid;
     match k {
@@ -286,7 +286,7 @@ fn serve_client(slot: usize, sock: UnixDatagram, state: Arc<Mutex<State>>) {
             continue;
         };
         let sender_lid = st.subnet.nodes[cl.at.node].ports[cl.at.port as usize].lid;
-        let result = mad_log::answer(&st.subnet, cl.at, req.dlid, &req.mad);
+        let result = mad_log::answer(&mut st.subnet, cl.at, req.dlid, &req.mad);
         let target_lid = match lid_route(&st.subnet, cl.at, req.dlid) {
             Some(_) => req.dlid,
             None => 0xffff,
