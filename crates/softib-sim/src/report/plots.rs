@@ -63,6 +63,30 @@ pub(crate) fn chart(title: &str, y_label: &str, x_max: f64, lines: &[Line], note
     svg
 }
 
+/// Height of the strip under the chart that holds the note, below the x-axis label.
+const NOTE_HEIGHT: u32 = 26;
+/// Legend rows, pixels apart.
+const LEGEND_ROW: i32 = 18;
+/// Legend text size.
+const LEGEND_FONT: u32 = 13;
+
+/// The width of the legend column right of the chart: room for the longest label (by
+/// plotters' estimate of about 7 px per character at the legend's size), within bounds.
+fn legend_width(lines: &[Line]) -> u32 {
+    if lines.is_empty() {
+        return 0;
+    }
+    let chars = lines
+        .iter()
+        .map(|l| l.label.chars().count())
+        .max()
+        .unwrap_or(0) as u32;
+    (chars * 7 + 40).clamp(110, 360)
+}
+
+/// The chart in the upper left, its legend in a column to its right (so it hides no
+/// data however many lines there are) and the note in a strip at the bottom, under the
+/// x-axis label.
 fn draw(
     root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     title: &str,
@@ -73,7 +97,14 @@ fn draw(
     note: &str,
 ) -> Result<(), Box<dyn std::error::Error>> {
     root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(root)
+    let (body, footer) = if note.is_empty() {
+        (root.clone(), None)
+    } else {
+        let (body, footer) = root.split_vertically(SIZE.1 - NOTE_HEIGHT);
+        (body, Some(footer))
+    };
+    let (plot, legend) = body.split_horizontally(SIZE.0 - legend_width(lines));
+    let mut c = ChartBuilder::on(&plot)
         .caption(title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
@@ -89,21 +120,27 @@ fn draw(
         c.draw_series(LineSeries::new(
             l.points.iter().copied(),
             color.stroke_width(2),
-        ))?
-        .label(l.label.clone())
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        ))?;
     }
-    if !lines.is_empty() {
-        c.configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()?;
+    // Legend rows start level with the top of the plotting area (below the caption).
+    let top = 12 + 22 + 16;
+    for (i, l) in lines.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let y = top + i as i32 * LEGEND_ROW;
+        legend.draw(&PathElement::new(
+            vec![(4, y), (22, y)],
+            color.stroke_width(2),
+        ))?;
+        legend.draw(&Text::new(
+            l.label.clone(),
+            (28, y - LEGEND_FONT as i32 / 2 - 1),
+            ("sans-serif", LEGEND_FONT).into_font().color(&BLACK),
+        ))?;
     }
-    if !note.is_empty() {
-        root.draw(&Text::new(
+    if let Some(footer) = footer {
+        footer.draw(&Text::new(
             note.to_string(),
-            (90, SIZE.1 as i32 - 18),
+            (90, 4),
             ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
         ))?;
     }
@@ -242,4 +279,74 @@ pub fn buffers(r: &Report) -> String {
         &lines,
         &note,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (x, y, text) of every `<text>` element of an SVG written by plotters.
+    fn texts(svg: &str) -> Vec<(i32, i32, String)> {
+        let mut out = Vec::new();
+        for part in svg.split("<text ").skip(1) {
+            let attr = |name: &str| -> i32 {
+                let at = part
+                    .find(&format!(" {name}=\""))
+                    .map(|i| i + 1)
+                    .or_else(|| part.starts_with(&format!("{name}=\"")).then_some(0));
+                let rest = &part[at.expect("attribute") + name.len() + 2..];
+                rest[..rest.find('"').unwrap()].parse().unwrap()
+            };
+            let body = &part[part.find('>').unwrap() + 1..part.find("</text>").unwrap()];
+            out.push((attr("x"), attr("y"), body.trim().to_string()));
+        }
+        out
+    }
+
+    #[test]
+    fn legend_is_right_of_the_plot_and_the_note_below_the_axis_label() {
+        // Ten series: the legend must not cover any of the plotting area.
+        let lines: Vec<Line> = (0..10)
+            .map(|i| Line {
+                label: format!("series {i}"),
+                points: vec![(0.0, i as f64), (100.0, 10.0 - i as f64)],
+            })
+            .collect();
+        let svg = chart("title", "y", 100.0, &lines, "the note");
+        let t = texts(&svg);
+        let find = |s: &str| t.iter().find(|(_, _, x)| x == s).expect(s).clone();
+        let plot_right = (SIZE.0 - legend_width(&lines)) as i32;
+        for i in 0..10 {
+            let (x, _, _) = find(&format!("series {i}"));
+            assert!(
+                x > plot_right,
+                "legend entry {i} at x {x}, plot ends at {plot_right}"
+            );
+        }
+        // The x tick labels all sit left of the legend column.
+        let rightmost_tick = find("100.0");
+        assert!(rightmost_tick.0 <= plot_right, "{rightmost_tick:?}");
+        // The note is below the x-axis label, not on it.
+        let (_, axis_y, _) = find("simulated time (us)");
+        let (_, note_y, _) = find("the note");
+        assert!(
+            note_y > axis_y + 10,
+            "note at y {note_y}, axis label at {axis_y}"
+        );
+    }
+
+    #[test]
+    fn the_legend_column_fits_the_longest_label() {
+        let short = [Line {
+            label: "a".into(),
+            points: vec![],
+        }];
+        let long = [Line {
+            label: "x".repeat(30),
+            points: vec![],
+        }];
+        assert_eq!(legend_width(&[]), 0);
+        assert_eq!(legend_width(&short), 110);
+        assert_eq!(legend_width(&long), 30 * 7 + 40);
+    }
 }
