@@ -122,7 +122,7 @@ impl Server {
                 let mut st = self.state.lock().expect("server state");
                 match Ctl::parse(&buf[..n]) {
                     None => {
-                        st.counters.malformed += 1;
+                        count_malformed(&mut st.counters, "a malformed control message");
                         None
                     }
                     Some(c) => Some(control(&mut st, c)),
@@ -133,6 +133,18 @@ impl Server {
                 let _ = self.ctl.send_to_addr(&r.encode(), &from);
             }
         }
+    }
+}
+
+/// Counts a malformed message and says so on stderr at the 1st, 2nd, 4th, 8th, ... one, so
+/// a flood cannot drown the terminal.
+fn count_malformed(c: &mut ServeCounters, what: &str) {
+    c.malformed += 1;
+    if c.malformed.is_power_of_two() {
+        eprintln!(
+            "softib sim --serve: dropped {what} ({} malformed so far)",
+            c.malformed
+        );
     }
 }
 
@@ -278,11 +290,17 @@ fn serve_client(slot: usize, sock: UnixDatagram, state: Arc<Mutex<State>>) {
         };
         let mut st = state.lock().expect("server state");
         let Some(req) = Request::parse(&buf[..n]) else {
-            st.counters.malformed += 1;
+            count_malformed(
+                &mut st.counters,
+                &format!("a {n}-byte MAD request on out{slot}"),
+            );
             continue;
         };
         let Some(cl) = st.clients[slot].clone() else {
-            st.counters.malformed += 1;
+            count_malformed(
+                &mut st.counters,
+                &format!("a MAD on out{slot}, which no client holds"),
+            );
             continue;
         };
         let sender_lid = st.subnet.nodes[cl.at.node].ports[cl.at.port as usize].lid;
@@ -298,6 +316,9 @@ fn serve_client(slot: usize, sock: UnixDatagram, state: Arc<Mutex<State>>) {
             }
             Err(d) => {
                 *st.counters.dropped.entry(d.to_string()).or_default() += 1;
+                if let softib_fabric::agents::delivery::Dropped::Malformed(why) = d {
+                    count_malformed(&mut st.counters, &format!("a malformed MAD ({why})"));
+                }
                 // A response or trap repress needs nothing back; anything else gets the
                 // timeout status at once, as ibsim does for a MAD lost on the way.
                 (*d != softib_fabric::agents::delivery::Dropped::Response)
