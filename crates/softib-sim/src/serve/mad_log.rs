@@ -174,3 +174,30 @@ pub fn replay(subnet: &mut Subnet, log: &Log) -> Replay {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_round_trips_and_bad_lines_are_named() {
+        let e = Exchange {
+            node: "h0".into(),
+            port: 1,
+            dlid: 65535,
+            request: [7; 256],
+            response: Ok([9; 256]),
+        };
+        let lost = Exchange {
+            response: Err("no_route".into()),
+            ..e.clone()
+        };
+        let text = header("fat", 5) + &line(&e) + &line(&lost);
+        let log = parse(&text).unwrap();
+        assert_eq!((log.scenario.as_str(), log.at_ps), ("fat", 5));
+        assert_eq!(log.exchanges, vec![e, lost]);
+        let err = parse(&(header("fat", 5) + "h0 1 2 zz -x\n")).unwrap_err();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(parse("hello\n").is_err());
+    }
+}

@@ -226,3 +226,63 @@ impl Request {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_messages_round_trip_and_bad_ones_are_refused() {
+        let mut data = [0u8; CTL_DATA_LEN];
+        ClientInfo {
+            id: 4242,
+            qp: 0,
+            issm: 1,
+            node: "a-node-name-longer-than-thirty-one-bytes".into(),
+        }
+        .encode(&mut data);
+        let c = Ctl {
+            client: 3,
+            kind: CtlType::Connect.wire(),
+            len: 44,
+            data,
+        };
+        let b = c.encode();
+        assert_eq!(Ctl::parse(&b), Some(c));
+        let info = ClientInfo::parse(&data);
+        assert_eq!(info.id, 4242);
+        assert_eq!(info.node.len(), 31, "cut to 31 bytes and NUL-terminated");
+        let mut bad = b;
+        bad[0] ^= 1;
+        assert_eq!(Ctl::parse(&bad), None, "wrong magic");
+        assert_eq!(Ctl::parse(&b[..79]), None, "short");
+        assert_eq!(CtlType::from_wire(11), None);
+    }
+
+    #[test]
+    fn a_reply_swaps_addresses_and_a_lost_mad_says_timeout() {
+        let mut mad = [0u8; 256];
+        mad[0] = 1;
+        let r = Request {
+            dlid: 7,
+            slid: 0,
+            dqp: [0, 0, 0, 1],
+            sqp: [0, 0, 0, 0],
+            status: 0,
+            length: 256,
+            mad,
+        };
+        let b = r.encode();
+        assert_eq!(&b[0..2], &[0, 7], "LID in network order");
+        assert_eq!(Request::parse(&b), Some(r.clone()));
+        assert_eq!(Request::parse(&b[..287]), None);
+        let ok = r.reply(1, 7, Some(&[2u8; 256]));
+        assert_eq!(
+            (ok.dlid, ok.slid, ok.dqp, ok.sqp, ok.status),
+            (1, 7, r.sqp, r.dqp, 0)
+        );
+        let lost = r.reply(1, 7, None);
+        assert_eq!(lost.status, STATUS_TIMEOUT);
+        assert_eq!(lost.mad, r.mad);
+    }
+}
