@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use softib_fabric::agents::Subnet;
 use softib_fabric::time::Picos;
 use softib_sim::report::run::run_and_keep;
-use softib_sim::serve::{mad_log, Server};
+use softib_sim::serve::{mad_log, Server, Transport};
 
 use crate::sim::{emit, load, options, out_dir, SimArgs};
 
@@ -86,19 +86,27 @@ pub fn run(args: &SimArgs) -> Result<()> {
         subnet.topology.switches().count(),
     );
     let at_us = subnet.at as f64 / 1e6;
-    let server = Server::bind(subnet, &args.sock_name, &name, log).with_context(|| {
-        format!(
+    let transport = match args.udp_port {
+        Some(p) => Transport::Udp(p),
+        None => Transport::Abstract(args.sock_name.clone()),
+    };
+    let server = Server::bind(subnet, &transport, &name, log).with_context(|| match args.udp_port {
+        Some(p) => format!("cannot bind UDP 127.0.0.1 ports {p}..{} (in use?)", p as u32 + 10),
+        None => format!(
             "cannot bind the abstract sockets {0}:ctl, {0}:out0..9 (another server running? try --sock-name)",
             args.sock_name
-        )
+        ),
     })?;
     emit(&format!(
-        "softib sim: serving {name} frozen at {at_us} us ({hcas} HCAs, {switches} switches) on {}:ctl{}{}\n",
-        args.sock_name,
-        if args.sock_name == "sim" {
-            String::new()
-        } else {
-            format!(" (run tools with IBSIM_SOCKNAME={})", args.sock_name)
+        "softib sim: serving {name} frozen at {at_us} us ({hcas} HCAs, {switches} switches) on {}{}{}\n",
+        match args.udp_port {
+            Some(p) => format!("UDP 127.0.0.1:{p}"),
+            None => format!("{}:ctl", args.sock_name),
+        },
+        match args.udp_port {
+            Some(p) => format!(" (run tools with IBSIM_SERVER_NAME=127.0.0.1 IBSIM_SERVER_PORT={p})"),
+            None if args.sock_name == "sim" => String::new(),
+            None => format!(" (run tools with IBSIM_SOCKNAME={})", args.sock_name),
         },
         log_path
             .map(|p| format!("; MAD log {}", p.display()))

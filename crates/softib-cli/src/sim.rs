@@ -123,6 +123,10 @@ pub struct SimArgs {
     /// Base name of the abstract sockets --serve listens on (the tools' IBSIM_SOCKNAME).
     #[arg(long, value_name = "NAME", default_value = "sim")]
     pub sock_name: String,
+    /// Serve over UDP on 127.0.0.1 instead: control on PORT, client sockets on PORT+1..+10
+    /// (the tools' IBSIM_SERVER_NAME=127.0.0.1 IBSIM_SERVER_PORT=PORT).
+    #[arg(long, value_name = "PORT", conflicts_with = "sock_name")]
+    pub udp_port: Option<u16>,
 }
 
 /// Writes `text` to stdout; a closed pipe (`softib sim | head`) ends the output quietly.

@@ -82,6 +82,7 @@ fn model() -> (Fabric, Subnet) {
 /// A running `softib sim --serve`, killed when dropped.
 struct Served {
     child: Child,
+    udp: Option<u16>,
     sock: String,
     log: PathBuf,
     _dir: TempDir,
@@ -104,21 +105,24 @@ impl Drop for Served {
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 fn serve() -> Served {
+    serve_on(None)
+}
+
+/// Serves on abstract sockets of a unique name, or over UDP on 127.0.0.1 at `udp`.
+fn serve_on(udp: Option<u16>) -> Served {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let sock = format!("softib-test-{}-{n}", std::process::id());
     let dir = std::env::temp_dir().join(&sock);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("mads.log");
-    let mut child = softib()
-        .args([
-            "sim",
-            SCENARIO,
-            "--serve",
-            "--sock-name",
-            &sock,
-            "--mad-log",
-        ])
-        .arg(&log)
+    let mut cmd = softib();
+    cmd.args(["sim", SCENARIO, "--serve", "--mad-log"])
+        .arg(&log);
+    match udp {
+        Some(p) => cmd.args(["--udp-port", &p.to_string()]),
+        None => cmd.args(["--sock-name", &sock]),
+    };
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -133,6 +137,7 @@ fn serve() -> Served {
     );
     Served {
         child,
+        udp,
         sock,
         log,
         _dir: TempDir(dir),
@@ -143,8 +148,14 @@ fn serve() -> Served {
 fn tool(s: &Served, host: Option<&str>, args: &[&str]) -> (bool, String) {
     let mut c = Command::new("timeout");
     c.arg("30").arg("ibsim-run").args(args);
-    c.env("IBSIM_SOCKNAME", &s.sock)
-        .env_remove("IBSIM_SERVER_NAME");
+    match s.udp {
+        Some(p) => c
+            .env("IBSIM_SERVER_NAME", "127.0.0.1")
+            .env("IBSIM_SERVER_PORT", p.to_string()),
+        None => c
+            .env("IBSIM_SOCKNAME", &s.sock)
+            .env_remove("IBSIM_SERVER_NAME"),
+    };
     match host {
         Some(h) => c.env("SIM_HOST", h),
         None => c.env_remove("SIM_HOST"),
@@ -444,4 +455,24 @@ fn opensm_sweeps_the_frozen_fabric_once_to_master() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn the_tools_reach_the_server_over_udp_on_loopback_too() {
+    require_tools();
+    let (fabric, sub) = model();
+    // A port range of this process's own (ports P .. P + 10).
+    let port = 30_000 + (std::process::id() % 3000) as u16 * 11;
+    let s = serve_on(Some(port));
+    let out = ok(&s, &["ibnetdiscover"]);
+    let switches = out.lines().filter(|l| l.starts_with("Switch\t")).count();
+    assert_eq!(switches, sub.topology.switches().count(), "{out}");
+    let c = fabric.port_counters("h6", 1).unwrap();
+    let out = ok(&s, &["perfquery", &lid(&sub, "h6").to_string(), "1"]);
+    let tick = fabric.config().xmit_wait_tick_ps;
+    assert_eq!(
+        field(&out, "PortXmitWait"),
+        c.port_xmit_wait(tick).to_string(),
+        "{out}"
+    );
 }

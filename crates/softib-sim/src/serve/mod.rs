@@ -5,8 +5,10 @@
 //! node agents of `softib_fabric::agents` against the snapshot. Every exchange goes into the
 //! MAD log ([`mad_log`]) that `--replay` checks.
 //!
-//! Sockets: abstract Unix datagram sockets `<base>:ctl` and `<base>:out0` .. `out9` (the
-//! base is `sim` unless the tools are given `IBSIM_SOCKNAME`), one thread per socket. A
+//! Sockets ([`Transport`]): abstract Unix datagram sockets `<base>:ctl` and `<base>:out0` ..
+//! `out9` (the base is `sim` unless the tools are given `IBSIM_SOCKNAME`), or UDP on
+//! 127.0.0.1 ports P (control) and P+1 .. P+10 (the tools' `IBSIM_SERVER_NAME=127.0.0.1`,
+//! `IBSIM_SERVER_PORT=P`); one thread per socket. A
 //! malformed control message or request is dropped and counted; the server keeps running.
 
 pub mod mad_log;
@@ -20,15 +22,56 @@ use softib_fabric::agents::{node_guid, sma, Subnet, VENDOR_ID};
 use softib_fabric::topology::{NodeKind, PortAddr};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::net::{Ipv4Addr, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Abstract Unix datagram sockets named from this base (umad2sim's default, `sim`).
+    Abstract(String),
+    /// UDP on 127.0.0.1: control on this port, client slot i on port + i + 1.
+    Udp(u16),
+}
+
+/// A bound datagram socket of either kind.
+enum Sock {
+    Unix(UnixDatagram),
+    Udp(UdpSocket),
+}
+
+/// The address of a client's socket.
+#[derive(Clone, Debug)]
+enum Peer {
+    Unix(SocketAddr),
+    Udp(std::net::SocketAddr),
+}
+
+impl Sock {
+    fn recv_from(&self, buf: &mut [u8]) -> std::io::Result<(usize, Peer)> {
+        match self {
+            Sock::Unix(s) => s.recv_from(buf).map(|(n, a)| (n, Peer::Unix(a))),
+            Sock::Udp(s) => s.recv_from(buf).map(|(n, a)| (n, Peer::Udp(a))),
+        }
+    }
+
+    fn send_to(&self, buf: &[u8], to: &Peer) -> std::io::Result<usize> {
+        match (self, to) {
+            (Sock::Unix(s), Peer::Unix(a)) => s.send_to_addr(buf, a),
+            (Sock::Udp(s), Peer::Udp(a)) => s.send_to(buf, a),
+            _ => Err(std::io::Error::other("address of the other transport")),
+        }
+    }
+}
 use std::sync::{Arc, Mutex};
 
 /// A connected client: the tool's process and the port it is attached to.
 #[derive(Clone, Debug)]
 struct Client {
-    pid: u32,
     at: PortAddr,
+    /// The client's `in` socket, where its responses go.
+    to: Peer,
 }
 
 /// What the server counts (printed at the end, and for tests).
@@ -51,14 +94,14 @@ struct State {
     clients: [Option<Client>; MAX_CLIENTS],
     log: Option<Box<dyn Write + Send>>,
     counters: ServeCounters,
-    base: String,
+    transport: Transport,
 }
 
 /// A server bound to its sockets, not yet serving.
 pub struct Server {
     state: Arc<Mutex<State>>,
-    ctl: UnixDatagram,
-    outs: Vec<UnixDatagram>,
+    ctl: Sock,
+    outs: Vec<Sock>,
 }
 
 /// The abstract socket address umad2sim uses for `name`: its length counts the C string's
@@ -70,20 +113,30 @@ fn abstract_addr(name: &str) -> std::io::Result<SocketAddr> {
 }
 
 impl Server {
-    /// Binds `<base>:ctl` and `<base>:out0..9`. `log` receives the MAD log (its header is
-    /// written here, from `scenario`).
+    /// Binds the control socket and the ten client sockets of `transport`. `log` receives
+    /// the MAD log (its header is written here, from `scenario`).
     pub fn bind(
         subnet: Subnet,
-        base: &str,
+        transport: &Transport,
         scenario: &str,
         mut log: Option<Box<dyn Write + Send>>,
     ) -> std::io::Result<Server> {
-        let ctl = UnixDatagram::bind_addr(&abstract_addr(&format!("{base}:ctl"))?)?;
+        let bind = |what: &str, offset: u16| -> std::io::Result<Sock> {
+            Ok(match transport {
+                Transport::Abstract(base) => Sock::Unix(UnixDatagram::bind_addr(&abstract_addr(
+                    &format!("{base}:{what}"),
+                )?)?),
+                Transport::Udp(port) => Sock::Udp(UdpSocket::bind((
+                    Ipv4Addr::LOCALHOST,
+                    port.checked_add(offset)
+                        .ok_or_else(|| std::io::Error::other("UDP port out of range"))?,
+                ))?),
+            })
+        };
+        let ctl = bind("ctl", 0)?;
         let mut outs = Vec::with_capacity(MAX_CLIENTS);
         for i in 0..MAX_CLIENTS {
-            outs.push(UnixDatagram::bind_addr(&abstract_addr(&format!(
-                "{base}:out{i}"
-            ))?)?);
+            outs.push(bind(&format!("out{i}"), i as u16 + 1)?);
         }
         if let Some(l) = &mut log {
             l.write_all(mad_log::header(scenario, subnet.at).as_bytes())?;
@@ -95,7 +148,7 @@ impl Server {
                 clients: Default::default(),
                 log,
                 counters: ServeCounters::default(),
-                base: base.to_string(),
+                transport: transport.clone(),
             })),
             ctl,
             outs,
@@ -125,12 +178,12 @@ impl Server {
                         count_malformed(&mut st.counters, "a malformed control message");
                         None
                     }
-                    Some(c) => Some(control(&mut st, c)),
+                    Some(c) => Some(control(&mut st, c, &from)),
                 }
             };
             if let Some(r) = reply {
                 // A client that vanished before the reply is no concern of the server's.
-                let _ = self.ctl.send_to_addr(&r.encode(), &from);
+                let _ = self.ctl.send_to(&r.encode(), &from);
             }
         }
     }
@@ -149,12 +202,12 @@ fn count_malformed(c: &mut ServeCounters, what: &str) {
 }
 
 /// Answers one control message.
-fn control(st: &mut State, mut c: Ctl) -> Ctl {
+fn control(st: &mut State, mut c: Ctl, from: &Peer) -> Ctl {
     let kind = CtlType::from_wire(c.kind);
     let slot = c.client as usize;
     let client = st.clients.get(slot).cloned().flatten();
     let ok = match (kind, client) {
-        (Some(CtlType::Connect), _) => connect(st, &mut c),
+        (Some(CtlType::Connect), _) => connect(st, &mut c, from),
         (Some(CtlType::Disconnect), _) => {
             if let Some(s) = st.clients.get_mut(slot) {
                 *s = None;
@@ -170,7 +223,7 @@ fn control(st: &mut State, mut c: Ctl) -> Ctl {
     c
 }
 
-fn connect(st: &mut State, c: &mut Ctl) -> bool {
+fn connect(st: &mut State, c: &mut Ctl, from: &Peer) -> bool {
     let info = ClientInfo::parse(&c.data);
     let node = if info.node.is_empty() {
         st.subnet.default_node()
@@ -207,9 +260,21 @@ fn connect(st: &mut State, c: &mut Ctl) -> bool {
         NodeKind::Switch => 0,
         NodeKind::Hca => 1,
     };
+    // The client's `in` socket: `<base>:in<pid>`, or over UDP its port (the id it sent)
+    // at the address its control message came from.
+    let to = match (&st.transport, from) {
+        (Transport::Abstract(base), _) => match abstract_addr(&format!("{base}:in{}", info.id)) {
+            Ok(a) => Peer::Unix(a),
+            Err(_) => return false,
+        },
+        (Transport::Udp(_), Peer::Udp(a)) => {
+            Peer::Udp(std::net::SocketAddr::new(a.ip(), info.id as u16))
+        }
+        (Transport::Udp(_), Peer::Unix(_)) => return false,
+    };
     st.clients[slot] = Some(Client {
-        pid: info.id,
         at: PortAddr { node, port },
+        to,
     });
     st.counters.connects += 1;
     ClientInfo {
@@ -281,10 +346,10 @@ fn query(subnet: &mut Subnet, cl: &Client, k: CtlType, data: &mut [u8; CTL_DATA_
 }
 
 /// Serves the MADs of client slot `slot`.
-fn serve_client(slot: usize, sock: UnixDatagram, state: Arc<Mutex<State>>) {
+fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
     let mut buf = [0u8; 1024];
     loop {
-        let Ok(n) = sock.recv(&mut buf) else {
+        let Ok((n, _)) = sock.recv_from(&mut buf) else {
             // The socket itself failed: this slot stops serving, the others go on.
             return;
         };
@@ -337,10 +402,9 @@ fn serve_client(slot: usize, sock: UnixDatagram, state: Arc<Mutex<State>>) {
                 .write_all(mad_log::line(&entry).as_bytes())
                 .and_then(|_| l.flush());
         }
-        let to = format!("{}:in{}", st.base, cl.pid);
         drop(st);
-        if let (Some(r), Ok(addr)) = (reply, abstract_addr(&to)) {
-            let _ = sock.send_to_addr(&r.encode(), &addr);
+        if let Some(r) = reply {
+            let _ = sock.send_to(&r.encode(), &cl.to);
         }
     }
 }
