@@ -9,6 +9,7 @@ mod device;
 mod perftest;
 mod pingpong;
 mod run;
+mod serve;
 mod sim;
 
 use std::process::ExitCode;

@@ -22,7 +22,7 @@ use softib_sim::scenario::overrides::{apply_to_text, parse_assignment, set_key, 
 use softib_sim::scenario::Scenario;
 
 /// The scenarios shipped in `scenarios/`, by name.
-pub const BUNDLED: [(&str, &str); 7] = [
+pub const BUNDLED: [(&str, &str); 8] = [
     ("b2b-edr", include_str!("../../../scenarios/b2b-edr.toml")),
     (
         "switch-1to1",
@@ -47,6 +47,10 @@ pub const BUNDLED: [(&str, &str); 7] = [
     (
         "traffic-mix",
         include_str!("../../../scenarios/traffic-mix.toml"),
+    ),
+    (
+        "mgmt-fat-tree",
+        include_str!("../../../scenarios/mgmt-fat-tree.toml"),
     ),
 ];
 
@@ -100,10 +104,33 @@ pub struct SimArgs {
     /// Write no files, only print.
     #[arg(long, conflicts_with = "out")]
     pub no_files: bool,
+    /// Run the scenario to its end (or to --serve-at), freeze the fabric and answer the
+    /// management MADs of stock tools run under `ibsim-run` (infiniband-diags: ibnetdiscover,
+    /// iblinkinfo, perfquery, smpquery, ibroute, ...) until killed. See docs/design/management.md.
+    #[arg(long, conflicts_with_all = ["sweep", "compare", "list", "replay"])]
+    pub serve: bool,
+    /// Freeze the fabric at this simulated time (microseconds) instead of the scenario's end.
+    #[arg(long, value_name = "US")]
+    pub serve_at: Option<f64>,
+    /// Write every MAD exchange of --serve into this file (default: mads.log in the output
+    /// directory, none with --no-files).
+    #[arg(long, value_name = "FILE")]
+    pub mad_log: Option<PathBuf>,
+    /// Replay a MAD log of --serve against the scenario frozen at the same time and check
+    /// that every response comes out bit for bit the same (exit status 1 if not).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sweep", "compare", "list"])]
+    pub replay: Option<PathBuf>,
+    /// Base name of the abstract sockets --serve listens on (the tools' IBSIM_SOCKNAME).
+    #[arg(long, value_name = "NAME", default_value = "sim")]
+    pub sock_name: String,
+    /// Serve over UDP on 127.0.0.1 instead: control on PORT, client sockets on PORT+1..+10
+    /// (the tools' IBSIM_SERVER_NAME=127.0.0.1 IBSIM_SERVER_PORT=PORT).
+    #[arg(long, value_name = "PORT", conflicts_with = "sock_name")]
+    pub udp_port: Option<u16>,
 }
 
 /// Writes `text` to stdout; a closed pipe (`softib sim | head`) ends the output quietly.
-fn emit(text: &str) -> Result<()> {
+pub(crate) fn emit(text: &str) -> Result<()> {
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -112,14 +139,14 @@ fn emit(text: &str) -> Result<()> {
 }
 
 /// A loaded scenario: its name, text and parsed form.
-struct Loaded {
-    name: String,
+pub(crate) struct Loaded {
+    pub(crate) name: String,
     text: String,
-    scenario: Scenario,
+    pub(crate) scenario: Scenario,
 }
 
 /// Loads a scenario from a path, or a bundled scenario by name.
-fn load(arg: Option<&str>, seed: Option<u64>, sets: &[String]) -> Result<Loaded> {
+pub(crate) fn load(arg: Option<&str>, seed: Option<u64>, sets: &[String]) -> Result<Loaded> {
     let arg = arg.unwrap_or(DEFAULT_SCENARIO);
     let path = Path::new(arg);
     let (name, text, origin) = if path.exists() {
@@ -225,7 +252,7 @@ fn write_files(report: &Report, dir: &Path) -> Result<()> {
     emit(&text)
 }
 
-fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
+pub(crate) fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
     if args.no_files {
         return None;
     }
@@ -236,7 +263,7 @@ fn out_dir(args: &SimArgs, name: &str) -> Option<PathBuf> {
     )
 }
 
-fn options(args: &SimArgs) -> RunOptions {
+pub(crate) fn options(args: &SimArgs) -> RunOptions {
     RunOptions {
         capture_hosts: args.pcap.clone(),
         capture_ports: args.pcap_port.clone(),
@@ -262,6 +289,9 @@ pub fn run_cli(args: &SimArgs) -> Result<()> {
     }
     if !args.sweep.is_empty() {
         return run_sweep(args);
+    }
+    if args.serve || args.replay.is_some() {
+        return crate::serve::run(args);
     }
     let l = load(args.scenario.as_deref(), args.seed, &args.set)?;
     let progress = Progress::new(1000, &l.name);

@@ -16,4 +16,5 @@ pub mod cases;
 pub mod cc_trace;
 pub mod report;
 pub mod scenario;
+pub mod serve;
 pub mod setup;

@@ -294,6 +294,13 @@ impl Fabric {
         Some(self.ports[i].counters_at(self.now))
     }
 
+    /// Whether the cable of port `port` of node `name` is up (false for an uncabled port).
+    /// Read-only, for the management agents (`crate::agents`).
+    pub fn port_link_up(&self, name: &str, port: u8) -> Option<bool> {
+        let p = &self.ports[self.port_index(name, port)?];
+        Some(p.peer != NO_PEER && p.link_up)
+    }
+
     /// Operational data VLs of a port.
     pub fn operational_vls(&self, name: &str, port: u8) -> Option<u8> {
         Some(self.ports[self.port_index(name, port)?].op_vls)

@@ -81,6 +81,19 @@ pub fn run_with(
     opts: &RunOptions,
     progress: &mut dyn FnMut(Picos, Picos),
 ) -> Result<Report, RunError> {
+    run_and_keep(s, name, opts, None, progress).map(|(report, _)| report)
+}
+
+/// Runs `s` as [`run_with`] does, but to `stop` (default: the scenario's end), and returns
+/// the fabric as it stands then with the report: what `softib sim --serve` freezes and
+/// answers management MADs against.
+pub fn run_and_keep(
+    s: &Scenario,
+    name: &str,
+    opts: &RunOptions,
+    stop: Option<Picos>,
+    progress: &mut dyn FnMut(Picos, Picos),
+) -> Result<(Report, softib_fabric::fabric::Fabric), RunError> {
     let mut fabric = s.build()?;
     let hosts = crate::scenario::pattern::host_names(fabric.topology());
     for h in &opts.capture_hosts {
@@ -111,7 +124,7 @@ pub fn run_with(
         }
     };
     let plan = s.stream_plan()?;
-    let total = duration_ps(s);
+    let total = stop.unwrap_or_else(|| duration_ps(s));
     // Bins of a fiftieth of the run at least, so that a bin holds several packets of
     // each flow; never finer than the counter samples.
     let bin = fabric
@@ -200,5 +213,5 @@ pub fn run_with(
     if let Some(c) = capture {
         report.pcap = Some(c.borrow_mut().take_bytes(total));
     }
-    Ok(report)
+    Ok((report, fabric))
 }

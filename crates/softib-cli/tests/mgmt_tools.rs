@@ -1,0 +1,478 @@
+//! Stock infiniband-diags against `softib sim mgmt-fat-tree --serve` (issue 17): the tools
+//! run under `ibsim-run` (Debian ibsim-utils + libumad2sim0) and what they print is checked
+//! against the scenario itself, run in this process: node and port counts, GUIDs, LIDs,
+//! widths and speeds, forwarding tables, counters (PortXmitWait equal to softib's own).
+//! Then the MAD log of the served run is replayed and must match bit for bit.
+//!
+//! Needs the Debian packages ibsim-utils and infiniband-diags; fails naming them when
+//! missing. Each test serves on its own abstract socket names (IBSIM_SOCKNAME), so tests
+//! run in parallel.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use common::softib;
+use softib_fabric::agents::{node_guid, port_guid, Subnet};
+use softib_fabric::fabric::Fabric;
+use softib_fabric::topology::NodeKind;
+use softib_sim::report::run::{run_and_keep, RunOptions};
+use softib_sim::scenario::Scenario;
+
+const SCENARIO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scenarios/mgmt-fat-tree.toml"
+);
+
+fn require_tools() {
+    for (tool, package) in [
+        ("ibsim-run", "ibsim-utils"),
+        ("ibnetdiscover", "infiniband-diags"),
+        ("iblinkinfo", "infiniband-diags"),
+        ("perfquery", "infiniband-diags"),
+        ("smpquery", "infiniband-diags"),
+        ("ibroute", "infiniband-diags"),
+        ("ibqueryerrors", "infiniband-diags"),
+        ("timeout", "coreutils"),
+    ] {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+            .unwrap_or(false);
+        assert!(
+            found,
+            "`{tool}` is not installed: these tests need the Debian package {package} \
+             (apt-get install ibsim-utils infiniband-diags)"
+        );
+    }
+    assert!(
+        Path::new("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so").exists()
+            || std::fs::read_to_string(which("ibsim-run"))
+                .map(|s| s.lines().any(|l| l.starts_with("sim_so=")
+                    && Path::new(l.trim_start_matches("sim_so=")).exists()))
+                .unwrap_or(false),
+        "libumad2sim.so is missing: install the Debian package libumad2sim0 (ibsim-utils)"
+    );
+}
+
+fn which(tool: &str) -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .unwrap_or_default()
+}
+
+/// The scenario as the server runs it, frozen at its end.
+fn model() -> (Fabric, Subnet) {
+    let s = Scenario::load(Path::new(SCENARIO)).expect("scenario");
+    let (_, fabric) = run_and_keep(
+        &s,
+        "mgmt-fat-tree",
+        &RunOptions::default(),
+        None,
+        &mut |_, _| {},
+    )
+    .expect("run");
+    let subnet = Subnet::snapshot(&fabric);
+    (fabric, subnet)
+}
+
+/// A running `softib sim --serve`, killed when dropped.
+struct Served {
+    child: Child,
+    udp: Option<u16>,
+    sock: String,
+    log: PathBuf,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn serve() -> Served {
+    serve_on(None)
+}
+
+/// Serves on abstract sockets of a unique name, or over UDP on 127.0.0.1 at `udp`.
+fn serve_on(udp: Option<u16>) -> Served {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let sock = format!("softib-test-{}-{n}", std::process::id());
+    let dir = std::env::temp_dir().join(&sock);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("mads.log");
+    let mut cmd = softib();
+    cmd.args(["sim", SCENARIO, "--serve", "--mad-log"])
+        .arg(&log);
+    match udp {
+        Some(p) => cmd.args(["--udp-port", &p.to_string()]),
+        None => cmd.args(["--sock-name", &sock]),
+    };
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("softib");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.contains("serving mgmt-fat-tree"),
+        "server said {line:?}"
+    );
+    Served {
+        child,
+        udp,
+        sock,
+        log,
+        _dir: TempDir(dir),
+    }
+}
+
+/// Runs `tool args` under ibsim-run against `s`, at most 30 s; returns (success, stdout).
+fn tool(s: &Served, host: Option<&str>, args: &[&str]) -> (bool, String) {
+    let mut c = Command::new("timeout");
+    c.arg("30").arg("ibsim-run").args(args);
+    match s.udp {
+        Some(p) => c
+            .env("IBSIM_SERVER_NAME", "127.0.0.1")
+            .env("IBSIM_SERVER_PORT", p.to_string()),
+        None => c
+            .env("IBSIM_SOCKNAME", &s.sock)
+            .env_remove("IBSIM_SERVER_NAME"),
+    };
+    match host {
+        Some(h) => c.env("SIM_HOST", h),
+        None => c.env_remove("SIM_HOST"),
+    };
+    let o = c.output().expect("timeout/ibsim-run");
+    assert_ne!(o.status.code(), Some(124), "{args:?} hung (30 s)");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+fn ok(s: &Served, args: &[&str]) -> String {
+    let (good, out) = tool(s, None, args);
+    assert!(good, "{args:?} failed:\n{out}");
+    out
+}
+
+fn lid(sub: &Subnet, name: &str) -> u16 {
+    let n = sub.find_node(name).unwrap();
+    sub.nodes[n].ports[1].lid.max(sub.nodes[n].ports[0].lid)
+}
+
+fn field<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([':', '.']))
+        .unwrap_or_else(|| panic!("no {name} in\n{out}"))
+        .trim_start_matches(name)
+        .trim_start_matches([':', '.'])
+        .trim()
+}
+
+/// Garbage on the control and MAD sockets (wrong sizes, wrong magic, an unknown control
+/// type, a MAD from a client that never connected): dropped, and the server serves on.
+fn hostile_datagrams(s: &Served) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let addr = |n: &str| SocketAddr::from_abstract_name(format!("{}:{n}\0", s.sock)).unwrap();
+    let sock = UnixDatagram::unbound().unwrap();
+    sock.send_to_addr(b"hello", &addr("ctl")).unwrap();
+    sock.send_to_addr(&[0u8; 80], &addr("ctl")).unwrap();
+    let mut ctl = [0u8; 80];
+    ctl[0..4].copy_from_slice(&0xdead_beefu32.to_ne_bytes());
+    ctl[4..8].copy_from_slice(&7u32.to_ne_bytes());
+    ctl[8..12].copy_from_slice(&99u32.to_ne_bytes());
+    sock.send_to_addr(&ctl, &addr("ctl")).unwrap();
+    sock.send_to_addr(&[0xffu8; 100], &addr("out0")).unwrap();
+    sock.send_to_addr(&[0x01u8; 288], &addr("out3")).unwrap();
+}
+
+#[test]
+fn ibnetdiscover_and_iblinkinfo_see_the_fat_tree() {
+    require_tools();
+    let (_, sub) = model();
+    let s = serve();
+    hostile_datagrams(&s);
+    let out = ok(&s, &["ibnetdiscover"]);
+    let switches = out.lines().filter(|l| l.starts_with("Switch\t")).count();
+    let cas = out.lines().filter(|l| l.starts_with("Ca\t")).count();
+    assert_eq!(switches, sub.topology.switches().count(), "{out}");
+    assert_eq!(cas, sub.topology.hcas().count(), "{out}");
+    for (i, n) in sub.nodes.iter().enumerate() {
+        let guid = format!("{:016x}", node_guid(i));
+        assert!(
+            out.contains(&guid),
+            "{} ({guid}) not discovered:\n{out}",
+            n.name
+        );
+        let header = out
+            .lines()
+            .find(|l| {
+                l.contains(&format!("\"{}\"", n.name))
+                    && (l.starts_with("Switch") || l.starts_with("Ca"))
+            })
+            .unwrap_or_else(|| panic!("no node line for {}:\n{out}", n.name));
+        match n.kind {
+            NodeKind::Switch => {
+                assert!(header.starts_with("Switch\t8 "), "{header}");
+                assert!(
+                    header.contains(&format!("lid {} ", sub.nodes[i].ports[0].lid)),
+                    "{header}"
+                );
+            }
+            NodeKind::Hca => assert!(header.starts_with("Ca\t1 "), "{header}"),
+        }
+    }
+    // Every cable end, both ways, at the scenario's 4x EDR.
+    let links = out.lines().filter(|l| l.starts_with('[')).count();
+    assert_eq!(links, 2 * sub.topology.links.len(), "{out}");
+    assert_eq!(out.matches("4xEDR").count(), links, "{out}");
+    let h0 = port_guid(0, NodeKind::Hca, 1);
+    assert!(out.contains(&format!("port {h0:016x}")), "{out}");
+
+    let out = ok(&s, &["iblinkinfo"]);
+    // Cabled ends are Active at 4X EDR; a switch's uncabled ports (the spines' 5-8) Down.
+    let ends: Vec<&str> = out.lines().filter(|l| l.contains("==(")).collect();
+    let up: Vec<&&str> = ends.iter().filter(|l| l.contains("LinkUp")).collect();
+    assert_eq!(up.len(), 2 * sub.topology.links.len(), "{out}");
+    for l in &up {
+        assert!(
+            l.contains("==( 4X      25.78125 Gbps Active/  LinkUp)==>"),
+            "{l}"
+        );
+        assert!(!l.contains("Could be"), "{l}");
+    }
+    let uncabled: usize = sub
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Switch)
+        .map(|n| n.ports.iter().skip(1).filter(|p| p.peer.is_none()).count())
+        .sum();
+    let down = ends.iter().filter(|l| l.contains("Down/ Polling")).count();
+    assert_eq!(down, uncabled, "{out}");
+    assert_eq!(ends.len(), up.len() + down, "{out}");
+}
+
+#[test]
+fn perfquery_smpquery_ibroute_ibqueryerrors_match_the_model_and_replay() {
+    require_tools();
+    let (fabric, sub) = model();
+    let tick = fabric.config().xmit_wait_tick_ps;
+    let s = serve();
+
+    // perfquery: the classic and the extended counters of ports that carried the incast.
+    for (name, port) in [("h6", 1u8), ("h12", 1), ("leaf0", 1), ("leaf1", 5)] {
+        let c = fabric.port_counters(name, port).unwrap();
+        assert!(c.port_xmit_data > 0, "{name}:{port} carried nothing");
+        let l = lid(&sub, name).to_string();
+        let p = port.to_string();
+        let out = ok(&s, &["perfquery", &l, &p]);
+        assert_eq!(
+            field(&out, "PortXmitWait"),
+            c.port_xmit_wait(tick).to_string(),
+            "{name}:{port}\n{out}"
+        );
+        assert_eq!(
+            field(&out, "PortXmitData"),
+            c.port_xmit_data.to_string(),
+            "{out}"
+        );
+        assert_eq!(
+            field(&out, "PortXmitPkts"),
+            c.port_xmit_pkts.to_string(),
+            "{out}"
+        );
+        let out = ok(&s, &["perfquery", "-x", &l, &p]);
+        assert_eq!(
+            field(&out, "PortXmitData"),
+            c.port_xmit_data.to_string(),
+            "{out}"
+        );
+        assert_eq!(
+            field(&out, "PortRcvPkts"),
+            c.port_rcv_pkts.to_string(),
+            "{out}"
+        );
+    }
+    assert!(fabric.port_counters("h6", 1).unwrap().port_xmit_wait(tick) > 0);
+
+    // smpquery: NodeInfo of a switch, PortInfo of an HCA port, NodeDescription.
+    let leaf2 = sub.find_node("leaf2").unwrap();
+    let out = ok(
+        &s,
+        &["smpquery", "nodeinfo", &lid(&sub, "leaf2").to_string()],
+    );
+    assert_eq!(field(&out, "NodeType"), "Switch", "{out}");
+    assert_eq!(field(&out, "NumPorts"), "8", "{out}");
+    assert_eq!(
+        field(&out, "Guid"),
+        format!("0x{:016x}", node_guid(leaf2)),
+        "{out}"
+    );
+    let h3 = lid(&sub, "h3");
+    let out = ok(&s, &["smpquery", "portinfo", &h3.to_string(), "1"]);
+    assert_eq!(field(&out, "Lid"), h3.to_string(), "{out}");
+    assert_eq!(field(&out, "LinkWidthActive"), "4X", "{out}");
+    assert_eq!(field(&out, "LinkState"), "Active", "{out}");
+    assert_eq!(field(&out, "LinkSpeedExtActive"), "25.78125 Gbps", "{out}");
+    let out = ok(
+        &s,
+        &["smpquery", "nodedesc", &lid(&sub, "spine1").to_string()],
+    );
+    assert_eq!(field(&out, "Node Description"), "spine1", "{out}");
+
+    // ibroute: leaf0's table, entry by entry, is the model's.
+    let leaf0 = sub.find_node("leaf0").unwrap();
+    let out = ok(&s, &["ibroute", &lid(&sub, "leaf0").to_string()]);
+    let mut seen = 0;
+    for l in out.lines().filter(|l| l.starts_with("0x")) {
+        let dlid = u16::from_str_radix(&l[2..6], 16).unwrap();
+        let port: u8 = l[7..10].parse().unwrap();
+        assert_eq!(port, sub.nodes[leaf0].lft[dlid as usize], "{l}");
+        seen += 1;
+    }
+    assert_eq!(seen, sub.topology.nodes.len(), "{out}");
+
+    // ibqueryerrors (without the SA's path records, which need an SM): every port with a
+    // PortXmitWait in the model, with its value.
+    // (It exits non-zero when it found errors, as here.)
+    let (_, out) = tool(&s, None, &["ibqueryerrors", "--skip-sl"]);
+    let mut waiting = 0;
+    for (i, n) in sub.nodes.iter().enumerate() {
+        for p in 1..n.ports.len() as u8 {
+            let w = n.ports[p as usize].counters.port_xmit_wait(tick);
+            let guid = port_guid(i, n.kind, p);
+            let line = out
+                .lines()
+                .find(|l| l.contains(&format!("0x{guid:016x} port {p}:")));
+            if w > 0 {
+                waiting += 1;
+                let line = line.unwrap_or_else(|| panic!("{}:{p} missing\n{out}", n.name));
+                assert!(line.contains(&format!("[PortXmitWait == {w}]")), "{line}");
+            } else if let Some(line) = line {
+                assert!(!line.contains("PortXmitWait"), "{line}");
+            }
+        }
+    }
+    assert!(waiting >= 6, "{out}");
+
+    // An unknown SIM_HOST is refused; the server keeps serving.
+    let (good, _) = tool(&s, Some("no-such-node"), &["smpquery", "nodedesc", "1"]);
+    assert!(!good);
+    let (good, out) = tool(&s, Some("leaf3"), &["smpquery", "nodedesc", "1"]);
+    assert!(good, "{out}");
+    assert_eq!(field(&out, "Node Description"), "h0", "{out}");
+
+    // An unsupported attribute is answered (status 0x0C), not left to time out.
+    let started = std::time::Instant::now();
+    let (good, _) = tool(
+        &s,
+        None,
+        &[
+            "smpquery",
+            "-t",
+            "20000",
+            "mlnxextportinfo",
+            &h3.to_string(),
+            "1",
+        ],
+    );
+    assert!(!good);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "waited for a timeout"
+    );
+
+    // The MAD log replays bit for bit.
+    let log = s.log.clone();
+    let exchanges = std::fs::read_to_string(&log).unwrap().lines().count() - 1;
+    assert!(exchanges > 50, "only {exchanges} MADs logged");
+    let o = softib()
+        .args(["sim", SCENARIO, "--replay"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains(&format!("replayed {exchanges} MADs")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{exchanges} identical")), "{text}");
+    drop(s);
+}
+
+#[test]
+fn opensm_sweeps_the_frozen_fabric_once_to_master() {
+    require_tools();
+    assert!(
+        !which("opensm").as_os_str().is_empty(),
+        "`opensm` is not installed: this test needs the Debian package opensm"
+    );
+    let s = serve();
+    let log = s.log.with_file_name("opensm.log");
+    let log_arg = log.to_str().unwrap().to_string();
+    // -o: one sweep, then exit. Its PortInfo, SwitchInfo and LFT Sets must all succeed.
+    let (_, out) = tool(&s, None, &["opensm", "-o", "-f", &log_arg]);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("Entering MASTER state"), "{out}\n{text}");
+    assert!(text.contains("SUBNET UP"), "{out}\n{text}");
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains(" ERR ")).collect();
+    assert!(
+        errors.is_empty(),
+        "OpenSM logged errors:\n{}",
+        errors.join("\n")
+    );
+    // What OpenSM wrote is what the tools read back, and the log still replays.
+    let out = ok(&s, &["ibroute", "17"]);
+    assert!(out.contains("24 valid lids dumped"), "{out}");
+    let o = softib()
+        .args(["sim", SCENARIO, "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn the_tools_reach_the_server_over_udp_on_loopback_too() {
+    require_tools();
+    let (fabric, sub) = model();
+    // A port range of this process's own (ports P .. P + 10).
+    let port = 30_000 + (std::process::id() % 3000) as u16 * 11;
+    let s = serve_on(Some(port));
+    let out = ok(&s, &["ibnetdiscover"]);
+    let switches = out.lines().filter(|l| l.starts_with("Switch\t")).count();
+    assert_eq!(switches, sub.topology.switches().count(), "{out}");
+    let c = fabric.port_counters("h6", 1).unwrap();
+    let out = ok(&s, &["perfquery", &lid(&sub, "h6").to_string(), "1"]);
+    let tick = fabric.config().xmit_wait_tick_ps;
+    assert_eq!(
+        field(&out, "PortXmitWait"),
+        c.port_xmit_wait(tick).to_string(),
+        "{out}"
+    );
+}

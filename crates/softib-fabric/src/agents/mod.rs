@@ -1,0 +1,238 @@
+//! The nodes' management agents (IBA vol. 1 ch. 13-16): the subnet management agent of every
+//! node ([`sma`]), the performance management agent ([`pma`]) and the delivery of a MAD to
+//! the node it is for ([`delivery`]: directed-route and LID-routed SMPs, LID-routed GMPs).
+//!
+//! The agents answer against a [`Subnet`]: a snapshot of the fabric taken at one simulated
+//! instant (topology, LIDs, forwarding tables, link widths and speeds, port states, QoS
+//! tables and port counters). In this first slice a MAD does not travel the simulated fabric
+//! on VL15: it is answered against the snapshot at once (see docs/design/management.md).
+//! An SM's Sets (PortInfo LID/state/SM LID, SwitchInfo LinearFDBTop, LFT blocks) change the
+//! snapshot, so an SM sees what it wrote; they do not reach the simulated data plane.
+//!
+//! GUIDs are not in a topology, so they are derived from it ([`node_guid`]): node `i` (its
+//! index in the topology) has node GUID `GUID_BASE | (i + 1) << 8`; an HCA's port `p` has port
+//! GUID `node GUID | p`; a switch has one port GUID (port 0's) equal to its node GUID; the
+//! system image GUID is the node GUID. The same topology always gets the same GUIDs.
+#![forbid(unsafe_code)]
+
+pub mod delivery;
+pub mod mad;
+pub mod pma;
+pub mod sma;
+
+use crate::counters::PortCounters;
+use crate::fabric::Fabric;
+use crate::link::LinkRate;
+use crate::qos::{no_qos, PortClass, PortQos};
+use crate::routing::{peers, Addressing};
+use crate::time::Picos;
+use crate::topology::{NodeKind, PortAddr, Topology};
+
+/// The upper bits of every GUID softib assigns (company ID 0x5EF1B0, which no HCA vendor
+/// uses, so tools never take a simulated node for a vendor's and ask for vendor attributes).
+pub const GUID_BASE: u64 = 0x5EF1_B000_0000_0000;
+
+/// VendorID in NodeInfo (24 bits): the company ID of [`GUID_BASE`].
+pub const VENDOR_ID: u32 = 0x5E_F1B0;
+
+/// The node GUID of topology node `index`.
+pub fn node_guid(index: usize) -> u64 {
+    GUID_BASE | ((index as u64 + 1) << 8)
+}
+
+/// The port GUID of port `port` of node `index` of kind `kind` (a switch has one, port 0's).
+pub fn port_guid(index: usize, kind: NodeKind, port: u8) -> u64 {
+    match kind {
+        NodeKind::Switch => node_guid(index),
+        NodeKind::Hca => node_guid(index) | port as u64,
+    }
+}
+
+/// What the agents know of one port at the snapshot's instant.
+#[derive(Clone, Debug)]
+pub struct PortView {
+    /// The port at the other end of the cable.
+    pub peer: Option<PortAddr>,
+    /// The cable is up.
+    pub link_up: bool,
+    /// Width and speed of the cable (the fabric's default on an uncabled port).
+    pub rate: LinkRate,
+    /// Operational data VLs.
+    pub op_vls: u8,
+    /// Counters as of the snapshot.
+    pub counters: PortCounters,
+    /// LID (HCA ports; for a switch, the switch's LID on every port).
+    pub lid: u16,
+    /// PortState an SM set (IBA §14.2.5.6: 1 Down, 2 Init, 3 Armed, 4 Active); `None`: as
+    /// the snapshot found the link (Active if up, else Down).
+    pub state_set: Option<u8>,
+}
+
+/// A node as its agents see it.
+#[derive(Clone, Debug)]
+pub struct NodeView {
+    /// Name in the topology (the NodeDescription).
+    pub name: String,
+    /// HCA or switch.
+    pub kind: NodeKind,
+    /// `ports[p]` for p in 1..=N; index 0 is the switch's management port (a copy of port
+    /// 1's fields with the switch LID, unused for HCAs).
+    pub ports: Vec<PortView>,
+    /// Linear forwarding table (switches), indexed by DLID.
+    pub lft: Vec<u8>,
+    /// SwitchInfo LinearFDBTop (switches): the highest LID the table holds.
+    pub linear_fdb_top: u16,
+}
+
+/// The fabric's management state at one instant: what every agent answers from.
+#[derive(Clone, Debug)]
+pub struct Subnet {
+    /// The topology.
+    pub topology: Topology,
+    /// Nodes, in topology order.
+    pub nodes: Vec<NodeView>,
+    /// Owner of each LID.
+    pub addressing: Addressing,
+    /// The VL capability of every port (VLCap).
+    pub vl_cap: u8,
+    /// QoS settings per port class, as the fabric applies them.
+    pub qos: [PortQos; 3],
+    /// The tick of PortXmitWait, picoseconds.
+    pub xmit_wait_tick_ps: Picos,
+    /// The instant of the snapshot.
+    pub at: Picos,
+    /// MasterSMLID an SM set in PortInfo (`None`: the first HCA's LID).
+    pub sm_lid: Option<u16>,
+}
+
+impl Subnet {
+    /// Takes the snapshot of `fabric` as of its current time.
+    pub fn snapshot(fabric: &Fabric) -> Self {
+        let topo = fabric.topology().clone();
+        let cfg = fabric.config();
+        let addressing = Addressing::assign(&topo);
+        let peer = peers(&topo);
+        let mut nodes = Vec::with_capacity(topo.nodes.len());
+        for (i, n) in topo.nodes.iter().enumerate() {
+            let mut ports = Vec::with_capacity(n.ports as usize + 1);
+            for p in 0..=n.ports {
+                let phys = p.max(1);
+                let lid = match n.kind {
+                    NodeKind::Switch => addressing.switch_lid[i],
+                    NodeKind::Hca => addressing.port_lid[i][phys as usize],
+                };
+                ports.push(PortView {
+                    peer: if p == 0 { None } else { peer[i][p as usize] },
+                    link_up: if p == 0 {
+                        true
+                    } else {
+                        fabric.port_link_up(&n.name, p).unwrap_or(false)
+                    },
+                    rate: fabric.port_rate(&n.name, phys).unwrap_or(cfg.link_rate),
+                    op_vls: fabric.operational_vls(&n.name, phys).unwrap_or(1),
+                    counters: if p == 0 {
+                        PortCounters::default()
+                    } else {
+                        fabric.port_counters(&n.name, p).unwrap_or_default()
+                    },
+                    lid,
+                    state_set: None,
+                });
+            }
+            let lft = match n.kind {
+                NodeKind::Switch => fabric.lft(&n.name).map(<[u8]>::to_vec).unwrap_or_default(),
+                NodeKind::Hca => Vec::new(),
+            };
+            nodes.push(NodeView {
+                name: n.name.clone(),
+                kind: n.kind,
+                ports,
+                linear_fdb_top: lft.len().saturating_sub(1) as u16,
+                lft,
+            });
+        }
+        let qos = match &cfg.qos {
+            Some(q) => [
+                q.resolve(PortClass::Ca),
+                q.resolve(PortClass::Sw0),
+                q.resolve(PortClass::Swe),
+            ],
+            None => [no_qos(), no_qos(), no_qos()],
+        };
+        Subnet {
+            topology: topo,
+            nodes,
+            addressing,
+            vl_cap: cfg.vl_cap,
+            qos,
+            xmit_wait_tick_ps: cfg.xmit_wait_tick_ps,
+            at: fabric.now(),
+            sm_lid: None,
+        }
+    }
+
+    /// The node whose NodeDescription is `desc`, or whose node GUID (or a port GUID) is
+    /// `desc` as hexadecimal (with or without `0x`).
+    pub fn find_node(&self, desc: &str) -> Option<usize> {
+        if let Some(i) = self.nodes.iter().position(|n| n.name == desc) {
+            return Some(i);
+        }
+        let hex = desc.trim_start_matches("0x").trim_start_matches("0X");
+        let guid = u64::from_str_radix(hex, 16).ok()?;
+        self.nodes.iter().enumerate().find_map(|(i, n)| {
+            let ports = match n.kind {
+                NodeKind::Switch => 0..=0,
+                NodeKind::Hca => 1..=n.ports.len().saturating_sub(1) as u8,
+            };
+            (node_guid(i) == guid || ports.into_iter().any(|p| port_guid(i, n.kind, p) == guid))
+                .then_some(i)
+        })
+    }
+
+    /// The node a client attaches to when it names none: the first HCA (ibsim's default is
+    /// the first node of its file; a tool is normally run on a host).
+    pub fn default_node(&self) -> Option<usize> {
+        self.nodes.iter().position(|n| n.kind == NodeKind::Hca)
+    }
+
+    /// Gives port `port` of node `node` LID `lid` (an SM's PortInfo Set): the LID-routing
+    /// view follows; on a switch the LID is port 0's and so every port's.
+    pub fn set_lid(&mut self, node: usize, port: u8, lid: u16) {
+        use crate::routing::LidOwner;
+        let n = &mut self.nodes[node];
+        let (owner, ports): (LidOwner, Vec<usize>) = match n.kind {
+            NodeKind::Switch => (LidOwner::Switch(node), (0..n.ports.len()).collect()),
+            NodeKind::Hca => (
+                LidOwner::HcaPort(PortAddr { node, port }),
+                vec![port as usize],
+            ),
+        };
+        let old = n.ports[ports[0]].lid;
+        for p in ports {
+            n.ports[p].lid = lid;
+        }
+        let owners = &mut self.addressing.owners;
+        if owners.get(old as usize).copied().flatten() == Some(owner) {
+            owners[old as usize] = None;
+        }
+        if lid != 0 && lid < 0xC000 {
+            if owners.len() <= lid as usize {
+                owners.resize(lid as usize + 1, None);
+            }
+            owners[lid as usize] = Some(owner);
+        }
+        match owner {
+            LidOwner::Switch(i) => self.addressing.switch_lid[i] = lid,
+            LidOwner::HcaPort(p) => self.addressing.port_lid[p.node][p.port as usize] = lid,
+        }
+    }
+
+    /// The QoS settings of port `port` of node `node`.
+    pub fn port_qos(&self, node: usize, port: u8) -> &PortQos {
+        match (self.nodes[node].kind, port) {
+            (NodeKind::Hca, _) => &self.qos[0],
+            (NodeKind::Switch, 0) => &self.qos[1],
+            (NodeKind::Switch, _) => &self.qos[2],
+        }
+    }
+}

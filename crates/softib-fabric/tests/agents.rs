@@ -1,0 +1,228 @@
+//! The node agents (IBA vol. 1 §14.2, §16.1) on a small fat tree: directed routes walk the
+//! cables and fill the return path, LID routes follow the forwarding tables, and bad or
+//! unsupported requests get the status or the drop an IB node gives them.
+
+use softib_fabric::agents::delivery::{deliver, Dropped, PERMISSIVE_LID};
+use softib_fabric::agents::mad::{status, Mad};
+use softib_fabric::agents::{node_guid, port_guid, Subnet};
+use softib_fabric::fabric::{Fabric, FabricConfig};
+use softib_fabric::topology::{NodeKind, PortAddr, Topology};
+
+fn subnet() -> Subnet {
+    let f = Fabric::new(Topology::fat_tree_2(4, 8).unwrap(), FabricConfig::default()).unwrap();
+    Subnet::snapshot(&f)
+}
+
+fn dr_get(attr: u16, modifier: u32, path: &[u8]) -> Mad {
+    let mut m = [0u8; 256];
+    m[0] = 1;
+    m[1] = 0x81;
+    m[2] = 1;
+    m[3] = 0x01;
+    m[7] = path.len() as u8;
+    m[8..16].copy_from_slice(&0x1234_5678_9abc_def0u64.to_be_bytes());
+    m[16..18].copy_from_slice(&attr.to_be_bytes());
+    m[20..24].copy_from_slice(&modifier.to_be_bytes());
+    m[32..36].copy_from_slice(&[0xff; 4]);
+    for (i, p) in path.iter().enumerate() {
+        m[128 + 1 + i] = *p;
+    }
+    m
+}
+
+fn lid_get(class: u8, attr: u16, modifier: u32) -> Mad {
+    let mut m = [0u8; 256];
+    m[0] = 1;
+    m[1] = class;
+    m[2] = 1;
+    m[3] = 0x01;
+    m[16..18].copy_from_slice(&attr.to_be_bytes());
+    m[20..24].copy_from_slice(&modifier.to_be_bytes());
+    m
+}
+
+fn st(m: &Mad) -> u16 {
+    u16::from_be_bytes([m[4], m[5]])
+}
+
+const H0: PortAddr = PortAddr { node: 0, port: 1 };
+
+#[test]
+fn directed_route_reaches_the_switch_two_hops_away_and_fills_the_return_path() {
+    let mut s = subnet();
+    // h0 -> leaf0 (port 1 of h0), leaf0 port 3 -> a spine.
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &dr_get(0x0011, 0, &[1, 3])).unwrap();
+    assert_eq!(r[3], 0x81, "GetResp");
+    assert_eq!(st(&r), 0x8000, "D bit, status 0");
+    assert_eq!(
+        &r[8..16],
+        &0x1234_5678_9abc_def0u64.to_be_bytes(),
+        "same TID"
+    );
+    let leaf0 = s.find_node("leaf0").unwrap();
+    let spine = s.nodes[leaf0].ports[3].peer.unwrap();
+    assert_eq!(r[128 + 64 + 1], 1, "leaf0 received it on port 1");
+    assert_eq!(r[128 + 64 + 2], spine.port, "the spine's receiving port");
+    let info = &r[64..104];
+    assert_eq!(info[2], 2, "switch");
+    assert_eq!(info[3], 4, "4 ports");
+    assert_eq!(&info[12..20], &node_guid(spine.node).to_be_bytes());
+    assert_eq!(info[36], spine.port, "LocalPortNum");
+}
+
+#[test]
+fn directed_route_through_an_uncabled_port_or_a_ca_gets_no_response() {
+    let mut s = subnet();
+    // Port 9 does not exist on a 4-port switch.
+    assert_eq!(
+        deliver(&mut s, H0, PERMISSIVE_LID, &dr_get(0x0011, 0, &[1, 9])),
+        Err(Dropped::NoRoute)
+    );
+    // Back down to h1 then onwards: a CA does not forward.
+    let leaf0 = s.find_node("leaf0").unwrap();
+    let to_h1 = (1..=4)
+        .find(|&p| s.nodes[leaf0].ports[p].peer.map(|q| q.node) == Some(1))
+        .unwrap();
+    assert!(deliver(
+        &mut s,
+        H0,
+        PERMISSIVE_LID,
+        &dr_get(0x0011, 0, &[1, to_h1 as u8])
+    )
+    .is_ok());
+    assert_eq!(
+        deliver(
+            &mut s,
+            H0,
+            PERMISSIVE_LID,
+            &dr_get(0x0011, 0, &[1, to_h1 as u8, 1])
+        ),
+        Err(Dropped::NoRoute)
+    );
+}
+
+#[test]
+fn malformed_requests_are_dropped_and_responses_ignored() {
+    let mut s = subnet();
+    let mut m = dr_get(0x0011, 0, &[]);
+    m[0] = 2;
+    assert!(matches!(
+        deliver(&mut s, H0, PERMISSIVE_LID, &m),
+        Err(Dropped::Malformed(_))
+    ));
+    let mut m = dr_get(0x0011, 0, &[]);
+    m[6] = 3;
+    assert!(matches!(
+        deliver(&mut s, H0, PERMISSIVE_LID, &m),
+        Err(Dropped::Malformed(_))
+    ));
+    let mut m = dr_get(0x0011, 0, &[]);
+    m[3] = 0x81;
+    assert_eq!(
+        deliver(&mut s, H0, PERMISSIVE_LID, &m),
+        Err(Dropped::Response)
+    );
+    let m = lid_get(0x03, 0x0001, 0);
+    assert_eq!(deliver(&mut s, H0, 1, &m), Err(Dropped::NoAgent(0x03)));
+}
+
+#[test]
+fn unsupported_attributes_and_methods_get_their_status() {
+    let mut s = subnet();
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &dr_get(0xFF90, 0, &[])).unwrap();
+    assert_eq!(st(&r), 0x8000 | status::METHOD_ATTR_UNSUPPORTED);
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &dr_get(0x0012, 0, &[])).unwrap();
+    assert_eq!(
+        st(&r) & 0x7fff,
+        status::METHOD_ATTR_UNSUPPORTED,
+        "SwitchInfo of a CA"
+    );
+    let mut m = dr_get(0x0015, 9, &[1]);
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r) & 0x7fff, status::INVALID_FIELD, "PortInfo of port 9");
+    m[3] = 0x05;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r) & 0x7fff, status::METHOD_UNSUPPORTED);
+}
+
+#[test]
+fn lid_routed_smp_and_pma_reach_the_owner_of_the_lid() {
+    let mut s = subnet();
+    let far = s.nodes.iter().position(|n| n.name == "h7").unwrap();
+    let lid = s.nodes[far].ports[1].lid;
+    let r = deliver(&mut s, H0, lid, &lid_get(0x01, 0x0011, 0)).unwrap();
+    assert_eq!(st(&r), 0);
+    assert_eq!(
+        &r[64 + 20..64 + 28],
+        &port_guid(far, NodeKind::Hca, 1).to_be_bytes()
+    );
+    // PortInfo through LID routing: its own LID, 4x EDR active.
+    let r = deliver(&mut s, H0, lid, &lid_get(0x01, 0x0015, 1)).unwrap();
+    assert_eq!(u16::from_be_bytes([r[64 + 16], r[64 + 17]]), lid);
+    assert_eq!(r[64 + 31], 2, "LinkWidthActive 4x");
+    assert_eq!(r[64 + 62] >> 4, 2, "LinkSpeedExtActive EDR");
+    assert_eq!(r[64 + 32] & 0x0f, 4, "Active");
+    // PMA PortCounters with PortSelect 1; a LID no one owns gets nothing.
+    let mut m = lid_get(0x04, 0x0012, 0);
+    m[65] = 1;
+    let r = deliver(&mut s, H0, lid, &m).unwrap();
+    assert_eq!(st(&r), 0);
+    assert_eq!(r[65], 1);
+    assert_eq!(deliver(&mut s, H0, 999, &m), Err(Dropped::NoRoute));
+    // PortSelect 7 on a one-port CA: invalid field.
+    m[65] = 7;
+    let r = deliver(&mut s, H0, lid, &m).unwrap();
+    assert_eq!(st(&r), status::INVALID_FIELD);
+}
+
+#[test]
+fn lft_blocks_are_the_fabric_routing() {
+    let mut s = subnet();
+    let leaf0 = s.find_node("leaf0").unwrap();
+    let lid = s.nodes[leaf0].ports[0].lid;
+    let r = deliver(&mut s, H0, lid, &lid_get(0x01, 0x0019, 0)).unwrap();
+    assert_eq!(st(&r), 0);
+    for (d, port) in s.nodes[leaf0].lft.iter().enumerate().take(64) {
+        assert_eq!(r[64 + d], *port, "DLID {d}");
+    }
+    let r = deliver(&mut s, H0, lid, &lid_get(0x01, 0x0019, 1000)).unwrap();
+    assert_eq!(st(&r), status::INVALID_FIELD);
+}
+
+#[test]
+fn an_sm_sets_lids_states_and_forwarding_and_reads_them_back() {
+    let mut s = subnet();
+    let leaf0 = s.find_node("leaf0").unwrap();
+    // PortInfo Set of h0's port: LID 100, SM LID 100, PortState Armed.
+    let mut m = dr_get(0x0015, 1, &[]);
+    m[3] = 0x02;
+    m[64 + 16..64 + 18].copy_from_slice(&100u16.to_be_bytes());
+    m[64 + 18..64 + 20].copy_from_slice(&100u16.to_be_bytes());
+    m[64 + 32] = 3;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r), 0x8000);
+    assert_eq!(u16::from_be_bytes([r[64 + 16], r[64 + 17]]), 100);
+    assert_eq!(r[64 + 32] & 0x0f, 3, "Armed");
+    // LFT Set of block 1 on leaf0, then the new LID is routed through it.
+    let mut m = dr_get(0x0019, 1, &[1]);
+    m[3] = 0x02;
+    for k in 0..64 {
+        m[64 + k] = 0xff;
+    }
+    m[64 + 100 - 64] = 1;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r), 0x8000);
+    assert_eq!(s.nodes[leaf0].lft[100], 1);
+    let h1 = PortAddr { node: 1, port: 1 };
+    let r = deliver(&mut s, h1, 100, &lid_get(0x01, 0x0011, 0)).unwrap();
+    assert_eq!(
+        &r[64 + 12..64 + 20],
+        &node_guid(0).to_be_bytes(),
+        "LID 100 is h0 now"
+    );
+    // NodeInfo is read-only.
+    let mut m = dr_get(0x0011, 0, &[]);
+    m[3] = 0x02;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r) & 0x7fff, status::METHOD_ATTR_UNSUPPORTED);
+}

@@ -1,0 +1,203 @@
+//! The MAD log of a served run, and its replay: every request a tool sent, from which node
+//! and port, to which LID, with the response the agents gave (or why none). Replaying the
+//! log against the same scenario frozen at the same instant must give every response again
+//! bit for bit, without the tools.
+//!
+//! Format (text, one exchange a line after a header):
+//! `# softib mad-log 1 scenario=NAME at_ps=T`, then
+//! `NODE PORT DLID REQUEST_HEX RESPONSE_HEX|-REASON`.
+
+use softib_fabric::agents::delivery::{deliver, Dropped};
+use softib_fabric::agents::Subnet;
+use softib_fabric::time::Picos;
+use softib_fabric::topology::PortAddr;
+use std::fmt::Write as _;
+
+/// The header's first words.
+const MAGIC: &str = "# softib mad-log 1";
+
+/// One logged exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    /// The node the client was attached to (its NodeDescription).
+    pub node: String,
+    /// Its port.
+    pub port: u8,
+    /// The request's DLID.
+    pub dlid: u16,
+    /// The request.
+    pub request: [u8; 256],
+    /// The response, or why there was none.
+    pub response: Result<[u8; 256], String>,
+}
+
+/// Answers `request` from `from` against `subnet`: what the server sends back and logs.
+pub fn answer(
+    subnet: &mut Subnet,
+    from: PortAddr,
+    dlid: u16,
+    request: &[u8; 256],
+) -> Result<[u8; 256], Dropped> {
+    deliver(subnet, from, dlid, request).map(|r| *r)
+}
+
+fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<[u8; 256]> {
+    if s.len() != 512 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 256];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The header line of a log of scenario `name` frozen at `at`.
+pub fn header(name: &str, at: Picos) -> String {
+    format!("{MAGIC} scenario={name} at_ps={at}\n")
+}
+
+/// One exchange as a log line.
+pub fn line(e: &Exchange) -> String {
+    let resp = match &e.response {
+        Ok(r) => hex(r),
+        Err(why) => format!("-{}", why.replace(char::is_whitespace, "_")),
+    };
+    format!(
+        "{} {} {} {} {}\n",
+        e.node,
+        e.port,
+        e.dlid,
+        hex(&e.request),
+        resp
+    )
+}
+
+/// A parsed log: the scenario name, the instant, the exchanges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Log {
+    /// Scenario name of the served run.
+    pub scenario: String,
+    /// The instant it was frozen at.
+    pub at_ps: Picos,
+    /// The exchanges in order.
+    pub exchanges: Vec<Exchange>,
+}
+
+/// Parses a log, naming the line of the first error.
+pub fn parse(text: &str) -> Result<Log, String> {
+    let mut lines = text.lines();
+    let head = lines.next().ok_or("empty MAD log")?;
+    let rest = head
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| format!("not a softib MAD log (first line `{head}`)"))?;
+    let mut scenario = None;
+    let mut at_ps = None;
+    for w in rest.split_whitespace() {
+        if let Some(v) = w.strip_prefix("scenario=") {
+            scenario = Some(v.to_string());
+        } else if let Some(v) = w.strip_prefix("at_ps=") {
+            at_ps = v.parse().ok();
+        }
+    }
+    let mut exchanges = Vec::new();
+    for (i, l) in lines.enumerate() {
+        let bad = || format!("MAD log line {}: malformed", i + 2);
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() != 5 {
+            return Err(bad());
+        }
+        let response = match f[4].strip_prefix('-') {
+            Some(why) => Err(why.to_string()),
+            None => Ok(unhex(f[4]).ok_or_else(bad)?),
+        };
+        exchanges.push(Exchange {
+            node: f[0].to_string(),
+            port: f[1].parse().map_err(|_| bad())?,
+            dlid: f[2].parse().map_err(|_| bad())?,
+            request: unhex(f[3]).ok_or_else(bad)?,
+            response,
+        });
+    }
+    Ok(Log {
+        scenario: scenario.ok_or("MAD log header has no scenario=")?,
+        at_ps: at_ps.ok_or("MAD log header has no at_ps=")?,
+        exchanges,
+    })
+}
+
+/// The result of a replay.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// Exchanges replayed.
+    pub replayed: usize,
+    /// Those whose response came out identical.
+    pub identical: usize,
+    /// The first differences (line number in the log, what differed).
+    pub differences: Vec<(usize, String)>,
+}
+
+/// Replays `log` against `subnet` (the same scenario frozen at the same instant), in the
+/// logged order, since an SM's Sets change what later requests see.
+pub fn replay(subnet: &mut Subnet, log: &Log) -> Replay {
+    let mut out = Replay::default();
+    for (i, e) in log.exchanges.iter().enumerate() {
+        out.replayed += 1;
+        let Some(node) = subnet.find_node(&e.node) else {
+            out.differences
+                .push((i + 2, format!("node `{}` is not in this topology", e.node)));
+            continue;
+        };
+        let from = PortAddr { node, port: e.port };
+        let got = answer(subnet, from, e.dlid, &e.request)
+            .map_err(|d| d.to_string().replace(char::is_whitespace, "_"));
+        if got == e.response {
+            out.identical += 1;
+        } else if out.differences.len() < 10 {
+            let first = match (&got, &e.response) {
+                (Ok(a), Ok(b)) => {
+                    let k = a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(0);
+                    format!("response byte {k}: {:#04x} now, {:#04x} logged", a[k], b[k])
+                }
+                (a, b) => format!("now {:?}, logged {:?}", a.as_ref().err(), b.as_ref().err()),
+            };
+            out.differences.push((i + 2, first));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_round_trips_and_bad_lines_are_named() {
+        let e = Exchange {
+            node: "h0".into(),
+            port: 1,
+            dlid: 65535,
+            request: [7; 256],
+            response: Ok([9; 256]),
+        };
+        let lost = Exchange {
+            response: Err("no_route".into()),
+            ..e.clone()
+        };
+        let text = header("fat", 5) + &line(&e) + &line(&lost);
+        let log = parse(&text).unwrap();
+        assert_eq!((log.scenario.as_str(), log.at_ps), ("fat", 5));
+        assert_eq!(log.exchanges, vec![e, lost]);
+        let err = parse(&(header("fat", 5) + "h0 1 2 zz -x\n")).unwrap_err();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(parse("hello\n").is_err());
+    }
+}

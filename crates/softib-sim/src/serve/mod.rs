@@ -1,0 +1,410 @@
+//! `softib sim SCENARIO --serve`: the fabric, frozen at one simulated instant, served to the
+//! stock management tools (infiniband-diags, later OpenSM) through ibsim's client protocol
+//! ([`protocol`]): a tool run under `ibsim-run` (which preloads `libumad2sim.so`) attaches
+//! to a node (`SIM_HOST`: a NodeDescription or a GUID), and its MADs are answered by the
+//! node agents of `softib_fabric::agents` against the snapshot. Every exchange goes into the
+//! MAD log ([`mad_log`]) that `--replay` checks.
+//!
+//! Sockets ([`Transport`]): abstract Unix datagram sockets `<base>:ctl` and `<base>:out0` ..
+//! `out9` (the base is `sim` unless the tools are given `IBSIM_SOCKNAME`), or UDP on
+//! 127.0.0.1 ports P (control) and P+1 .. P+10 (the tools' `IBSIM_SERVER_NAME=127.0.0.1`,
+//! `IBSIM_SERVER_PORT=P`); one thread per socket. A
+//! malformed control message or request is dropped and counted; the server keeps running.
+
+pub mod mad_log;
+pub mod protocol;
+
+use mad_log::Exchange;
+use protocol::{ClientInfo, Ctl, CtlType, Request, CTL_DATA_LEN, MAX_CLIENTS};
+use softib_fabric::agents::delivery::lid_route;
+use softib_fabric::agents::mad::Mad;
+use softib_fabric::agents::{node_guid, sma, Subnet, VENDOR_ID};
+use softib_fabric::topology::{NodeKind, PortAddr};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{Ipv4Addr, UdpSocket};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Abstract Unix datagram sockets named from this base (umad2sim's default, `sim`).
+    Abstract(String),
+    /// UDP on 127.0.0.1: control on this port, client slot i on port + i + 1.
+    Udp(u16),
+}
+
+/// A bound datagram socket of either kind.
+enum Sock {
+    Unix(UnixDatagram),
+    Udp(UdpSocket),
+}
+
+/// The address of a client's socket.
+#[derive(Clone, Debug)]
+enum Peer {
+    Unix(SocketAddr),
+    Udp(std::net::SocketAddr),
+}
+
+impl Sock {
+    fn recv_from(&self, buf: &mut [u8]) -> std::io::Result<(usize, Peer)> {
+        match self {
+            Sock::Unix(s) => s.recv_from(buf).map(|(n, a)| (n, Peer::Unix(a))),
+            Sock::Udp(s) => s.recv_from(buf).map(|(n, a)| (n, Peer::Udp(a))),
+        }
+    }
+
+    fn send_to(&self, buf: &[u8], to: &Peer) -> std::io::Result<usize> {
+        match (self, to) {
+            (Sock::Unix(s), Peer::Unix(a)) => s.send_to_addr(buf, a),
+            (Sock::Udp(s), Peer::Udp(a)) => s.send_to(buf, a),
+            _ => Err(std::io::Error::other("address of the other transport")),
+        }
+    }
+}
+use std::sync::{Arc, Mutex};
+
+/// A connected client: the tool's process and the port it is attached to.
+#[derive(Clone, Debug)]
+struct Client {
+    at: PortAddr,
+    /// The client's `in` socket, where its responses go.
+    to: Peer,
+}
+
+/// What the server counts (printed at the end, and for tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServeCounters {
+    /// Clients that connected.
+    pub connects: u64,
+    /// Connects refused (unknown node, no free slot).
+    pub refused: u64,
+    /// MADs answered.
+    pub answered: u64,
+    /// MADs that got no response, by reason.
+    pub dropped: BTreeMap<String, u64>,
+    /// Control messages or requests of the wrong size or magic, dropped.
+    pub malformed: u64,
+}
+
+struct State {
+    subnet: Subnet,
+    clients: [Option<Client>; MAX_CLIENTS],
+    log: Option<Box<dyn Write + Send>>,
+    counters: ServeCounters,
+    transport: Transport,
+}
+
+/// A server bound to its sockets, not yet serving.
+pub struct Server {
+    state: Arc<Mutex<State>>,
+    ctl: Sock,
+    outs: Vec<Sock>,
+}
+
+/// The abstract socket address umad2sim uses for `name`: its length counts the C string's
+/// terminating NUL, so the NUL is part of the name.
+fn abstract_addr(name: &str) -> std::io::Result<SocketAddr> {
+    let mut b = name.as_bytes().to_vec();
+    b.push(0);
+    SocketAddr::from_abstract_name(&b)
+}
+
+impl Server {
+    /// Binds the control socket and the ten client sockets of `transport`. `log` receives
+    /// the MAD log (its header is written here, from `scenario`).
+    pub fn bind(
+        subnet: Subnet,
+        transport: &Transport,
+        scenario: &str,
+        mut log: Option<Box<dyn Write + Send>>,
+    ) -> std::io::Result<Server> {
+        let bind = |what: &str, offset: u16| -> std::io::Result<Sock> {
+            Ok(match transport {
+                Transport::Abstract(base) => Sock::Unix(UnixDatagram::bind_addr(&abstract_addr(
+                    &format!("{base}:{what}"),
+                )?)?),
+                Transport::Udp(port) => Sock::Udp(UdpSocket::bind((
+                    Ipv4Addr::LOCALHOST,
+                    port.checked_add(offset)
+                        .ok_or_else(|| std::io::Error::other("UDP port out of range"))?,
+                ))?),
+            })
+        };
+        let ctl = bind("ctl", 0)?;
+        let mut outs = Vec::with_capacity(MAX_CLIENTS);
+        for i in 0..MAX_CLIENTS {
+            outs.push(bind(&format!("out{i}"), i as u16 + 1)?);
+        }
+        if let Some(l) = &mut log {
+            l.write_all(mad_log::header(scenario, subnet.at).as_bytes())?;
+            l.flush()?;
+        }
+        Ok(Server {
+            state: Arc::new(Mutex::new(State {
+                subnet,
+                clients: Default::default(),
+                log,
+                counters: ServeCounters::default(),
+                transport: transport.clone(),
+            })),
+            ctl,
+            outs,
+        })
+    }
+
+    /// A handle on the counters, to read while serving.
+    pub fn counters(&self) -> impl Fn() -> ServeCounters {
+        let s = self.state.clone();
+        move || s.lock().expect("server state").counters.clone()
+    }
+
+    /// Serves until the process ends: one thread per client socket, the control socket on
+    /// this one. Returns only on a socket error.
+    pub fn serve(self) -> std::io::Result<()> {
+        for (i, sock) in self.outs.into_iter().enumerate() {
+            let state = self.state.clone();
+            std::thread::spawn(move || serve_client(i, sock, state));
+        }
+        let mut buf = [0u8; 512];
+        loop {
+            let (n, from) = self.ctl.recv_from(&mut buf)?;
+            let reply = {
+                let mut st = self.state.lock().expect("server state");
+                match Ctl::parse(&buf[..n]) {
+                    None => {
+                        count_malformed(&mut st.counters, "a malformed control message");
+                        None
+                    }
+                    Some(c) => Some(control(&mut st, c, &from)),
+                }
+            };
+            if let Some(r) = reply {
+                // A client that vanished before the reply is no concern of the server's.
+                let _ = self.ctl.send_to(&r.encode(), &from);
+            }
+        }
+    }
+}
+
+/// Counts a malformed message and says so on stderr at the 1st, 2nd, 4th, 8th, ... one, so
+/// a flood cannot drown the terminal.
+fn count_malformed(c: &mut ServeCounters, what: &str) {
+    c.malformed += 1;
+    if c.malformed.is_power_of_two() {
+        eprintln!(
+            "softib sim --serve: dropped {what} ({} malformed so far)",
+            c.malformed
+        );
+    }
+}
+
+/// Answers one control message.
+fn control(st: &mut State, mut c: Ctl, from: &Peer) -> Ctl {
+    let kind = CtlType::from_wire(c.kind);
+    let slot = c.client as usize;
+    let client = st.clients.get(slot).cloned().flatten();
+    let ok = match (kind, client) {
+        (Some(CtlType::Connect), _) => connect(st, &mut c, from),
+        (Some(CtlType::Disconnect), _) => {
+            if let Some(s) = st.clients.get_mut(slot) {
+                *s = None;
+            }
+            true
+        }
+        (Some(k), Some(cl)) => query(&mut st.subnet, &cl, k, &mut c.data),
+        (_, _) => false,
+    };
+    if !ok {
+        c.kind = CtlType::Error.wire();
+    }
+    c
+}
+
+fn connect(st: &mut State, c: &mut Ctl, from: &Peer) -> bool {
+    let info = ClientInfo::parse(&c.data);
+    let node = if info.node.is_empty() {
+        st.subnet.default_node()
+    } else {
+        st.subnet.find_node(&info.node)
+    };
+    let Some(node) = node else {
+        st.counters.refused += 1;
+        let names: Vec<&str> = st
+            .subnet
+            .nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .take(8)
+            .collect();
+        eprintln!(
+            "softib sim --serve: client pid {} asked for node \"{}\", which is not in this fabric (nodes: {}{}); refused",
+            info.id,
+            info.node,
+            names.join(", "),
+            if st.subnet.nodes.len() > 8 { ", ..." } else { "" }
+        );
+        return false;
+    };
+    let Some(slot) = st.clients.iter().position(Option::is_none) else {
+        st.counters.refused += 1;
+        eprintln!(
+            "softib sim --serve: {MAX_CLIENTS} clients connected already; pid {} refused",
+            info.id
+        );
+        return false;
+    };
+    let port = match st.subnet.nodes[node].kind {
+        NodeKind::Switch => 0,
+        NodeKind::Hca => 1,
+    };
+    // The client's `in` socket: `<base>:in<pid>`, or over UDP its port (the id it sent)
+    // at the address its control message came from.
+    let to = match (&st.transport, from) {
+        (Transport::Abstract(base), _) => match abstract_addr(&format!("{base}:in{}", info.id)) {
+            Ok(a) => Peer::Unix(a),
+            Err(_) => return false,
+        },
+        (Transport::Udp(_), Peer::Udp(a)) => {
+            Peer::Udp(std::net::SocketAddr::new(a.ip(), info.id as u16))
+        }
+        (Transport::Udp(_), Peer::Unix(_)) => return false,
+    };
+    st.clients[slot] = Some(Client {
+        at: PortAddr { node, port },
+        to,
+    });
+    st.counters.connects += 1;
+    ClientInfo {
+        id: slot as u32,
+        node: st.subnet.nodes[node].name.clone(),
+        ..info
+    }
+    .encode(&mut c.data);
+    true
+}
+
+/// A control query about the client's node: answered from the same agents as the MADs.
+fn query(subnet: &mut Subnet, cl: &Client, k: CtlType, data: &mut [u8; CTL_DATA_LEN]) -> bool {
+    let n = &subnet.nodes[cl.at.node];
+    let lid = n.ports[cl.at.port as usize].lid;
+    match k {
+        CtlType::GetPort => {
+            data.fill(0);
+            data[0..2].copy_from_slice(&lid.to_ne_bytes());
+            data[2] = 4; // Active
+        }
+        CtlType::GetVendor => {
+            data.fill(0);
+            data[0..4].copy_from_slice(&VENDOR_ID.to_ne_bytes());
+            data[4..8].copy_from_slice(&0x5EF1u32.to_ne_bytes());
+            data[16..24].copy_from_slice(&1u64.to_ne_bytes());
+        }
+        CtlType::GetGid => {
+            data.fill(0);
+            data[0..8].copy_from_slice(&0xFE80_0000_0000_0000u64.to_be_bytes());
+            data[8..16].copy_from_slice(&node_guid(cl.at.node).to_be_bytes());
+        }
+        CtlType::GetGuid => {
+            data.fill(0);
+            data[0..8].copy_from_slice(&node_guid(cl.at.node).to_be_bytes());
+        }
+        CtlType::GetNodeInfo | CtlType::GetPortInfo => {
+            let (attr, modifier) = if k == CtlType::GetNodeInfo {
+                (sma::attr::NODE_INFO, 0)
+            } else {
+                let p = data[0];
+                let p = if p == 0 || p as usize >= n.ports.len() {
+                    cl.at.port
+                } else {
+                    p
+                };
+                (sma::attr::PORT_INFO, p as u32)
+            };
+            let mut m: Mad = [0; 256];
+            m[0] = 1;
+            m[1] = 0x01;
+            m[2] = 1;
+            m[3] = 0x01;
+            m[16..18].copy_from_slice(&attr.to_be_bytes());
+            m[20..24].copy_from_slice(&modifier.to_be_bytes());
+            if sma::answer(subnet, cl.at.node, cl.at.port, &mut m) != 0 {
+                return false;
+            }
+            data.copy_from_slice(&m[64..128]);
+        }
+        CtlType::SetIsSm => {}
+        CtlType::GetPkeys => {
+            data.fill(0);
+            data[0..2].copy_from_slice(&sma::DEFAULT_PKEY.to_be_bytes());
+        }
+        CtlType::Error | CtlType::Connect | CtlType::Disconnect => return false,
+    }
+    true
+}
+
+/// Serves the MADs of client slot `slot`.
+fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
+    let mut buf = [0u8; 1024];
+    loop {
+        let Ok((n, _)) = sock.recv_from(&mut buf) else {
+            // The socket itself failed: this slot stops serving, the others go on.
+            return;
+        };
+        let mut st = state.lock().expect("server state");
+        let Some(req) = Request::parse(&buf[..n]) else {
+            count_malformed(
+                &mut st.counters,
+                &format!("a {n}-byte MAD request on out{slot}"),
+            );
+            continue;
+        };
+        let Some(cl) = st.clients[slot].clone() else {
+            count_malformed(
+                &mut st.counters,
+                &format!("a MAD on out{slot}, which no client holds"),
+            );
+            continue;
+        };
+        let sender_lid = st.subnet.nodes[cl.at.node].ports[cl.at.port as usize].lid;
+        let result = mad_log::answer(&mut st.subnet, cl.at, req.dlid, &req.mad);
+        let target_lid = match lid_route(&st.subnet, cl.at, req.dlid) {
+            Some(_) => req.dlid,
+            None => 0xffff,
+        };
+        let reply = match &result {
+            Ok(m) => {
+                st.counters.answered += 1;
+                Some(req.reply(sender_lid, target_lid, Some(m)))
+            }
+            Err(d) => {
+                *st.counters.dropped.entry(d.to_string()).or_default() += 1;
+                if let softib_fabric::agents::delivery::Dropped::Malformed(why) = d {
+                    count_malformed(&mut st.counters, &format!("a malformed MAD ({why})"));
+                }
+                // A response or trap repress needs nothing back; anything else gets the
+                // timeout status at once, as ibsim does for a MAD lost on the way.
+                (*d != softib_fabric::agents::delivery::Dropped::Response)
+                    .then(|| req.reply(sender_lid, target_lid, None))
+            }
+        };
+        let entry = Exchange {
+            node: st.subnet.nodes[cl.at.node].name.clone(),
+            port: cl.at.port,
+            dlid: req.dlid,
+            request: req.mad,
+            response: result.map_err(|d| d.to_string().replace(char::is_whitespace, "_")),
+        };
+        if let Some(l) = &mut st.log {
+            let _ = l
+                .write_all(mad_log::line(&entry).as_bytes())
+                .and_then(|_| l.flush());
+        }
+        drop(st);
+        if let Some(r) = reply {
+            let _ = sock.send_to(&r.encode(), &cl.to);
+        }
+    }
+}
