@@ -57,12 +57,12 @@ fn main() {
             posted += 1;
         }
         now += 1_000;
-        for from in 0..2 {
+        for (from, from_meta) in meta.iter().enumerate() {
             while let Some(t) = pair.dev(from).poll_transmit(now, &mut buf) {
                 packets += 1;
                 rx[..t.len].copy_from_slice(&buf[..t.len]);
                 pair.dev(1 - from)
-                    .handle_packet(now, &meta[from], &rx[..t.len]);
+                    .handle_packet(now, from_meta, &rx[..t.len]);
             }
         }
         loop {
