@@ -1,7 +1,8 @@
 //! `softib run`: the program gets the shim, a device of its own and its own exit status;
 //! concurrent runs get different addresses; bad arguments are refused with a clear
-//! message. The shim must be built beside the binary (`cargo build --release -p
-//! softib-verbs-shim`; the workspace build does it); the tests fail saying so otherwise.
+//! message. The shim is the one `cargo test --workspace` builds beside these tests (given
+//! as SOFTIB_SHIM), else the one beside `softib` (`cargo build --release -p
+//! softib-verbs-shim`); the tests fail saying so when there is none.
 
 mod common;
 
@@ -11,8 +12,25 @@ use std::time::Duration;
 
 use common::{softib, wait};
 
+/// The shim cargo built beside this test binary (`target/*/deps`): `cargo test` builds it
+/// there but copies it beside `softib` only on `cargo build`.
+fn built_shim() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("libsoftib_verbs_shim.so");
+    p.exists().then_some(p)
+}
+
+/// `softib` with the shim these tests use.
+fn softib_with_shim() -> std::process::Command {
+    let mut c = softib();
+    if let Some(shim) = built_shim().filter(|_| std::env::var_os("SOFTIB_SHIM").is_none()) {
+        c.env("SOFTIB_SHIM", shim);
+    }
+    c
+}
+
 fn run(args: &[&str]) -> Output {
-    let c = softib()
+    let c = softib_with_shim()
         .arg("run")
         .args(args)
         .stdout(Stdio::piped())
@@ -99,7 +117,7 @@ fn the_verbs_show_the_device_the_files_show() {
 #[test]
 fn concurrent_runs_get_different_addresses() {
     let spawn = || {
-        softib()
+        softib_with_shim()
             .args(["run", "--", "sh", "-c", "echo addr=$SOFTIB_ADDR; sleep 2"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
