@@ -7,9 +7,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 /// The checks the C program must report as passed: a check that vanished from the
 /// program (or stopped running) fails this test too.
 const RULES: &[&str] = &[
@@ -98,61 +95,30 @@ const RULES: &[&str] = &[
 
 #[test]
 fn verbs_fail_as_the_kernel_path_does() {
-    assert!(
-        std::path::Path::new("/usr/include/infiniband/verbs.h").exists(),
-        "libibverbs-dev is not installed (apt-get install libibverbs-dev)"
+    let run = common::run_c_program(
+        "kernel_semantics",
+        ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+        &["-libverbs"],
+        "127.77.141.1",
+        &[],
     );
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/kernel_semantics.c");
-    let dir = std::env::temp_dir().join(format!("softib-shim-kernel-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("kernel_semantics");
-    let out = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("cannot run `cc`: install gcc");
-    assert!(
-        out.status.success(),
-        "compiling kernel_semantics.c failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut child = Command::new(&exe)
-        .env("LD_PRELOAD", common::shim_library())
-        .env("SOFTIB_ADDR", "127.77.141.1")
-        .env("SOFTIB_DEBUG", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let text = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let _ = std::fs::remove_dir_all(&dir);
     let missing: Vec<&str> = RULES
         .iter()
         .copied()
-        .filter(|r| !stdout.lines().any(|l| l == format!("ok {r}")))
+        .filter(|r| !run.stdout.lines().any(|l| l == format!("ok {r}")))
         .collect();
     assert!(
-        out.status.success() && missing.is_empty(),
-        "kernel_semantics ({:?}), rules not passed: {missing:?}\n{text}",
-        out.status
+        run.status.is_some_and(|s| s.success()) && missing.is_empty(),
+        "kernel_semantics ({:?}), rules not passed: {missing:?}\n{}",
+        run.status,
+        run.text
     );
     assert!(
-        stdout.contains(&format!(
+        run.stdout.contains(&format!(
             "kernel_semantics: all {} checks passed",
             RULES.len()
         )),
-        "the program runs checks this list does not name:\n{stdout}"
+        "the program runs checks this list does not name:\n{}",
+        run.stdout
     );
 }

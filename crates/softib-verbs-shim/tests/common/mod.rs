@@ -231,3 +231,76 @@ pub fn run_pair_ready(
 pub fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
+
+/// What a C test program printed and how it ended.
+pub struct CProgram {
+    /// Exit status; None when it was killed at its deadline.
+    pub status: Option<ExitStatus>,
+    /// stdout alone (for line-by-line checks).
+    pub stdout: String,
+    /// stdout then stderr.
+    pub text: String,
+}
+
+/// Compiles `tests/c/NAME.c` against the installed headers and `libs`, then runs it with the
+/// shim preloaded on device address `addr` (and `args`), killing it after 60 s. Fails loudly
+/// when `header` (the package's header that NAME.c needs) or `cc` is missing.
+pub fn run_c_program(
+    name: &str,
+    header: (&str, &str),
+    libs: &[&str],
+    addr: &str,
+    args: &[&str],
+) -> CProgram {
+    let (header, package) = header;
+    assert!(
+        Path::new(header).exists(),
+        "{package} is not installed (apt-get install {package}): {header} is missing"
+    );
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
+    let dir = std::env::temp_dir().join(format!("softib-shim-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(libs)
+        .output()
+        .expect("cannot run `cc`: install gcc");
+    assert!(
+        out.status.success(),
+        "compiling {name}.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = Command::new(&exe)
+        .args(args)
+        .env("LD_PRELOAD", shim_library())
+        .env("SOFTIB_ADDR", addr)
+        .env("SOFTIB_DEBUG", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut killed = false;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            killed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    CProgram {
+        status: (!killed).then_some(out.status),
+        stdout,
+        text,
+    }
+}
