@@ -129,6 +129,7 @@ pub fn driver_map(c: &DriverCounters) -> CounterMap {
         tx_datagrams,
         tx_bytes,
         rx_datagrams,
+        rx_oversize,
         rx_bytes,
         tx_unroutable,
         pcap_errors,

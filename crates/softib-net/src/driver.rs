@@ -34,6 +34,13 @@ use crate::tap::PcapTap;
 /// engine contract (`poll_transmit` needs `mtu + 64` bytes), plus the ICRC.
 const TX_HEADROOM: usize = 64 + ICRC_LEN;
 
+/// The longest UDP payload a RoCEv2 packet can have: the largest IB MTU (4096, IBA 7.7.8)
+/// plus the transport headers (BTH and the largest extension header set fit in 64 bytes)
+/// plus the ICRC. Anything longer is no RoCEv2 packet at all and is dropped as oversize
+/// before any check; a packet within it but above this device's MTU still reaches the
+/// engine, which answers it as IBA says (a length error).
+const MAX_ROCE_DATAGRAM: usize = 4096 + 64 + ICRC_LEN;
+
 /// How a device is opened.
 #[derive(Clone, Debug)]
 pub struct NetConfig {
@@ -161,6 +168,8 @@ pub struct DriverCounters {
     pub tx_bytes: u64,
     /// Datagrams received.
     pub rx_datagrams: u64,
+    /// Datagrams longer than any RoCEv2 packet can be ([`MAX_ROCE_DATAGRAM`] bytes), dropped.
+    pub rx_oversize: u64,
     /// Bytes received (UDP payload).
     pub rx_bytes: u64,
     /// Transmits without a GRH or with an address of the other family (dropped).
@@ -475,6 +484,10 @@ impl Driver {
         for d in self.rx.iter() {
             self.counters.rx_datagrams += 1;
             self.counters.rx_bytes += d.payload.len() as u64;
+            if d.payload.len() > MAX_ROCE_DATAGRAM {
+                self.counters.rx_oversize += 1;
+                continue;
+            }
             match self.check.check(&d) {
                 Ok(r) => {
                     if let Some(tap) = self.tap.as_mut() {
