@@ -202,9 +202,9 @@ mod tests {
         let mut m = ProcessMemory::new(0, usize::MAX);
         let rw = map(2, libc::PROT_READ | libc::PROT_WRITE);
         let ro = map(1, libc::PROT_READ);
-        let hole = map(1, libc::PROT_READ | libc::PROT_WRITE);
-        // SAFETY: unmapping our own fresh mapping makes a hole nothing else uses.
-        unsafe { libc::munmap(hole.cast(), 4096) };
+        // A page nobody may touch, kept mapped (PROT_NONE) so that no other test thread's
+        // mapping can land there, as it could in a freshly unmapped gap.
+        let hole = map(1, libc::PROT_NONE);
         let (rw_a, ro_a, hole_a) = (rw as usize, ro as usize, hole as usize);
 
         assert!(m.accessible(rw_a, 8192, true));
@@ -240,6 +240,7 @@ mod tests {
         unsafe {
             libc::munmap(rw.cast(), 8192);
             libc::munmap(ro.cast(), 4096);
+            libc::munmap(hole.cast(), 4096);
         }
     }
 }
