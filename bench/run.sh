@@ -103,7 +103,9 @@ pids+=("$!")
 sleep 0.5
 run sockperf ping-pong --nonblocked -i 127.0.0.1 -p 25203 -m 64 -t "$secs" >"$out/sockperf.txt" 2>&1
 # sockperf (Debian's 3.10) runs for a time, not a count: softib then runs as many round trips.
-round_trips=$(sed -n 's/.*ReceivedMessages=\([0-9]*\).*/\1/p' "$out/sockperf.txt")
+# Its "[Valid Duration]" line counts the measured round trips (the "[Total Run]" line adds
+# the warm-up).
+round_trips=$(sed -n 's/.*Valid Duration.*ReceivedMessages=\([0-9]*\).*/\1/p' "$out/sockperf.txt" | tail -1)
 round_trips=${round_trips:-$((secs * 20000))}
 udp_avg=$(sed -n 's/.*Summary: Latency is \([0-9.]*\) usec.*/\1/p' "$out/sockperf.txt")
 udp_med=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$out/sockperf.txt")
