@@ -90,7 +90,7 @@ while IFS=$'\t' read -r id name port role gcmd hcmd; do
             while :; do
                 run_watched "$out" "$SHARE/$tag.host.rc" $client_cmd; rc=$?
                 if [[ $rc != 0 ]] && (( $(date +%s) < deadline )) &&
-                   grep -qiE "couldn't connect|unable to (connect|open)|failed to connect|rejected|unreachable|refused|Unexpected CM event|rpoll: Operation now in progress|async rconnect" "$out" &&
+                   grep -qiE "couldn't connect|unable to (connect|open)|failed to connect|rejected|unreachable|refused|Unexpected CM event|rpoll:|async rconnect" "$out" &&
                    ! grep -qE "Failed to destroy RDMA CM contexts|RDMA CM event error" "$out"; then
                     sleep 0.5; continue
                 fi

@@ -91,7 +91,7 @@ while IFS=$'\t' read -r id name port role gcmd hcmd; do
                 # Connection refused / no route / a CM REJ (no listener: IBA 12.6.7.2,
                 # reason 8): the guest's server is not listening yet.
                 if [[ $rc != 0 ]] && (( $(date +%s) < deadline )) &&
-                   grep -qiE "refused|no route to host|cannot reach|is the server running|REJECTED|Unexpected CM event|failed to connect|unable to connect|rpoll: Operation now in progress|async rconnect" "$out" &&
+                   grep -qiE "refused|no route to host|cannot reach|is the server running|REJECTED|Unexpected CM event|failed to connect|unable to connect|rpoll:|async rconnect" "$out" &&
                    ! grep -qE "$NO_RETRY" "$out"; then
                     sleep 0.5; continue
                 fi
