@@ -119,9 +119,12 @@ def work_check(name, role, gcmd, hcmd, gout, hout):
     if name.endswith("-cm"):
         size, iters = float(opt(ccmd, "-s")), float(opt(ccmd, "-n"))
         row = perftest_row(client)
-        ok = bool(row) and len(row) >= 4 and row[0] == size and row[1] == iters and row[3] > 0
+        ok = bool(row) and len(row) >= 5 and row[0] == size and row[1] == iters and row[3] > 0
         if not row:
             return False, "no result row"
+        if "_lat" in name:
+            # #bytes #iterations t_min t_max t_typical ...
+            return ok, f"{int(row[1])}x{int(row[0])} B, t_typical {row[4]} us"
         return ok, f"{int(row[1])}x{int(row[0])} B, {row[3]} MB/s"
     if tool == "ucmatose":
         ok = all("data transfers complete" in t and "return status 0" in t for t in (server, client))

@@ -210,3 +210,143 @@ fn rdma_cm_server_needs_a_device_address_and_ud_is_refused() {
         text(&o)
     );
 }
+
+/// A peer that dies mid-connection. A softib device lives in its process, so a server
+/// killed with SIGKILL sends nothing more (no DREQ): a host that lost power, not a process
+/// whose kernel survives it. What the kernel does then, and so what the client must see:
+/// its outstanding RDMA WRITEs are retransmitted on every local ACK timeout until the
+/// retry count is spent (IBA 9.7.6.1.3; perftest -R connects with retry_count 7, and
+/// rdma_cm gives RoCE QPs the local ACK timeout 19, 4.096 us x 2^19 = 2.1 s: kernel cma.c,
+/// packet life time 18 + 1), then they complete with IBV_WC_RETRY_EXC_ERR (12) and the
+/// tool fails. Neither sooner (no retry at all) nor much later.
+///
+/// A client that only waits for a receive when its peer's host dies (rping between two
+/// pings) has nothing outstanding and waits on, with a kernel as with softib; the kernel's
+/// RDMA_CM_EVENT_DISCONNECTED for a killed process comes from the DREQ its surviving
+/// kernel sends, which a softib device, gone with its process, cannot send.
+/// Kills its process when dropped (a failed assertion leaves nothing running).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn dead_server(n: u8, server: Side, client: Side, expect: &str) {
+    const RETRY_BUDGET: Duration = Duration::from_millis(8 * 2147);
+    let a = addrs(n);
+    let dir = std::env::temp_dir().join(format!("softib-dead-peer-{n}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let clog = dir.join("client.log");
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    // No -u: the QPs keep rdma_cm's local ACK timeout.
+    let with_log = |side: &Side, addr: &str, args: &[&str], log: Option<&std::path::Path>| {
+        let mut c = match side {
+            // Its own silence limit must not end the run before the QP's retries do.
+            Side::Softib => {
+                let mut c = softib();
+                c.args(["write-bw", "-R", "--oob-timeout", "90", "--bind", addr]);
+                c
+            }
+            Side::Stock => {
+                let mut c = softib();
+                // SOFTIB_DEBUG: the shim's (unbuffered) rdma_cm lines show the connection.
+                c.args(["run", "--addr", addr, "--shim"])
+                    .arg(shim())
+                    .arg("--")
+                    .arg(perftest("ib_write_bw"))
+                    .args(["-R", "-F"])
+                    .env("SOFTIB_DEBUG", "1");
+                c
+            }
+        };
+        c.args(["-D", "120", "-p", &a.port]).args(args);
+        match log {
+            Some(l) => {
+                let f = std::fs::File::create(l).unwrap();
+                c.stdout(f.try_clone().unwrap()).stderr(f);
+            }
+            None => {
+                c.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
+        KillOnDrop(c.spawn().expect("spawn"))
+    };
+    let mut srv = with_log(&server, &a.server, &[], None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut cli: Option<KillOnDrop> = None;
+    // Started again while the server does not listen yet (REJECTED, reason 8). The run
+    // is under way once softib's tool prints its result header (just before the first
+    // WRITE), or once the stock tool's test connection (its second) is connected: its
+    // stdout, a file, is flushed only at exit.
+    let started =
+        |log: &str| log.contains("BW average") || log.matches("CM event ConnectReply").count() >= 2;
+    while !started(&read(&clog)) {
+        assert!(
+            Instant::now() < deadline,
+            "the test never started:\n{}",
+            read(&clog)
+        );
+        let running = cli
+            .as_mut()
+            .is_some_and(|c| c.0.try_wait().unwrap().is_none());
+        if !running {
+            std::thread::sleep(Duration::from_millis(200));
+            cli = Some(with_log(&client, &a.client, &[&a.server], Some(&clog)));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut cli = cli.unwrap();
+    // Let the WRITEs run a moment.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        cli.0.try_wait().unwrap().is_none(),
+        "client ended early:\n{}",
+        read(&clog)
+    );
+    srv.0.kill().expect("kill the server");
+    let killed = Instant::now();
+    let _ = srv.0.wait();
+    let limit = RETRY_BUDGET + Duration::from_secs(40);
+    let status = loop {
+        if let Some(s) = cli.0.try_wait().unwrap() {
+            break s;
+        }
+        if killed.elapsed() > limit {
+            panic!(
+                "the client still runs {limit:?} after its server died:\n{}",
+                read(&clog)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = killed.elapsed();
+    eprintln!("the client failed {took:?} after its server was killed");
+    let out = read(&clog);
+    assert!(!status.success(), "the client reported success:\n{out}");
+    assert!(out.contains(expect), "no {expect:?} in:\n{out}");
+    // The WRITE in flight at the kill was sent at most a few milliseconds before it.
+    assert!(
+        took >= RETRY_BUDGET.mul_f64(0.95),
+        "the client gave up after {took:?}, before its {RETRY_BUDGET:?} of retries:\n{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stock_client_of_a_killed_server_fails_with_retry_exceeded_after_the_retries() {
+    // perftest's status line for IBV_WC_RETRY_EXC_ERR.
+    dead_server(231, Side::Softib, Side::Stock, "Failed status 12");
+}
+
+#[test]
+fn softib_client_of_a_killed_server_fails_with_retry_exceeded_after_the_retries() {
+    dead_server(
+        232,
+        Side::Stock,
+        Side::Softib,
+        "transport retry counter exceeded",
+    );
+}

@@ -165,8 +165,9 @@ pub struct PerfArgs {
     #[arg(short = 'o', long = "outs", default_value_t = 16)]
     pub outs: u16,
     /// Local ACK timeout exponent: 4.096 us x 2^N (IBA 9.7.6.1.3; 14 = 67 ms).
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
-    pub qp_timeout: u8,
+    /// Default 14; with -R, rdma_cm's (19: the kernel's RoCE packet life time 18, plus one).
+    #[arg(short = 'u', long = "qp-timeout")]
+    pub qp_timeout: Option<u8>,
     /// GID index (accepted for compatibility; a softib device has one GID).
     #[arg(short = 'x', long = "gid-index")]
     pub gid_index: Option<u32>,
@@ -233,6 +234,8 @@ pub struct Params {
 const MAX_SIZE: u64 = 1 << 23;
 /// GRH room a UD receive buffer needs in front of the payload (IBA 11.4.1.2).
 const GRH_LEN: u64 = 40;
+/// The local ACK timeout rdma_cm gives a RoCE QP (4.096 us x 2^19 = 2.1 s).
+pub(crate) const RDMA_CM_ACK_TIMEOUT: u8 = 19;
 /// perftest's Q_Key (`DEF_QKEY`).
 const PERFTEST_QKEY: u32 = 0x1111_1111;
 
@@ -318,8 +321,13 @@ impl Params {
         let cq_mod = a.cq_mod.clamp(1, tx_depth);
         let rx_depth = a.rx_depth.clamp(1, 8192);
         let inline = a.inline_size.unwrap_or(0).min(1024);
-        if a.qp_timeout > 31 {
-            bail!("-u {}: the timeout exponent is 0..=31", a.qp_timeout);
+        // perftest -R leaves the QPs' attributes to rdma_cm, which gives RoCE QPs a local
+        // ACK timeout of packet life time + 1 (kernel cma.c: CMA_IBOE_PACKET_LIFETIME 18).
+        let qp_timeout = a
+            .qp_timeout
+            .unwrap_or(if a.rdma_cm { RDMA_CM_ACK_TIMEOUT } else { 14 });
+        if qp_timeout > 31 {
+            bail!("-u {qp_timeout}: the timeout exponent is 0..=31");
         }
         if a.outs == 0 || a.outs > 16 {
             bail!("-o {}: outstanding reads/atomics must be 1..=16", a.outs);
@@ -346,7 +354,7 @@ impl Params {
             inline,
             out_reads: a.outs,
             tool: tool.to_string(),
-            qp_timeout: a.qp_timeout,
+            qp_timeout,
             rdma_cm: a.rdma_cm,
         })
     }

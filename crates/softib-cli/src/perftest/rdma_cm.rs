@@ -111,6 +111,7 @@ impl CmExchange {
             .create_qp(cq, cq, QpType::Rc)
             .set_max_send_wr(2)
             .set_max_recv_wr(2)
+            .set_timeout(super::RDMA_CM_ACK_TIMEOUT)
             .set_retry_count(7)
             .set_rnr_retry(7)
             .build()?)
