@@ -152,12 +152,12 @@ case_ loss send_lat-rc    "ib_send_lat $PT -s 64 -n 300"              "send-lat 
 # rping -V compares every ping read back, riostream -T v every byte, ucmatose counts its
 # messages; report.py also counts rping's pings and perftest's iterations.
 cm_tool rdmacm rping "-s -a {SELF} -p {PORT} -C 100 -v -V" "-c -a {PEER} -p {PORT} -C 100 -v -V"
-cm_perftest rdmacm write_bw-cm ib_write_bw "-s 65536 -n 300"
-cm_perftest rdmacm read_bw-cm ib_read_bw "-s 65536 -n 300"
-cm_perftest rdmacm send_bw-cm ib_send_bw "-s 65536 -n 300"
+cm_perftest rdmacm write_bw-cm ib_write_bw "-s 65536 -n 100"
+cm_perftest rdmacm read_bw-cm ib_read_bw "-s 65536 -n 100"
+cm_perftest rdmacm send_bw-cm ib_send_bw "-s 65536 -n 100"
 cm_perftest rdmacm send_lat-cm ib_send_lat "-s 64 -n 300"
 cm_tool rdmacm ucmatose "-b {SELF} -p {PORT} -c 2 -C 20" "-s {PEER} -p {PORT} -c 2 -C 20"
-cm_tool rdmacm riostream "-b {SELF} -p {PORT} -S 65536 -C 100 -T v" "-s {PEER} -p {PORT} -S 65536 -C 100 -T v"
+cm_tool rdmacm riostream "-b {SELF} -p {PORT} -S 65536 -C 50 -T v" "-s {PEER} -p {PORT} -S 65536 -C 50 -T v"
 # with loss: CM MADs are lost too (REQ/REP/RTU/DREQ retried on their timers)
 cm_tool loss rping-cm "-s -a {SELF} -p {PORT} -C 100 -v -V" "-c -a {PEER} -p {PORT} -C 100 -v -V"
 
