@@ -14,10 +14,9 @@ import re
 import sys
 
 GROUP_TEXT = {
-    "base": "IB MTU 1024 (guest NIC MTU 1500), no loss",
+    "base": "IB MTU 1024 (guest NIC MTU 1500), no loss; the -cm, rping, ucmatose and riostream cases connect through rdma_cm",
     "mtu4096": "IB MTU 4096 (guest NIC MTU 4200), no loss",
     "loss": "IB MTU 1024, 3 % of RoCEv2 datagrams dropped each way (netem in the guest, nftables on the host)",
-    "rdmacm": "IB MTU 1024, no loss: connections set up by rdma_cm (IB CM MADs on QP1) both ways",
 }
 SUMMARY = re.compile(r"(\d+) packets, (\d+) with a bad ICRC, (\d+) with a bad VCRC, (\d+) malformed; (\d+) other")
 
