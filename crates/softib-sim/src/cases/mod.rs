@@ -21,6 +21,7 @@ mod cc_slope;
 mod credit_starvation;
 mod credits_or_cc;
 mod mtu_credits;
+mod psn_mismatch;
 mod rc_vs_ud;
 mod receiver_not_ready;
 mod vl_starvation;
@@ -44,6 +45,7 @@ static CASES: &[Case] = &[
     atomic_hotspot::CASE,
     vl_starvation::CASE,
     rc_vs_ud::CASE,
+    psn_mismatch::CASE,
 ];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is

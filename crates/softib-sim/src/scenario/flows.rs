@@ -28,6 +28,8 @@
 //! rnr_retry = 7             # RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 = forever
 //! rnr_timer = 12            # the responder's min_rnr_timer code (12 = 0.64 ms)
 //! max_rd_atomic = 16        # READs/atomics in flight per QP (both ends), 1..=16
+//! sq_psn_offset = 0         # the requester's sq_psn at RTS minus the responder's rq_psn
+//!                           #   at RTR (mod 2^24): nonzero is a set-up mistake (case 10)
 //! start_us = 0
 //! stagger_us = 0            # pair k of the table starts k x stagger_us after start_us
 //! # op = "atomic":
@@ -158,6 +160,9 @@ pub struct FlowEntry {
     pub rnr_timer: Option<Spanned<u8>>,
     /// READs and atomics in flight per QP, 1..=16 (default 16).
     pub max_rd_atomic: Option<Spanned<u8>>,
+    /// The requester's sq_psn at RTS minus the responder's rq_psn at RTR, modulo 2^24
+    /// (default 0, a correct exchange): reproduces a PSN mismatch at set-up.
+    pub sq_psn_offset: Option<Spanned<i64>>,
     /// Start time, microseconds.
     pub start_us: Option<Spanned<f64>>,
     /// Start offset between consecutive QP pairs of the table, microseconds (pair k
@@ -224,6 +229,9 @@ pub struct QpPlan {
     pub rnr_timer: u8,
     /// READs/atomics in flight (requester) and accepted (responder).
     pub max_rd_atomic: u8,
+    /// Added (mod 2^24) to the requester's sq_psn at RTS; the responder's rq_psn at RTR
+    /// stays the agreed one. Zero unless a scenario reproduces a set-up mistake.
+    pub sq_psn_offset: u32,
 }
 
 /// One QP pair of a flow table, resolved against the topology.
@@ -566,6 +574,19 @@ fn qp_keys(e: &FlowEntry, mtu: Mtu, keys: &TableKeys<'_>) -> Result<QpPlan, Scen
         16,
         "the device allows",
     )?;
+    // PSNs are 24 bits (IBA 9.7.1); an offset is taken modulo 2^24, so more than one turn
+    // is a mistake in the scenario, not a different PSN.
+    let sq_psn_offset = match &e.sq_psn_offset {
+        Some(o) if o.get_ref().unsigned_abs() >= 1 << 24 => {
+            return Err(keys.error(
+                "sq_psn_offset",
+                o.span(),
+                format!("{}: PSNs are 24 bits, |offset| < 2^24", o.get_ref()),
+            ))
+        }
+        Some(o) => (*o.get_ref()).rem_euclid(1 << 24) as u32,
+        None => 0,
+    };
     Ok(QpPlan {
         mtu,
         sl: 0,
@@ -574,6 +595,7 @@ fn qp_keys(e: &FlowEntry, mtu: Mtu, keys: &TableKeys<'_>) -> Result<QpPlan, Scen
         rnr_retry,
         rnr_timer,
         max_rd_atomic,
+        sq_psn_offset,
     })
 }
 

@@ -198,7 +198,9 @@ fn connect(
         )?,
     }
     attr.qp_state = QpState::Rts;
-    attr.sq_psn = START_PSN;
+    // A scenario may reproduce a set-up mistake: an sq_psn that is not the PSN the peer
+    // moved to RTR with (PSNs are 24 bits, IBA 9.7.1).
+    attr.sq_psn = (START_PSN + qp.sq_psn_offset) & 0x00ff_ffff;
     attr.timeout = qp.timeout;
     attr.retry_cnt = qp.retry_cnt;
     attr.rnr_retry = qp.rnr_retry;
@@ -518,7 +520,13 @@ impl Host {
             self.app.ud_sources.insert((ls, me_qpn), index);
         }
         if p.service != Service::Ud {
-            connect(&mut self.dev, p.service, served.peer.qpn, me_qpn, ls, &p.qp)?;
+            // The mistake a scenario may reproduce is the requester's; the responder sends
+            // no requests, and its sq_psn is the agreed one.
+            let qp = QpPlan {
+                sq_psn_offset: 0,
+                ..p.qp
+            };
+            connect(&mut self.dev, p.service, served.peer.qpn, me_qpn, ls, &qp)?;
         }
         Ok(())
     }
