@@ -17,6 +17,7 @@ pub mod measure;
 
 mod ack_timeout_storm;
 mod atomic_hotspot;
+mod atomics_over_uc;
 mod cc_slope;
 mod credit_starvation;
 mod credits_or_cc;
@@ -46,6 +47,7 @@ static CASES: &[Case] = &[
     vl_starvation::CASE,
     rc_vs_ud::CASE,
     psn_mismatch::CASE,
+    atomics_over_uc::CASE,
 ];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is
