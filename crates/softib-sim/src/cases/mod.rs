@@ -21,6 +21,7 @@ mod atomics_over_uc;
 mod cc_slope;
 mod credit_starvation;
 mod credits_or_cc;
+mod fence_atomics;
 mod mtu_credits;
 mod psn_mismatch;
 mod rc_vs_ud;
@@ -47,6 +48,7 @@ static CASES: &[Case] = &[
     vl_starvation::CASE,
     rc_vs_ud::CASE,
     psn_mismatch::CASE,
+    fence_atomics::CASE,
     atomics_over_uc::CASE,
 ];
 
