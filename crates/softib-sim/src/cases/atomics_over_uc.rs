@@ -18,12 +18,12 @@ pub const CASE: Case = Case {
     title: "Atomics over UC (a misconception)",
     runs: &[
         CaseRun {
-            role: "problem",
+            role: "07-atomic-hotspot/problem",
             label: "RC FetchAdd, 8 hosts",
             text: include_str!("../../../../scenarios/cases/07-atomic-hotspot/problem.toml"),
         },
         CaseRun {
-            role: "fix",
+            role: "07-atomic-hotspot/fix",
             label: "RC, batches of 64",
             text: include_str!("../../../../scenarios/cases/07-atomic-hotspot/fix.toml"),
         },

@@ -45,7 +45,7 @@ pub const CASE: Case = Case {
             text: include_str!("../../../../scenarios/cases/10-psn-mismatch/lossy.toml"),
         },
         CaseRun {
-            role: "ack-timeout",
+            role: "02-ack-timeout-storm/problem",
             label: "case 2 (ACK timeout)",
             text: include_str!("../../../../scenarios/cases/02-ack-timeout-storm/problem.toml"),
         },
