@@ -9,7 +9,9 @@
 use std::time::Duration;
 
 use softib_net::driver::NetConfig;
-use softib_net::verbs::{CompletionQueue, Hca, ProtectionDomain, QueuePair, RecvRequest, SendRequest};
+use softib_net::verbs::{
+    CompletionQueue, Hca, ProtectionDomain, QueuePair, RecvRequest, SendRequest,
+};
 use softib_transport::harness::empty_wc;
 use softib_transport::{QpCounters, QpState, QpType, WcStatus, WorkCompletion};
 
@@ -60,8 +62,11 @@ fn run(a: &Side, b: &Side, qa: &QueuePair, qb: &QueuePair) -> Vec<WorkCompletion
     let rb = b.pd.allocate(MESSAGES * 1024).unwrap();
     let la = a.pd.allocate(MESSAGES * 1024).unwrap();
     for i in 0..MESSAGES {
-        qb.post_recv(&[RecvRequest::new(100 + i as u64, rb.slice(i * 1024..(i + 1) * 1024))])
-            .unwrap();
+        qb.post_recv(&[RecvRequest::new(
+            100 + i as u64,
+            rb.slice(i * 1024..(i + 1) * 1024),
+        )])
+        .unwrap();
     }
     let sends: Vec<SendRequest<'_>> = (0..MESSAGES)
         .map(|i| SendRequest::send(i as u64, la.slice(i * 1024..(i + 1) * 1024)))
@@ -72,7 +77,11 @@ fn run(a: &Side, b: &Side, qa: &QueuePair, qb: &QueuePair) -> Vec<WorkCompletion
     // (RETRY_CNT + 1) timeouts of 4.2 ms, with room for a loaded machine.
     while out.len() < MESSAGES {
         let got = a.cq.wait(&mut wcs, Duration::from_secs(20));
-        assert!(!got.is_empty(), "{} of {MESSAGES} completions within 20 s", out.len());
+        assert!(
+            !got.is_empty(),
+            "{} of {MESSAGES} completions within 20 s",
+            out.len()
+        );
         out.extend(got.iter().filter(|w| w.qp_num == qa.qpn()).copied());
     }
     out
@@ -84,7 +93,10 @@ fn counters(q: &QueuePair) -> QpCounters {
 
 fn assert_retry_exceeded(wcs: &[WorkCompletion], qa: &QueuePair) {
     assert_eq!(wcs[0].status, WcStatus::RetryExcErr, "{wcs:?}");
-    assert!(wcs[1..].iter().all(|w| w.status == WcStatus::WrFlushErr), "{wcs:?}");
+    assert!(
+        wcs[1..].iter().all(|w| w.status == WcStatus::WrFlushErr),
+        "{wcs:?}"
+    );
     let c = counters(qa);
     assert_eq!(c.local_ack_timeouts, RETRY_CNT as u64 + 1, "{c:?}");
     assert_eq!(c.seq_naks_received, 0, "{c:?}");
@@ -120,7 +132,8 @@ fn a_requester_behind_sends_only_duplicates_then_retry_exceeded_over_loopback() 
     let mut wcs = [empty_wc(); 16];
     let got = b.cq.wait(&mut wcs, Duration::from_millis(50));
     assert!(
-        got.iter().all(|w| w.qp_num != qb.qpn() || w.status == WcStatus::WrFlushErr),
+        got.iter()
+            .all(|w| w.qp_num != qb.qpn() || w.status == WcStatus::WrFlushErr),
         "{got:?}"
     );
 }

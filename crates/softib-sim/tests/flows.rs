@@ -327,17 +327,29 @@ fn lead_fence_and_psn_keys_are_checked_with_key_and_line() {
             .to_string()
     };
     let e = err("op = \"write\"\nservice = \"uc\"\nfence = true\n");
-    assert!(e.starts_with("line 10: flow[0].fence: applies to RC"), "{e}");
+    assert!(
+        e.starts_with("line 10: flow[0].fence: applies to RC"),
+        "{e}"
+    );
     let e = err("op = \"atomic\"\nlead_count = 4\n");
-    assert!(e.starts_with("line 9: flow[0].lead_count: needs lead_op"), "{e}");
+    assert!(
+        e.starts_with("line 9: flow[0].lead_count: needs lead_op"),
+        "{e}"
+    );
     let e = err("op = \"atomic\"\nlead_op = \"read\"\nlead_count = 65\n");
     assert!(e.starts_with("line 10: flow[0].lead_count: 65"), "{e}");
     let e = err("op = \"atomic\"\nlead_op = \"atomic\"\nlead_size = 16\n");
-    assert!(e.starts_with("line 10: flow[0].lead_size: atomic leads"), "{e}");
+    assert!(
+        e.starts_with("line 10: flow[0].lead_size: atomic leads"),
+        "{e}"
+    );
     let e = err("op = \"atomic\"\nlead_op = \"write\"\n");
     assert!(e.contains("line 9") && e.contains("lead_op"), "{e}");
     let e = err("op = \"send\"\nsq_psn_offset = 16777216\n");
-    assert!(e.starts_with("line 9: flow[0].sq_psn_offset: 16777216"), "{e}");
+    assert!(
+        e.starts_with("line 9: flow[0].sq_psn_offset: 16777216"),
+        "{e}"
+    );
     // Accepted: the whole PSN space either way, and leads before a fenced atomic.
     for ok in [
         "op = \"send\"\nsq_psn_offset = -16777215\n",
@@ -369,7 +381,10 @@ fn a_fence_behind_reads_costs_one_round_trip() {
     );
     // A fence with nothing outstanding costs nothing.
     let alone_fenced = run("fence = true\n");
-    assert!((alone_fenced - alone).abs() <= 0.02 * alone, "{alone} vs {alone_fenced}");
+    assert!(
+        (alone_fenced - alone).abs() <= 0.02 * alone,
+        "{alone} vs {alone_fenced}"
+    );
 }
 
 fn slow_responder(timeout: u8, extra: &str) -> Report {

@@ -69,11 +69,18 @@ fn order(fence: bool, atomic_first: bool) -> (u64, u64) {
     let fa = pair
         .trace_log
         .iter()
-        .filter(|t| t.from == 0 && t.opcode == FETCH_ADD)
-        .last()
+        .rfind(|t| t.from == 0 && t.opcode == FETCH_ADD)
         .expect("the fenced FetchAdd")
         .time;
-    let response = sent_at(&pair, 1, if atomic_first { ATOMIC_ACK } else { READ_RESPONSE_ONLY });
+    let response = sent_at(
+        &pair,
+        1,
+        if atomic_first {
+            ATOMIC_ACK
+        } else {
+            READ_RESPONSE_ONLY
+        },
+    );
     (fa, response)
 }
 
@@ -81,15 +88,24 @@ fn order(fence: bool, atomic_first: bool) -> (u64, u64) {
 fn a_fenced_atomic_leaves_only_after_the_earlier_read_response_arrived() {
     let (fa, resp) = order(true, false);
     // The response left side 1 at `resp` and took the link latency to arrive.
-    assert!(fa >= resp + 1_000, "FetchAdd at {fa}, READ response at {resp}");
+    assert!(
+        fa >= resp + 1_000,
+        "FetchAdd at {fa}, READ response at {resp}"
+    );
     let (fa, resp) = order(false, false);
-    assert!(fa < resp, "unfenced: FetchAdd at {fa} right behind the READ, response at {resp}");
+    assert!(
+        fa < resp,
+        "unfenced: FetchAdd at {fa} right behind the READ, response at {resp}"
+    );
 }
 
 #[test]
 fn a_fenced_atomic_waits_for_an_earlier_atomic_too() {
     let (fa, resp) = order(true, true);
-    assert!(fa >= resp + 1_000, "FetchAdd at {fa}, first atomic's response at {resp}");
+    assert!(
+        fa >= resp + 1_000,
+        "FetchAdd at {fa}, first atomic's response at {resp}"
+    );
     let (fa, resp) = order(false, true);
     assert!(fa < resp);
 }
@@ -98,7 +114,11 @@ fn a_fenced_atomic_waits_for_an_earlier_atomic_too() {
 fn a_fence_does_not_wait_for_earlier_writes() {
     let (mut pair, a, b) = pair();
     pair.dev(0)
-        .post_send(0, a.qpn, &wr(WrOpcode::RdmaWrite, 1, &a, 0, &b, 0, 16 * 1024))
+        .post_send(
+            0,
+            a.qpn,
+            &wr(WrOpcode::RdmaWrite, 1, &a, 0, &b, 0, 16 * 1024),
+        )
         .unwrap();
     pair.dev(0)
         .post_send(0, a.qpn, &fetch_add(2, &a, &b, true))
@@ -107,7 +127,10 @@ fn a_fence_does_not_wait_for_earlier_writes() {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     let fa = sent_at(&pair, 0, FETCH_ADD);
     let ack = sent_at(&pair, 1, ACK);
-    assert!(fa < ack + 1_000, "FetchAdd at {fa} waited for the WRITE's ACK at {ack}");
+    assert!(
+        fa < ack + 1_000,
+        "FetchAdd at {fa} waited for the WRITE's ACK at {ack}"
+    );
 }
 
 /// READ remote bytes into a local buffer, then WRITE that buffer elsewhere remotely (the

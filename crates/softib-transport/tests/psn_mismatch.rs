@@ -10,9 +10,7 @@
 mod common;
 use common::*;
 use softib_transport::harness::{Endpoint, Pair, QpOptions};
-use softib_transport::{
-    QpAttr, QpAttrMask, QpState, WcStatus, WorkCompletion, WrOpcode,
-};
+use softib_transport::{QpAttr, QpAttrMask, QpState, WcStatus, WorkCompletion, WrOpcode};
 
 /// AETH syndrome of a PSN-sequence NAK (IBA 9.7.5.2.2): 011 00000.
 const NAK_PSN_SEQ: u8 = 0x60;
@@ -87,7 +85,11 @@ fn mismatched(offset: i64) -> (Pair, Endpoint, Endpoint) {
 
 /// Posts `MESSAGES` one-packet SENDs from side 0 (and as many receives at side 1) and runs
 /// until they all completed; returns the send and receive completions.
-fn run_sends(pair: &mut Pair, a: &Endpoint, b: &Endpoint) -> (Vec<WorkCompletion>, Vec<WorkCompletion>) {
+fn run_sends(
+    pair: &mut Pair,
+    a: &Endpoint,
+    b: &Endpoint,
+) -> (Vec<WorkCompletion>, Vec<WorkCompletion>) {
     for i in 0..MESSAGES {
         pair.dev(1)
             .post_recv(b.qpn, &recv(100 + i, b, i * 1024, 1024))
@@ -127,8 +129,8 @@ fn sq_psn_ahead_of_the_peers_rq_psn_gets_one_nak_then_retry_exhaustion() {
     let (sends, recvs) = run_sends(&mut pair, &a, &b);
     assert_retry_exceeded(&sends);
     assert!(recvs.is_empty(), "nothing was delivered: {recvs:?}");
-    let req = pair.device(0).qp_counters(a.qpn).unwrap().clone();
-    let resp = pair.device(1).qp_counters(b.qpn).unwrap().clone();
+    let req = *pair.device(0).qp_counters(a.qpn).unwrap();
+    let resp = *pair.device(1).qp_counters(b.qpn).unwrap();
     // One NAK for the whole failure: the responder stays silent until the expected PSN,
     // which never comes.
     assert_eq!(resp.seq_naks_sent, 1);
@@ -144,7 +146,10 @@ fn sq_psn_ahead_of_the_peers_rq_psn_gets_one_nak_then_retry_exhaustion() {
         (RETRY_CNT as u64 + 1) * MESSAGES
     );
     assert_eq!(resp.duplicates_received, 0);
-    assert_eq!(pair.device(0).query_qp(a.qpn).unwrap().qp_state, QpState::Err);
+    assert_eq!(
+        pair.device(0).query_qp(a.qpn).unwrap().qp_state,
+        QpState::Err
+    );
 }
 
 #[test]
@@ -153,8 +158,8 @@ fn sq_psn_behind_by_more_than_the_window_is_all_duplicates_then_retry_exhaustion
     let (sends, recvs) = run_sends(&mut pair, &a, &b);
     assert_retry_exceeded(&sends);
     assert!(recvs.is_empty(), "nothing was delivered: {recvs:?}");
-    let req = pair.device(0).qp_counters(a.qpn).unwrap().clone();
-    let resp = pair.device(1).qp_counters(b.qpn).unwrap().clone();
+    let req = *pair.device(0).qp_counters(a.qpn).unwrap();
+    let resp = *pair.device(1).qp_counters(b.qpn).unwrap();
     assert_eq!(resp.seq_naks_sent, 0);
     assert_eq!(seq_naks(&pair), 0);
     assert_eq!(resp.duplicates_received, (RETRY_CNT as u64 + 1) * MESSAGES);
@@ -182,8 +187,8 @@ fn sq_psn_behind_within_the_window_completes_messages_that_were_never_delivered(
     // Two of the four SENDs landed on PSNs the responder had "already" received.
     assert_eq!(recvs.len(), MESSAGES as usize - 2, "{recvs:?}");
     assert!(recvs.iter().all(|w| w.status == WcStatus::Success));
-    let req = pair.device(0).qp_counters(a.qpn).unwrap().clone();
-    let resp = pair.device(1).qp_counters(b.qpn).unwrap().clone();
+    let req = *pair.device(0).qp_counters(a.qpn).unwrap();
+    let resp = *pair.device(1).qp_counters(b.qpn).unwrap();
     assert_eq!(resp.duplicates_received, 2);
     assert_eq!(resp.seq_naks_sent, 0);
     assert_eq!(req.local_ack_timeouts, 0);
@@ -202,13 +207,13 @@ fn the_half_window_rule_decides_ahead_or_behind() {
     let (mut pair, a, b) = mismatched((1 << 23) - MESSAGES as i64);
     let (sends, _) = run_sends(&mut pair, &a, &b);
     assert_retry_exceeded(&sends);
-    let resp = pair.device(1).qp_counters(b.qpn).unwrap().clone();
+    let resp = *pair.device(1).qp_counters(b.qpn).unwrap();
     assert_eq!((resp.seq_naks_sent, resp.duplicates_received), (1, 0));
 
     let (mut pair, a, b) = mismatched(1 << 23);
     let (sends, _) = run_sends(&mut pair, &a, &b);
     assert_retry_exceeded(&sends);
-    let resp = pair.device(1).qp_counters(b.qpn).unwrap().clone();
+    let resp = *pair.device(1).qp_counters(b.qpn).unwrap();
     assert_eq!(resp.seq_naks_sent, 0);
     assert!(resp.duplicates_received > 0);
 }

@@ -37,7 +37,9 @@ fn atomics_on_uc_are_refused_at_post_and_work_on_rc() {
     }
     assert!(
         run.status.is_some_and(|s| s.success())
-            && run.text.contains(&format!("uc_atomics: all {} checks passed", RULES.len())),
+            && run
+                .text
+                .contains(&format!("uc_atomics: all {} checks passed", RULES.len())),
         "uc_atomics ({:?}):\n{}",
         run.status,
         run.text

@@ -38,7 +38,8 @@ pub const CASE: Case = Case {
 };
 
 /// The scenario that asks for FetchAdd on UC: not a run, it must be refused.
-const UC_ATOMIC: &str = include_str!("../../../../scenarios/cases/12-atomics-over-uc/uc-atomic.toml");
+const UC_ATOMIC: &str =
+    include_str!("../../../../scenarios/cases/12-atomics-over-uc/uc-atomic.toml");
 
 /// Bytes per counter update (an 8-byte FetchAdd operand, an 8-byte delta in a batch, or an
 /// 8-byte UC SEND).
@@ -125,7 +126,11 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
     );
     e.row(
         "atomic, every update applied exactly once",
-        vec!["yes (RC)".into(), "yes (RC)".into(), "no atomicity, no delivery guarantee".into()],
+        vec![
+            "yes (RC)".into(),
+            "yes (RC)".into(),
+            "no atomicity, no delivery guarantee".into(),
+        ],
     );
 
     let refused = Scenario::parse(UC_ATOMIC).err().map(|err| err.to_string());
@@ -135,9 +140,15 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         refused.is_some_and(|m| m.contains("flow[0].service") && m.contains("9.8.2")),
     );
     let (results, state) = engine_on_uc();
-    let all_refused = results
-        .iter()
-        .all(|r| matches!(r, Err(VerbsError::OpcodeNotSupported { qp_type: QpType::Uc, .. })));
+    let all_refused = results.iter().all(|r| {
+        matches!(
+            r,
+            Err(VerbsError::OpcodeNotSupported {
+                qp_type: QpType::Uc,
+                ..
+            })
+        )
+    });
     e.check(
         "the engine refuses FetchAdd and CmpSwap on a UC QP at post time (OpcodeNotSupported, EOPNOTSUPP through the shim) and the QP stays in RTS",
         format!(

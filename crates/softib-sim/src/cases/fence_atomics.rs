@@ -70,7 +70,9 @@ fn p50_ns(r: &Report, t: usize) -> Result<f64, CaseError> {
         .flows
         .get(t)
         .map(|f| f.latency.p50_us * 1000.0)
-        .ok_or_else(|| CaseError::Missing(format!("{}: no flow table {t}", r.summary.scenario.name)))
+        .ok_or_else(|| {
+            CaseError::Missing(format!("{}: no flow table {t}", r.summary.scenario.name))
+        })
 }
 
 /// The fence's cost with `lead` x `k` outstanding: fenced p50 minus unfenced p50, ns.
@@ -164,7 +166,10 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
                 .map(|r| cost(r, lead, k))
                 .collect::<Result<Vec<_>, _>>()?;
             e.row(
-                format!("fence cost with {k} {lead}{} outstanding, ns", if k > 1 { "s" } else { "" }),
+                format!(
+                    "fence cost with {k} {lead}{} outstanding, ns",
+                    if k > 1 { "s" } else { "" }
+                ),
                 c.iter().map(|v| format!("{v:.0}")).collect(),
             );
             costs.push((lead, k, c));

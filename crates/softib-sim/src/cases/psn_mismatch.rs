@@ -167,7 +167,8 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         behind.duplicates_received > 0 && behind.seq_naks_sent == 0,
     );
     // "Storm": the resends are one window per timeout, nothing more.
-    let per_timeout = |q: &FlowQp| q.retransmitted_packets as f64 / q.local_ack_timeouts.max(1) as f64;
+    let per_timeout =
+        |q: &FlowQp| q.retransmitted_packets as f64 / q.local_ack_timeouts.max(1) as f64;
     e.check(
         "not a storm: at most one window (16 packets) resent per timeout, and at most one NAK",
         format!(

@@ -747,11 +747,7 @@ fn lead_plan(
     };
     let size = match (&e.lead_size, op.get_ref()) {
         (Some(s), LeadOp::Atomic) => {
-            return Err(keys.error(
-                "lead_size",
-                s.span(),
-                "atomic leads work on 8 bytes".into(),
-            ))
+            return Err(keys.error("lead_size", s.span(), "atomic leads work on 8 bytes".into()))
         }
         (Some(s), _) if *s.get_ref() == 0 || *s.get_ref() > MAX_SIZE => {
             return Err(keys.error(

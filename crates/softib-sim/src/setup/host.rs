@@ -496,10 +496,24 @@ impl Host {
                 lkey: me.keys.lkey,
             };
             let mut wr = match (l.op, counter) {
-                (LeadOp::Atomic, Some((keys, addr))) => {
-                    work_request(WrOpcode::AtomicFetchAndAdd, local, addr, keys.rkey, 1, 0, None)
-                }
-                _ => work_request(WrOpcode::RdmaRead, local, peer.addr, peer.keys.rkey, 0, 0, None),
+                (LeadOp::Atomic, Some((keys, addr))) => work_request(
+                    WrOpcode::AtomicFetchAndAdd,
+                    local,
+                    addr,
+                    keys.rkey,
+                    1,
+                    0,
+                    None,
+                ),
+                _ => work_request(
+                    WrOpcode::RdmaRead,
+                    local,
+                    peer.addr,
+                    peer.keys.rkey,
+                    0,
+                    0,
+                    None,
+                ),
             };
             // Unsignaled: the message's completion, after them in the send queue, is the
             // one that counts (RC completes in order).
