@@ -1141,7 +1141,9 @@ impl Device {
             });
         }
         let supported = match qp.qp_type {
-            QpType::Rc | QpType::XrcSend => true,
+            QpType::Rc => true,
+            // IBA 1.5 defines ATOMIC WRITE on RC; rxe offers it there only.
+            QpType::XrcSend => wr.opcode != WrOpcode::AtomicWrite,
             // IBA Annex A14: a target QP has no send queue.
             QpType::XrcRecv => false,
             // Local operations run on RC and UC send queues (rxe's opcode table).
@@ -1202,8 +1204,15 @@ impl Device {
                 wr.opcode.name()
             )));
         }
+        if wr.opcode == WrOpcode::AtomicWrite && length != 8 {
+            return Err(invalid(format!(
+                "ATOMIC_WRITE carries exactly 8 bytes, got {length}"
+            )));
+        }
         let inline = wr.flags.contains(SendFlags::INLINE);
-        if inline {
+        // An ATOMIC WRITE's 8 bytes are part of the WQE (rxe keeps them in
+        // wqe->dma.atomic_wr), not inline data: max_inline_data does not bound them.
+        if inline && wr.opcode != WrOpcode::AtomicWrite {
             if !matches!(
                 wr.opcode,
                 WrOpcode::Send

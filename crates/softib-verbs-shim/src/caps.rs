@@ -54,9 +54,15 @@ pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_RC_RNR_NAK_GEN
 pub const MW_CAP_FLAGS: u32 =
     IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 
-/// `device_cap_flags_ex` bits above bit 31 (raw scatter FCS, PCI write end padding, ...):
-/// none.
-pub const DEVICE_CAP_FLAGS_EX_HIGH: u64 = 0;
+/// `device_cap_flags_ex` bits above bit 31: ATOMIC WRITE (IBA 1.5; the engine's
+/// `rc/responder.rs`), as rxe sets it on 64-bit hosts. Not raw scatter FCS or PCI write end
+/// padding (no raw packet QPs, no PCI).
+pub const DEVICE_CAP_FLAGS_EX_HIGH: u64 = DEVICE_ATOMIC_WRITE;
+
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (rdma-core's kernel-headers/rdma/ib_user_verbs.h): the
+/// device carries out `IBV_WR_ATOMIC_WRITE`. libibverbs 44 has no `IBV_DEVICE_*` name for
+/// it; the kernel passes the bit through in `device_cap_flags_ex`.
+pub const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 
 /// XRC domains, XRC SRQs and XRC initiator/target QPs (`IBV_DEVICE_XRC`): the engine's
 /// `rc/xrc.rs` (branch `engine`), the shim's `ffi/xrc.rs`.

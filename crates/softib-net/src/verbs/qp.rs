@@ -484,6 +484,15 @@ impl<'a> SendRequest<'a> {
         r
     }
 
+    /// ATOMIC WRITE of the 8 bytes of `local` to the 8-byte aligned `remote` (RC only;
+    /// IBA vol. 1 release 1.5, as rxe since Linux 6.2): one indivisible store at the peer,
+    /// after every earlier request of this QP; `remote` needs REMOTE_WRITE. Completes as
+    /// `WcOpcode::AtomicWrite` once the peer answered. With [`SendRequest::inline`] the
+    /// bytes are taken at post time, whatever the QP's `max_inline_data`.
+    pub fn atomic_write(wr_id: u64, local: LocalSlice<'a>, remote: RemoteSlice) -> Self {
+        Self::new(wr_id, WrOpcode::AtomicWrite, &[local]).remote(remote)
+    }
+
     /// Adds immediate data: SEND becomes SEND_WITH_IMM, RDMA WRITE becomes
     /// RDMA_WRITE_WITH_IMM (which consumes a receive WR at the peer). Other opcodes carry
     /// no immediate; the device refuses them with it.
