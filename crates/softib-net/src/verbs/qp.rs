@@ -407,6 +407,19 @@ impl QueuePair {
             .modify_qp(self.inner.qpn, attr, mask)
     }
 
+    /// Attaches this UD QP to the multicast group `gid` (an IPv4-mapped IPv4 multicast
+    /// address for an IPv4 device; `ibv_attach_mcast`, IBA 10.5): datagrams sent to the
+    /// multicast QPN `softib_transport::mcast::MULTICAST_QPN` with that destination GID
+    /// reach it, if their Q_Key is this QP's.
+    pub fn attach_multicast(&self, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.inner.pd.context().attach_mcast(self.inner.qpn, gid)
+    }
+
+    /// Detaches this QP from `gid` (`ibv_detach_mcast`).
+    pub fn detach_multicast(&self, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.inner.pd.context().detach_mcast(self.inner.qpn, gid)
+    }
+
     /// The QP's counters.
     pub fn counters(&self) -> Option<QpCounters> {
         self.inner.pd.context().qp_counters(self.inner.qpn)
