@@ -2,6 +2,9 @@
 //! multicast address (IPv4-mapped for IPv4), a datagram to the group is one UDP datagram to
 //! that address on the RoCEv2 port, and a device with a QP attached to the group receives
 //! it on a socket bound to the group address and joined to it on the device's interface.
+//! The port is RoCEv2's 4791 whatever port the device itself listens on (a device moved to
+//! another port by a second process on its address still gets its groups' datagrams, and
+//! senders address a group without knowing who listens where).
 //!
 //! Linux hands a multicast datagram to every socket bound to its destination address and
 //! port whose host joined the group on the arriving interface (`__udp4_lib_mcast_deliver`),
@@ -20,6 +23,7 @@ use std::os::fd::AsRawFd;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::roce::{Ipv4IdPolicy, RxCheck};
+use crate::socket::ROCE_V2_PORT;
 use crate::sys::Epoll;
 
 /// One joined group: its socket and the receive check for datagrams addressed to it (the
@@ -28,7 +32,7 @@ use crate::sys::Epoll;
 pub(crate) struct GroupSocket {
     /// The group's multicast GID.
     pub gid: [u8; 16],
-    /// Bound to (group address, RoCEv2 port of the device), joined on the device interface.
+    /// Bound to (group address, 4791), joined on the device interface.
     pub socket: UdpSocket,
     /// ICRC and format checks against (group address, port).
     pub check: RxCheck,
@@ -62,7 +66,7 @@ fn open_v4(group: Ipv4Addr, local: SocketAddr) -> io::Result<UdpSocket> {
     // Every device on the host that joins the group binds the same address and port.
     s.set_reuse_address(true)?;
     s.set_nonblocking(true)?;
-    s.bind(&SocketAddr::new(IpAddr::V4(group), local.port()).into())?;
+    s.bind(&SocketAddr::new(IpAddr::V4(group), ROCE_V2_PORT).into())?;
     // Joined on the device's own interface (its address names it), so a group on lo stays
     // on lo.
     s.join_multicast_v4(&group, &iface)?;
@@ -139,7 +143,7 @@ impl Groups {
         if let Some(ep) = &self.epoll {
             ep.add(socket.as_raw_fd())?;
         }
-        let addr = SocketAddr::new(IpAddr::V4(group), local.port());
+        let addr = SocketAddr::new(IpAddr::V4(group), ROCE_V2_PORT);
         self.joined.push(GroupSocket {
             gid,
             socket,

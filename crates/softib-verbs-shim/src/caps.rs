@@ -154,9 +154,10 @@ pub fn device_attr(s: &Shared) -> ibv_device_attr {
         max_mw: clamp(l.max_mw),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
-        max_mcast_grp: 0,
-        max_mcast_qp_attach: 0,
-        max_total_mcast_qp_attach: 0,
+        // UD multicast (`softib_transport::mcast`), with rxe's limits.
+        max_mcast_grp: clamp(softib_transport::mcast::MAX_MCAST_GRP),
+        max_mcast_qp_attach: clamp(softib_transport::mcast::MAX_MCAST_QP_ATTACH),
+        max_total_mcast_qp_attach: clamp(softib_transport::mcast::MAX_TOTAL_MCAST_QP_ATTACH),
         max_ah: clamp(l.max_ah),
         max_fmr: 0,
         max_map_per_fmr: 0,
