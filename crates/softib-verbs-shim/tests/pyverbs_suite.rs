@@ -127,8 +127,14 @@ fn outcomes() -> &'static BTreeMap<String, Outcome> {
 /// A kernel device is shared by every process of a host; a softib device lives in its
 /// process and owns its address's RoCEv2 socket, so the second process cannot open it
 /// (docs/verbs-shim.md, "RDMA-CM"). Between two processes with two addresses the same
-/// rdma_cm calls work (tests/rdmacm_api.rs, tests/rdmacm_tools.rs).
+/// rdma_cm calls work (tests/rdmacm_api.rs, tests/rdmacm_tools.rs). The two multicast
+/// traffic tests are of the same kind: their forked processes share one address, and the
+/// passive one never sees the datagrams its group gets (between processes on their own
+/// addresses the same joins and sends work: tests/multicast.rs with the stock mckey; the
+/// third multicast test, with a leave, passes).
 const KNOWN_ERRORS: &[&str] = &[
+    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_ex_multicast_traffic",
+    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_multicast_traffic",
     "tests.test_rdmacm.CMTestCase.test_rdmacm_async_read",
     "tests.test_rdmacm.CMTestCase.test_rdmacm_async_reject_traffic",
     "tests.test_rdmacm.CMTestCase.test_rdmacm_async_traffic",
