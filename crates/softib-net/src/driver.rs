@@ -224,6 +224,9 @@ pub struct Driver {
     wake_tx: UnixDatagram,
     /// QP1: management datagrams and the Communication Manager (`gsi.rs`).
     gsi: Gsi,
+    /// Multicast groups joined on the network for the engine's attached QPs (`mcast.rs`).
+    groups: crate::mcast::Groups,
+    ipv4_id_policy: Ipv4IdPolicy,
 }
 
 impl std::fmt::Debug for Driver {
@@ -328,6 +331,8 @@ impl Driver {
         );
         Ok(Driver {
             gsi,
+            groups: crate::mcast::Groups::default(),
+            ipv4_id_policy: config.ipv4_id_policy,
             engine: Device::new(engine_config, config.seed),
             check: RxCheck::new(local, config.ipv4_id_policy),
             injector: config.inject.map(|s| Injector::new(s, max_datagram)),
@@ -477,51 +482,30 @@ impl Driver {
     }
 
     fn receive(&mut self, now: Nanos) -> io::Result<usize> {
-        let n = self.socket.recv(&mut self.rx)?;
-        if n == 0 {
-            return Ok(0);
-        }
+        let mut n = self.socket.recv(&mut self.rx)?;
+        let mut sink = RxSink {
+            engine: &mut self.engine,
+            gsi: &mut self.gsi,
+            tap: &mut self.tap,
+            counters: &mut self.counters,
+        };
         for d in self.rx.iter() {
-            self.counters.rx_datagrams += 1;
-            self.counters.rx_bytes += d.payload.len() as u64;
-            if d.payload.len() > MAX_ROCE_DATAGRAM {
-                self.counters.rx_oversize += 1;
-                continue;
-            }
-            match self.check.check(&d) {
-                Ok(r) => {
-                    if let Some(tap) = self.tap.as_mut() {
-                        if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
-                            self.counters.pcap_errors += 1;
-                        }
-                    }
-                    // QP1 is the GSI's, not the engine's (IBA 13.5.1).
-                    if Gsi::is_for_gsi(r.transport) {
-                        self.gsi.handle_packet(now, r.sgid, r.transport);
-                        continue;
-                    }
-                    let meta = RxMeta {
-                        slid: 0,
-                        sl: 0,
-                        grh: Some(RxGrh {
-                            sgid: r.sgid,
-                            dgid: r.dgid,
-                            traffic_class: r.tos,
-                            flow_label: 0,
-                            // The socket does not report the TTL; Linux senders use 64.
-                            hop_limit: 64,
-                        }),
-                        ecn_ce: r.ecn_ce,
-                    };
-                    self.engine.handle_packet(now, &meta, r.transport);
-                }
-                Err(RxDrop::Icrc) => self.engine.count_driver_drop(DriverDrop::Icrc),
-                Err(RxDrop::Runt) | Err(RxDrop::WrongFamily) => {
-                    self.engine.count_driver_drop(DriverDrop::Format)
-                }
-            }
+            sink.datagram(now, &mut self.check, &d);
+        }
+        if !self.groups.joined.is_empty() {
+            n += receive_groups(now, &mut self.groups, &mut self.scratch, &mut sink);
         }
         Ok(n)
+    }
+
+    /// Joins and leaves multicast groups on the network so that they are the engine's
+    /// (after `attach_mcast`, `detach_mcast` or `destroy_qp`). A group that cannot be
+    /// joined is reported with the OS error; the others are still brought in line.
+    pub fn sync_multicast(&mut self) -> Result<(), ([u8; 16], io::Error)> {
+        let wanted = self.engine.mcast_groups();
+        let fd = self.socket_fd();
+        self.groups
+            .sync(&wanted, self.local, fd, self.ipv4_id_policy)
     }
 
     /// The UDP destination and TOS of a transmit, or `None` if it cannot be routed.
@@ -711,7 +695,8 @@ impl Driver {
     /// nanoseconds) passes; `None` sleeps until one of the first two.
     pub fn wait(&mut self, deadline: Option<Nanos>) -> io::Result<()> {
         let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(self.now())));
-        let (_, woken) = crate::sys::poll_two(self.socket_fd(), self.wake_rx.as_raw_fd(), timeout)?;
+        let (fd, wake_fd) = self.wait_fds();
+        let (_, woken) = crate::sys::poll_two(fd, wake_fd, timeout)?;
         if woken {
             self.drain_wake();
         }
@@ -725,7 +710,10 @@ impl Driver {
     /// The socket and wake-up descriptors, for a thread that waits without holding the
     /// driver (see [`wait_on`]).
     pub(crate) fn wait_fds(&self) -> (std::os::fd::RawFd, std::os::fd::RawFd) {
-        (self.socket_fd(), self.wake_rx.as_raw_fd())
+        // With multicast groups joined, datagrams also arrive on their sockets: wait on the
+        // epoll set holding them all.
+        let fd = self.groups.wait_fd().unwrap_or_else(|| self.socket_fd());
+        (fd, self.wake_rx.as_raw_fd())
     }
 
     /// Empties the wake-up channel after a wake-up.
@@ -742,6 +730,88 @@ impl Driver {
             }
         }
     }
+}
+
+/// Where received datagrams go: the engine, QP1, the capture and the counters (borrowed
+/// apart from the sockets and checks the datagrams come from).
+struct RxSink<'a> {
+    engine: &'a mut Device,
+    gsi: &'a mut Gsi,
+    tap: &'a mut Option<PcapTap>,
+    counters: &'a mut DriverCounters,
+}
+
+impl RxSink<'_> {
+    /// Checks one datagram against `check` (the address it was sent to) and hands its
+    /// transport packet on.
+    fn datagram(&mut self, now: Nanos, check: &mut RxCheck, d: &crate::socket::RxDatagram<'_>) {
+        self.counters.rx_datagrams += 1;
+        self.counters.rx_bytes += d.payload.len() as u64;
+        if d.payload.len() > MAX_ROCE_DATAGRAM {
+            self.counters.rx_oversize += 1;
+            return;
+        }
+        match check.check(d) {
+            Ok(r) => {
+                if let Some(tap) = self.tap.as_mut() {
+                    if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
+                        self.counters.pcap_errors += 1;
+                    }
+                }
+                // QP1 is the GSI's, not the engine's (IBA 13.5.1).
+                if Gsi::is_for_gsi(r.transport) {
+                    self.gsi.handle_packet(now, r.sgid, r.transport);
+                    return;
+                }
+                let meta = RxMeta {
+                    slid: 0,
+                    sl: 0,
+                    grh: Some(RxGrh {
+                        sgid: r.sgid,
+                        dgid: r.dgid,
+                        traffic_class: r.tos,
+                        flow_label: 0,
+                        // The socket does not report the TTL; Linux senders use 64.
+                        hop_limit: 64,
+                    }),
+                    ecn_ce: r.ecn_ce,
+                };
+                self.engine.handle_packet(now, &meta, r.transport);
+            }
+            Err(RxDrop::Icrc) => self.engine.count_driver_drop(DriverDrop::Icrc),
+            Err(RxDrop::Runt) | Err(RxDrop::WrongFamily) => {
+                self.engine.count_driver_drop(DriverDrop::Format)
+            }
+        }
+    }
+}
+
+/// Receives what waits on the multicast group sockets (a few datagrams per group and
+/// turn, so one busy group cannot starve the device socket). Returns how many.
+fn receive_groups(
+    now: Nanos,
+    groups: &mut crate::mcast::Groups,
+    buf: &mut [u8],
+    sink: &mut RxSink<'_>,
+) -> usize {
+    const PER_GROUP: usize = 16;
+    let mut n = 0;
+    for g in &mut groups.joined {
+        for _ in 0..PER_GROUP {
+            let Ok((len, source)) = g.socket.recv_from(buf) else {
+                break;
+            };
+            let d = crate::socket::RxDatagram {
+                source,
+                tos: None,
+                payload: &buf[..len],
+                gro_index: 0,
+            };
+            sink.datagram(now, &mut g.check, &d);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Waits on the descriptors of [`Driver::wait_fds`] for at most `timeout` (`None`: no
