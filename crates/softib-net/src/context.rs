@@ -947,7 +947,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
                 s.activity.notify_all();
             }
             let timeout = Duration::from_nanos(until.saturating_sub(now));
-            woken = crate::driver::wait_on(-1, wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
+            woken = crate::driver::wait_on(&[], wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
             s.sleeping_until.store(0, Ordering::Release);
             continue;
         }
@@ -983,7 +983,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
         let (fd, wake_fd) = d.wait_fds();
         let timeout = deadline.map(|t| Duration::from_nanos(t.saturating_sub(d.now())));
         drop(d);
-        woken = crate::driver::wait_on(fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
+        woken = crate::driver::wait_on(&fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
         s.sleeping_until.store(0, Ordering::Release);
         s.activity.notify_all();
     }
