@@ -747,6 +747,11 @@ impl Driver {
             }
             let dest = SocketAddr::new(ip, self.peer_ports.get(ip));
             let (local, tos) = (self.send_from, self.default_tos);
+            if self.forward_own_mad(dest, &mut datagram, t.len) {
+                self.counters.tx_datagrams += 1;
+                queued += 1;
+                continue;
+            }
             let mut sealed = 0;
             let pushed = self.tx.push_with(dest, None, max, |slot, oracle| {
                 let ident = oracle.ipv4_ident(t.len + ICRC_LEN);
@@ -776,6 +781,30 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// A CM MAD the port owner sends to another process on its own address goes straight
+    /// to that process's socket, not through the UDP port: a process often exits right
+    /// after its last MAD (a REJ, a DREP), and a datagram still in the owner's own receive
+    /// queue would die with it. `false`: send it as usual.
+    fn forward_own_mad(&mut self, dest: SocketAddr, datagram: &mut [u8], len: usize) -> bool {
+        let Some(g) = self.group.as_mut().filter(|g| g.is_owner()) else {
+            return false;
+        };
+        if dest != self.local {
+            return false;
+        }
+        let tos = self.default_tos;
+        let Some(n) = roce::seal(self.send_from, dest, tos, 0, datagram, len) else {
+            return false;
+        };
+        let route = group::route_datagram(&datagram[..n]);
+        let header = ForwardHeader {
+            source: self.send_from,
+            tos: Some(tos),
+            gro_index: 0,
+        };
+        g.forward(route, &header, &datagram[..n], &mut self.group_buf)
     }
 
     /// Lets the engine write one packet straight into the send batch. `None` when the

@@ -415,6 +415,11 @@ pub fn set_route(rt: &Runtime, id: &IdObj, src: Option<SocketAddr>, dst: Option<
         c.route.addr.src_storage = super::addr::to_storage(s).0;
         if !super::addr::is_any(s.ip()) {
             c.verbs = rt.verbs();
+            // librdmacm's ucma_get_device gives a bound id the device's shared PD, so
+            // `id->pd` is usable for the application's own QPs before rdma_create_qp.
+            if c.pd.is_null() {
+                c.pd = rt.default_pd();
+            }
             c.port_num = 1;
             c.route.addr.ibaddr.sgid.raw = softib_cm::rdma_cm::gid_of(s.ip());
             c.route.addr.ibaddr.pkey = 0xffff_u16.to_be();
