@@ -1165,9 +1165,10 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
             return failed(rt, "rdma_establish", libc::EINVAL, &e);
         }
         st.phase = Phase::Connected;
-        drop(st);
-        o.report(EventObj::new(o.c(), RDMA_CM_EVENT_ESTABLISHED, 0));
-        complete(o)
+        // librdmacm's rdma_establish only tells the kernel to send the RTU (ucma
+        // ACCEPT on an active id, kernel cma_rep_recv): no event follows, the
+        // application already had CONNECT_RESPONSE.
+        0
     })
 }
 
@@ -1733,6 +1734,24 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let st = o.state();
         let (attr, mask) = match a.qp_state {
             cmqp::IBV_QPS_INIT => cmqp::init_attr(qp_type),
+            // An active id with the REP: what ready_active_qp gives the id's own QP.
+            cmqp::IBV_QPS_RTR if st.req.is_none() && st.rep.is_some() => {
+                let (Some(rep), Some(dst)) = (st.rep.as_ref(), st.dst) else {
+                    return err(libc::EINVAL);
+                };
+                let src_port = st.src.map_or(0, |s| s.port());
+                let flow = softib_cm::rdma_cm::roce_flow_label(src_port, dst.port());
+                cmqp::rtr_attr(
+                    qp_type,
+                    &RtrParams {
+                        ah: cmqp::peer_ah(dst.ip(), flow, st.tos),
+                        dest_qpn: rep.local_qpn,
+                        rq_psn: st.psn,
+                        mtu: device_mtu_code(rt),
+                        max_dest_rd_atomic: st.rd_atomic.0.min(rep.initiator_depth),
+                    },
+                )
+            }
             cmqp::IBV_QPS_RTR => {
                 let Some(req) = st.req.as_ref() else {
                     return failed(

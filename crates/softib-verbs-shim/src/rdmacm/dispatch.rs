@@ -290,6 +290,7 @@ fn new_passive_id(
         conn: None,
         sidr: None,
         req: None,
+        rep: None,
         sidr_req: None,
         psn: rt.shared.net.random_psn() & 0xFF_FFFF,
         send_psn: None,
@@ -365,7 +366,11 @@ fn connect_request(
 /// The REP to our REQ: with a QP, ready it and send the RTU (ESTABLISHED); without,
 /// report CONNECT_RESPONSE for rdma_establish.
 fn connect_reply(rt: &'static Runtime, id: &IdObj, conn: ConnId, rep: Box<CmRep>) {
-    id.state().send_psn = Some(rep.starting_psn);
+    {
+        let mut st = id.state();
+        st.send_psn = Some(rep.starting_psn);
+        st.rep = Some(rep.clone());
+    }
     // SAFETY: the id's C view is live (looked up in the owners map).
     let (qp_ptr, qp_type) = unsafe { ((*id.c()).qp, (*id.c()).qp_type) };
     let mut e = if qp_ptr.is_null() {

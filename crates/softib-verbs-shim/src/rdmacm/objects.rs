@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use softib_cm::rdma_cm::PortSpace;
 use softib_cm::{ConnId, ListenerId, SidrId};
-use softib_wire::cm::{CmReq, CmSidrReq};
+use softib_wire::cm::{CmRep, CmReq, CmSidrReq};
 
 use super::abi::*;
 use crate::abi::{ibv_context, ibv_pd, ibv_qp_init_attr};
@@ -160,6 +160,8 @@ pub struct IdState {
     pub sidr: Option<SidrId>,
     /// The REQ that created this passive id.
     pub req: Option<Box<CmReq>>,
+    /// The REP an active id received (its RTR attributes, kernel cm_init_qp_rtr_attr).
+    pub rep: Option<Box<CmRep>>,
     /// The SIDR_REQ that created this passive UD id.
     pub sidr_req: Option<Box<CmSidrReq>>,
     /// The PSN our QP expects to receive first (announced in our REQ or REP).
@@ -443,6 +445,7 @@ pub fn fresh_state(rt: &Runtime, ps: PortSpace, sync: bool) -> IdState {
         conn: None,
         sidr: None,
         req: None,
+        rep: None,
         sidr_req: None,
         psn: rt.shared.net.random_psn() & 0xFF_FFFF,
         send_psn: None,
