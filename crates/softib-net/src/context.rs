@@ -195,6 +195,9 @@ const APP_DRIVES_FOR: Duration = Duration::from_micros(200);
 pub struct Context {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process that opened the device: a forked child holds a copy of this handle
+    /// without the device thread (and possibly with a lock the thread held at the fork).
+    pid: u32,
     local: SocketAddr,
     gid: [u8; 16],
     mtu: Mtu,
@@ -234,6 +237,7 @@ impl Context {
         Ok(Context {
             shared,
             thread: Some(thread),
+            pid: std::process::id(),
             local,
             gid,
             mtu,
@@ -894,8 +898,24 @@ pub enum HandshakeError {
     Connect(#[from] VerbsError),
 }
 
+impl Context {
+    /// Whether this handle was opened by the calling process (not inherited through
+    /// `fork()`, whose child has no device thread and must open a device of its own).
+    pub fn opened_by_this_process(&self) -> bool {
+        self.pid == std::process::id()
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
+        if !self.opened_by_this_process() {
+            // Inherited through fork(): the device thread is not in this process and a lock
+            // it held stays held, so joining or locking would hang. The sockets were
+            // already replaced in the child (sys::ForkGuard); leave the rest alone.
+            std::mem::forget(self.shared.clone());
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.shared.stop.store(true, Ordering::Release);
         self.shared.waker.wake();
         if let Some(t) = self.thread.take() {

@@ -157,7 +157,7 @@ static OPEN: Mutex<Weak<Shared>> = Mutex::new(Weak::new());
 /// without closing its device, and its capture is what shows why).
 pub fn flush_open_capture() {
     let open = OPEN.lock().unwrap_or_else(|p| p.into_inner()).upgrade();
-    if let Some(s) = open {
+    if let Some(s) = open.filter(|s| s.net.opened_by_this_process()) {
         s.net.flush_capture();
     }
 }
@@ -194,7 +194,12 @@ fn open_retrying_while_in_use(
 pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
     let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(s) = open.upgrade() {
-        return Ok(s);
+        if s.net.opened_by_this_process() {
+            return Ok(s);
+        }
+        // A forked child: the parent's device (no thread here) is not ours to use or to
+        // close; the child opens its own, which shares the address (softib-net group.rs).
+        std::mem::forget(s);
     }
     let bind = SocketAddr::new(config.addr, config.port);
     let mut nc = NetConfig::new(bind);

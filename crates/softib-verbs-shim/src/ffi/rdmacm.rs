@@ -415,7 +415,10 @@ fn bind(rt: &Runtime, o: &IdObj, a: SocketAddr, call: &str) -> c_int {
     // A loopback address on a device that is not on loopback binds the device, as the
     // kernel's cma_bind_loopback gives a loopback address the first active device
     // (libfabric's verbs provider binds "localhost" for a passive endpoint).
-    let loopback_alias = ip.is_loopback() && !local.is_loopback();
+    // Likewise an address of the host on the device's interface (127.0.0.1 for a device
+    // at 127.77.0.1, both on `lo`): the kernel finds the device by that netdev.
+    let loopback_alias = (ip.is_loopback() && !local.is_loopback())
+        || softib_net::roce::is_host_address_on_device_interface(local, ip);
     if !ip.is_unspecified() && ip != local && !loopback_alias {
         return failed(
             rt,
@@ -519,12 +522,24 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             return complete(o);
         }
         let src = SocketAddr::new(local, port);
+        // The host's own address on the device's interface is this device (kernel
+        // cma_resolve_loopback); the id still reports the address the caller gave.
+        let given = dst;
+        let dst = if softib_net::roce::is_host_address_on_device_interface(local, dst.ip()) {
+            SocketAddr::new(local, dst.port())
+        } else {
+            dst
+        };
         st.src = Some(src);
         st.dst = Some(dst);
         st.phase = Phase::AddrResolved;
         drop(st);
         super::resources::note_peer(&rt.shared, rdma_cm::gid_of(dst.ip()));
         set_route(rt, o, Some(src), Some(dst));
+        if given != dst {
+            // SAFETY: the id's C view, written while the caller waits in this call.
+            unsafe { (*o.c()).route.addr.dst_storage = to_storage(given).0 };
+        }
         o.report(EventObj::new(o.c(), RDMA_CM_EVENT_ADDR_RESOLVED, 0));
         complete(o)
     })
