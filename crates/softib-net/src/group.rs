@@ -269,6 +269,10 @@ impl AddressGroup {
         for slot in 0..SLOTS {
             match bind_abstract(&slot_name(addr, slot)) {
                 Ok(slot_socket) => {
+                    // From the start only the owner may write into the slot.
+                    if let Ok(owner) = abstract_addr(&owner_name(addr)) {
+                        let _ = slot_socket.connect_addr(&owner);
+                    }
                     return Ok(AddressGroup {
                         addr,
                         slot,

@@ -238,14 +238,14 @@ fn a_cm_connection_between_two_processes_on_one_address() {
     let hca = Hca::open(c).unwrap();
     let pd = hca.alloc_pd();
     let cq = hca.create_cq().set_entries(64).build().unwrap();
-    let buf = pd.register(vec![0u8; 4096]).unwrap();
+    let buf = pd.register(vec![0u8; 8192]).unwrap();
     let qp = pd.create_qp(&cq, &cq, QpType::Rc).build().unwrap();
     let server: SocketAddr = SocketAddr::new(hca.context().local_addr().ip(), 18600);
     let mut conn = CmConnection::connect(qp, server, b"hello", T)
         .unwrap_or_else(|e| panic!("connect to the other process: {e}"));
     assert_eq!(&conn.peer_private_data()[..7], b"welcome");
     conn.qp()
-        .post_recv(&[RecvRequest::new(3, buf.slice(3000..4096))])
+        .post_recv(&[RecvRequest::new(3, buf.slice(4096..8192))])
         .unwrap();
     let msg = pattern(5, 3000);
     buf.write()[..3000].copy_from_slice(&msg);
@@ -261,7 +261,7 @@ fn a_cm_connection_between_two_processes_on_one_address() {
     assert_eq!(got.len(), 2, "send and reply completions: {got:?}");
     assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
     let reversed: Vec<u8> = msg.iter().rev().copied().collect();
-    assert_eq!(&buf.read()[3000..3000 + 1096], &reversed[..1096]);
+    assert_eq!(&buf.read()[4096..4096 + 3000], &reversed[..]);
     conn.disconnect(b"bye", T).unwrap();
     assert_eq!(wait_line(&mut lines, "VERDICT "), "ok");
     assert!(child.wait().unwrap().success(), "the other process failed");

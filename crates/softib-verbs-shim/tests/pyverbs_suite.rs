@@ -21,9 +21,10 @@ use std::sync::OnceLock;
 
 mod common;
 
-/// The fewest passing tests accepted: issue 13's acceptance (130). With huge pages
-/// allocated (`.ci/run` does) softib passes 132 plus the rdma_cm module.
-const MIN_PASSED: usize = 130;
+/// The fewest passing tests accepted. With huge pages allocated (`.ci/run` does) softib
+/// passes 140 of 273 (the rdma_cm module's 7 included, 133 skipped; 2026-12-01); a few
+/// `_ex` tests choose their options at random, hence the margin. Issue 13 asks for 130.
+const MIN_PASSED: usize = 136;
 /// The device address of this test's shim (its own 127.77.x block, apart from the other
 /// shim tests).
 const DEVICE_ADDR: &str = "127.77.200.1";
