@@ -568,6 +568,12 @@ impl Context {
         })
     }
 
+    /// Listens on `service_id` (see [`Driver::listen`]: refused when another process on
+    /// this address listens on it).
+    pub fn cm_listen(&self, service_id: u64) -> Result<softib_cm::ListenerId, softib_cm::CmError> {
+        self.with_driver(|d| d.listen(service_id))
+    }
+
     /// Waits up to `timeout` for the CM's next event, whichever connection, listener or
     /// SIDR request it is for (see [`Context::with_cm`]).
     pub fn wait_cm_event(&self, timeout: Duration) -> Option<softib_cm::CmEvent> {

@@ -705,6 +705,21 @@ impl Driver {
         }
     }
 
+    /// Listens on `service_id` (rdma_cm: bind + listen): in the CM, and at the address, so
+    /// that the port owner sends its REQs here. A service ID another process on the address
+    /// listens on is refused (`ServiceIdInUse`), as the kernel refuses a bound port
+    /// (EADDRINUSE).
+    pub fn listen(&mut self, service_id: u64) -> Result<softib_cm::ListenerId, softib_cm::CmError> {
+        let listener = self.gsi.cm_mut().listen(service_id)?;
+        self.sync_listeners();
+        if self.group.as_ref().is_some_and(|g| !g.holds_service(service_id)) {
+            let _ = self.gsi.cm_mut().stop_listening(listener);
+            self.sync_listeners();
+            return Err(softib_cm::CmError::ServiceIdInUse(service_id));
+        }
+        Ok(listener)
+    }
+
     /// Claims the service IDs the CM listens on at this address, so the port owner sends
     /// their REQs here (`group.rs`); done before the listen's caller gets control back.
     fn sync_listeners(&mut self) {

@@ -356,6 +356,11 @@ impl AddressGroup {
         }
     }
 
+    /// Whether this process holds the claim on `service_id`.
+    pub fn holds_service(&self, service_id: u64) -> bool {
+        self.services.iter().any(|s| s.service_id == service_id)
+    }
+
     /// Keeps the claims of exactly `listening` (the CM's current listeners).
     pub fn sync_services(&mut self, listening: &[u64]) {
         self.services.retain(|s| listening.contains(&s.service_id));

@@ -377,3 +377,21 @@ fn a_stranger_cannot_write_into_a_members_slot_socket() {
     let err = stranger.send_to_addr(b"hostile", &name).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
 }
+
+#[test]
+fn a_service_id_another_process_listens_on_is_refused_until_it_stops() {
+    let addr = unique_loopback(6, 0x3f);
+    let a = side_on(&addr, 0x1212);
+    let b = side_on(&addr, 0x3434);
+    let sid = 0x0000_0106_0000_4a38;
+    let listener = a.ctx.cm_listen(sid).unwrap();
+    match b.ctx.cm_listen(sid) {
+        Err(softib_cm::CmError::ServiceIdInUse(s)) => assert_eq!(s, sid),
+        other => panic!("expected ServiceIdInUse, got {other:?}"),
+    }
+    assert_eq!(b.ctx.counters().1.group.service_conflicts, 1);
+    a.ctx.with_cm(|cm, _| cm.stop_listening(listener)).unwrap();
+    // The claim goes with the listener, at the next turn of a's driver.
+    a.ctx.with_engine(|_, _| ());
+    b.ctx.cm_listen(sid).unwrap();
+}

@@ -642,7 +642,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         // The owners map is held across the CM call, so a request arriving at once finds
         // its listener (the CM event thread looks it up there).
         let mut owners = rt.owners();
-        match rt.shared.net.with_cm(|cm, _| cm.listen(service)) {
+        match rt.shared.net.cm_listen(service) {
             Ok(l) => {
                 owners
                     .listeners
