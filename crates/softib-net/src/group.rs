@@ -186,7 +186,8 @@ pub struct GroupCounters {
     pub forwarded: u64,
     /// REQ / SIDR_REQ the owner forwarded to the listening process.
     pub forwarded_to_listener: u64,
-    /// Datagrams for a slot no process holds (or whose process cannot take them): dropped.
+    /// Datagrams for a slot no process holds: left to the owner's receive path, which drops
+    /// and counts each under its cause (ICRC, runt, unknown QP).
     pub unowned_drops: u64,
     /// Datagrams for a slot whose socket buffer was full: dropped (the transport resends).
     pub queue_full_drops: u64,
@@ -405,8 +406,8 @@ impl AddressGroup {
         };
         let len = FORWARD_HEADER_LEN + payload.len();
         if scratch.len() < len {
-            self.counters.unowned_drops += 1;
-            return true;
+            // Longer than any RoCEv2 packet: the receive path drops it as oversize.
+            return false;
         }
         header.emit(scratch);
         scratch[FORWARD_HEADER_LEN..len].copy_from_slice(payload);
@@ -424,9 +425,11 @@ impl AddressGroup {
             }
             // Nobody listens on the service: this process answers (a REJ).
             Err(_) if matches!(route, Route::Service(_)) => false,
+            // No process holds the slot: this process's receive path takes it and drops
+            // it under its cause (bad ICRC, runt, unknown QP), as for any stranger.
             Err(_) => {
                 self.counters.unowned_drops += 1;
-                true
+                false
             }
         }
     }

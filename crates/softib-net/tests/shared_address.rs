@@ -345,9 +345,12 @@ fn a_datagram_for_a_slot_no_process_holds_is_dropped_and_counted() {
     while s.ctx.counters().1.group.unowned_drops < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (_, owner) = s.ctx.counters();
+    // The owner's own receive path drops them under their cause: the stranger's bytes
+    // carry no valid ICRC.
+    let (dev, owner) = s.ctx.counters();
     assert_eq!(owner.group.unowned_drops, 3, "{:?}", owner.group);
     assert_eq!(owner.group.forwarded, 0);
+    assert_eq!(dev.icrc_drops, 3, "{dev:?}");
     // A datagram for the member's slot is forwarded to it (and dropped there by its own
     // checks: the stranger's bytes carry no valid ICRC).
     let member_qpn = member.qpn;
