@@ -328,7 +328,9 @@ impl Driver {
         let (socket, holds_port) = match RoceSocket::bind(&sc) {
             Ok(s) => (s, true),
             Err(SocketError::Io { source, .. })
-                if source.kind() == io::ErrorKind::AddrInUse && config.bind.port() != 0 =>
+                if source.kind() == io::ErrorKind::AddrInUse
+                    && config.bind.port() != 0
+                    && group::owner_exists(config.bind, Duration::from_millis(200)) =>
             {
                 let mut other = sc.clone();
                 other.bind = group::any_port(config.bind);
@@ -475,7 +477,11 @@ impl Driver {
                 .as_ref()
                 .map(|i| i.counters())
                 .unwrap_or_default(),
-            group: self.group.as_ref().map(|g| g.counters()).unwrap_or_default(),
+            group: self
+                .group
+                .as_ref()
+                .map(|g| g.counters())
+                .unwrap_or_default(),
             ..self.counters
         }
     }
@@ -500,9 +506,9 @@ impl Driver {
             self.gsi.poll_timeout(),
             self.probe_deadline(),
         ]
-            .into_iter()
-            .flatten()
-            .min()
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether datagrams wait in the send batch because the socket buffer was full.
@@ -670,8 +676,12 @@ impl Driver {
         let max = self.mtu.bytes() as usize + TX_HEADROOM;
         let mut queued = 0;
         if let Some(inj) = self.injector.as_mut() {
-            let (tx, tap, counters, local) =
-                (&mut self.tx, &mut self.tap, &mut self.counters, self.send_from);
+            let (tx, tap, counters, local) = (
+                &mut self.tx,
+                &mut self.tap,
+                &mut self.counters,
+                self.send_from,
+            );
             let default_tos = self.default_tos;
             inj.handle_timeout(now, &mut |dest, tos, bytes| {
                 queue_copy(tx, tap, counters, local, default_tos, dest, tos, bytes);
@@ -712,7 +722,11 @@ impl Driver {
     pub fn listen(&mut self, service_id: u64) -> Result<softib_cm::ListenerId, softib_cm::CmError> {
         let listener = self.gsi.cm_mut().listen(service_id)?;
         self.sync_listeners();
-        if self.group.as_ref().is_some_and(|g| !g.holds_service(service_id)) {
+        if self
+            .group
+            .as_ref()
+            .is_some_and(|g| !g.holds_service(service_id))
+        {
             let _ = self.gsi.cm_mut().stop_listening(listener);
             self.sync_listeners();
             return Err(softib_cm::CmError::ServiceIdInUse(service_id));
@@ -884,8 +898,12 @@ impl Driver {
             self.counters.tx_unroutable += 1;
             return Some(0);
         };
-        let (tx, tap, counters, local) =
-            (&mut self.tx, &mut self.tap, &mut self.counters, self.send_from);
+        let (tx, tap, counters, local) = (
+            &mut self.tx,
+            &mut self.tap,
+            &mut self.counters,
+            self.send_from,
+        );
         let before = counters.tx_datagrams;
         let default_tos = self.default_tos;
         let tos_opt = (tos != default_tos).then_some(tos);

@@ -282,7 +282,7 @@ impl AddressGroup {
                         forwarder: None,
                         services: Vec::new(),
                         counters: GroupCounters::default(),
-                    })
+                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
                 Err(e) => return Err(e),
@@ -438,7 +438,8 @@ impl AddressGroup {
     /// its header and payload length. `None` when nothing waits. Malformed datagrams are
     /// counted and skipped.
     pub fn recv(&mut self, buf: &mut [u8]) -> Option<(ForwardHeader, usize)> {
-        let sockets = std::iter::once(&self.slot_socket).chain(self.services.iter().map(|s| &s.socket));
+        let sockets =
+            std::iter::once(&self.slot_socket).chain(self.services.iter().map(|s| &s.socket));
         for s in sockets {
             loop {
                 match s.recv(buf) {
@@ -460,6 +461,26 @@ impl AddressGroup {
     /// Counts a takeover (the driver rebinds the UDP port itself).
     pub fn count_takeover(&mut self) {
         self.counters.takeovers += 1;
+    }
+}
+
+/// Whether a softib process owns the port of `addr` (its forwarding name exists), waiting
+/// up to `patience` for an owner that has bound the port but not yet claimed the name. A
+/// port held by anything else (the kernel's rdma_rxe binds 4791 on every address) is not
+/// shared: the device must fail to open, not wait for datagrams that never come.
+pub fn owner_exists(addr: SocketAddr, patience: Duration) -> bool {
+    let Ok(name) = abstract_addr(&owner_name(addr)) else {
+        return false;
+    };
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if UnixDatagram::unbound().is_ok_and(|s| s.connect_addr(&name).is_ok()) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -519,7 +540,14 @@ mod tests {
         );
         let ours = ((9u32 << 26) | 0x1234).to_be_bytes();
         let theirs = ((2u32 << 26) | 0x55).to_be_bytes();
-        for a in [attr::REP, attr::RTU, attr::REJ, attr::DREQ, attr::DREP, attr::MRA] {
+        for a in [
+            attr::REP,
+            attr::RTU,
+            attr::REJ,
+            attr::DREQ,
+            attr::DREP,
+            attr::MRA,
+        ] {
             assert_eq!(
                 route_datagram(&cm_mad(a, &[(0, &theirs), (4, &ours)])),
                 Route::Slot(9),

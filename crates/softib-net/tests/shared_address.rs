@@ -39,7 +39,9 @@ fn sge(s: &Side, offset: usize, len: usize) -> Vec<Sge> {
 /// `pattern(own)` to the peer's offset 0 and SEND the first `SEND_LEN` of them; then check
 /// that the peer's bytes (`pattern(peer)`) arrived in both places.
 fn rc_exchange(s: &Side, oob: &mut OobStream, own: u64, peer: u64) -> Result<(), String> {
-    let remote = oob.exchange_endpoint(&s.endpoint()).map_err(|e| e.to_string())?;
+    let remote = oob
+        .exchange_endpoint(&s.endpoint())
+        .map_err(|e| e.to_string())?;
     s.connect(QpType::Rc, &remote);
     s.ctx
         .post_recv(
@@ -51,12 +53,15 @@ fn rc_exchange(s: &Side, oob: &mut OobStream, own: u64, peer: u64) -> Result<(),
         )
         .map_err(|e| e.to_string())?;
     // Both receives are posted before either side sends.
-    oob.write_msg("ready", b"ready").map_err(|e| e.to_string())?;
+    oob.write_msg("ready", b"ready")
+        .map_err(|e| e.to_string())?;
     let mut ready = [0u8; 5];
     oob.read_msg("ready", &mut ready)
         .map_err(|e| e.to_string())?;
     let data = pattern(own, WRITE_LEN);
-    s.ctx.write_mr(&s.mr, 2 << 20, &data).map_err(|e| e.to_string())?;
+    s.ctx
+        .write_mr(&s.mr, 2 << 20, &data)
+        .map_err(|e| e.to_string())?;
     let write = SendWr {
         wr_id: 1,
         opcode: WrOpcode::RdmaWrite,
@@ -77,7 +82,10 @@ fn rc_exchange(s: &Side, oob: &mut OobStream, own: u64, peer: u64) -> Result<(),
         .post_send(s.qpn, &[write, send])
         .map_err(|e| e.to_string())?;
     let wcs = s.completions(3, 30);
-    let recv = wcs.iter().find(|w| w.wr_id == 9).ok_or("no receive completion")?;
+    let recv = wcs
+        .iter()
+        .find(|w| w.wr_id == 9)
+        .ok_or("no receive completion")?;
     if recv.byte_len as usize != SEND_LEN {
         return Err(format!("SEND carried {} bytes", recv.byte_len));
     }
@@ -372,8 +380,8 @@ fn a_stranger_cannot_write_into_a_members_slot_socket() {
     let _owner = side_on(&addr, 0xdddd);
     let _member = side_on(&addr, 0xeeee);
     use std::os::linux::net::SocketAddrExt;
-    let name = std::os::unix::net::SocketAddr::from_abstract_name(format!("softib/{addr}/1"))
-        .unwrap();
+    let name =
+        std::os::unix::net::SocketAddr::from_abstract_name(format!("softib/{addr}/1")).unwrap();
     let stranger = std::os::unix::net::UnixDatagram::unbound().unwrap();
     // The slot socket is connected to the owner's forwarding socket: the kernel refuses
     // every other sender (EPERM).
@@ -397,4 +405,18 @@ fn a_service_id_another_process_listens_on_is_refused_until_it_stops() {
     // The claim goes with the listener, at the next turn of a's driver.
     a.ctx.with_engine(|_, _| ());
     b.ctx.cm_listen(sid).unwrap();
+}
+
+#[test]
+fn a_port_held_by_something_else_than_softib_is_not_shared() {
+    let addr: SocketAddr = unique_loopback(7, 0x40).parse().unwrap();
+    // A plain UDP socket on the port (as the kernel's rdma_rxe holds 4791): no softib owner
+    // would ever forward, so the device must refuse to open.
+    let _other = UdpSocket::bind(addr).unwrap();
+    let err = softib_net::context::Context::open(
+        NetConfig::new(addr),
+        softib_net::context::WaitMode::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
 }
