@@ -261,6 +261,8 @@ pub struct AddressGroup {
     /// `Some` while this process owns the UDP port: the socket it forwards from.
     forwarder: Option<(UnixDatagram, Guarded)>,
     services: Vec<ServiceClaim>,
+    /// Every slot's socket address, made once: forwarding allocates nothing per datagram.
+    slot_addrs: Vec<UnixAddr>,
     counters: GroupCounters,
 }
 
@@ -274,9 +276,13 @@ impl AddressGroup {
                     if let Ok(owner) = abstract_addr(&owner_name(addr)) {
                         let _ = slot_socket.connect_addr(&owner);
                     }
+                    let slot_addrs = (0..SLOTS)
+                        .map(|s| abstract_addr(&slot_name(addr, s)))
+                        .collect::<io::Result<Vec<_>>>()?;
                     return Ok(AddressGroup {
                         addr,
                         slot,
+                        slot_addrs,
                         _slot_fork: Guarded::new(&slot_socket),
                         slot_socket,
                         forwarder: None,
@@ -390,19 +396,27 @@ impl AddressGroup {
         let Some((fwd, _)) = &self.forwarder else {
             return false;
         };
-        let name = match route {
+        let service_addr;
+        let to = match route {
             Route::Here => return false,
             Route::Slot(s) if s == self.slot => return false,
-            Route::Slot(s) => slot_name(self.addr, s),
+            Route::Slot(s) => match self.slot_addrs.get(s as usize) {
+                Some(a) => a,
+                None => return false,
+            },
             Route::Service(sid) => {
-                if self.services.iter().any(|c| c.service_id == sid) {
+                if self.holds_service(sid) {
                     return false;
                 }
-                service_name(self.addr, sid)
+                // REQs are rare: their name is made when one arrives.
+                match abstract_addr(&service_name(self.addr, sid)) {
+                    Ok(a) => {
+                        service_addr = a;
+                        &service_addr
+                    }
+                    Err(_) => return false,
+                }
             }
-        };
-        let Ok(to) = abstract_addr(&name) else {
-            return false;
         };
         let len = FORWARD_HEADER_LEN + payload.len();
         if scratch.len() < len {
@@ -411,7 +425,7 @@ impl AddressGroup {
         }
         header.emit(scratch);
         scratch[FORWARD_HEADER_LEN..len].copy_from_slice(payload);
-        match fwd.send_to_addr(&scratch[..len], &to) {
+        match fwd.send_to_addr(&scratch[..len], to) {
             Ok(_) => {
                 match route {
                     Route::Service(_) => self.counters.forwarded_to_listener += 1,
@@ -441,17 +455,14 @@ impl AddressGroup {
         let sockets =
             std::iter::once(&self.slot_socket).chain(self.services.iter().map(|s| &s.socket));
         for s in sockets {
-            loop {
-                match s.recv(buf) {
-                    Ok(n) => match ForwardHeader::parse(&buf[..n]) {
-                        Some(h) => {
-                            self.counters.received += 1;
-                            buf.copy_within(FORWARD_HEADER_LEN..n, 0);
-                            return Some((h, n - FORWARD_HEADER_LEN));
-                        }
-                        None => self.counters.bad_header_drops += 1,
-                    },
-                    Err(_) => break,
+            while let Ok(n) = s.recv(buf) {
+                match ForwardHeader::parse(&buf[..n]) {
+                    Some(h) => {
+                        self.counters.received += 1;
+                        buf.copy_within(FORWARD_HEADER_LEN..n, 0);
+                        return Some((h, n - FORWARD_HEADER_LEN));
+                    }
+                    None => self.counters.bad_header_drops += 1,
                 }
             }
         }
