@@ -195,6 +195,9 @@ const APP_DRIVES_FOR: Duration = Duration::from_micros(200);
 pub struct Context {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process that opened the device: a forked child holds a copy of this handle
+    /// without the device thread (and possibly with a lock the thread held at the fork).
+    pid: u32,
     local: SocketAddr,
     gid: [u8; 16],
     mtu: Mtu,
@@ -234,6 +237,7 @@ impl Context {
         Ok(Context {
             shared,
             thread: Some(thread),
+            pid: std::process::id(),
             local,
             gid,
             mtu,
@@ -562,6 +566,12 @@ impl Context {
             let now = d.now();
             f(d.gsi_mut().cm_mut(), now)
         })
+    }
+
+    /// Listens on `service_id` (see [`Driver::listen`]: refused when another process on
+    /// this address listens on it).
+    pub fn cm_listen(&self, service_id: u64) -> Result<softib_cm::ListenerId, softib_cm::CmError> {
+        self.with_driver(|d| d.listen(service_id))
     }
 
     /// Waits up to `timeout` for the CM's next event, whichever connection, listener or
@@ -940,8 +950,24 @@ pub enum HandshakeError {
     Connect(#[from] VerbsError),
 }
 
+impl Context {
+    /// Whether this handle was opened by the calling process (not inherited through
+    /// `fork()`, whose child has no device thread and must open a device of its own).
+    pub fn opened_by_this_process(&self) -> bool {
+        self.pid == std::process::id()
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
+        if !self.opened_by_this_process() {
+            // Inherited through fork(): the device thread is not in this process and a lock
+            // it held stays held, so joining or locking would hang. The sockets were
+            // already replaced in the child (sys::ForkGuard); leave the rest alone.
+            std::mem::forget(self.shared.clone());
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.shared.stop.store(true, Ordering::Release);
         self.shared.waker.wake();
         if let Some(t) = self.thread.take() {
@@ -993,7 +1019,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
                 s.activity.notify_all();
             }
             let timeout = Duration::from_nanos(until.saturating_sub(now));
-            woken = crate::driver::wait_on(-1, wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
+            woken = crate::driver::wait_on(&[], wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
             s.sleeping_until.store(0, Ordering::Release);
             continue;
         }
@@ -1029,7 +1055,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
         let (fd, wake_fd) = d.wait_fds();
         let timeout = deadline.map(|t| Duration::from_nanos(t.saturating_sub(d.now())));
         drop(d);
-        woken = crate::driver::wait_on(fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
+        woken = crate::driver::wait_on(&fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
         s.sleeping_until.store(0, Ordering::Release);
         s.activity.notify_all();
     }

@@ -20,6 +20,7 @@ pub mod channel;
 pub mod context;
 pub mod counters;
 pub mod driver;
+pub mod group;
 pub mod gsi;
 pub mod inject;
 mod mcast;

@@ -21,7 +21,7 @@ use crate::memory::{Memory, MrTable};
 use crate::qp::recv_queue::RecvWqe;
 use crate::qp::send_queue::{SendWqe, UdTarget};
 use crate::qp::{Qp, TimerKind};
-use crate::qpn::{QpnAllocation, QpnMap, SLOT_BITS};
+use crate::qpn::{QpnAllocation, QpnMap};
 use crate::srq::SharedRecvQueue;
 use crate::time::Nanos;
 use crate::verbs::{
@@ -93,6 +93,9 @@ pub struct DeviceConfig {
     /// How QPs are numbered: sequential for the simulator, scrambled on real networks so a
     /// third host cannot guess a live QPN (qpn.rs).
     pub qpn_allocation: QpnAllocation,
+    /// Fixed high bits of every QPN (qpn.rs): softib-net puts the slot of the process on a
+    /// shared address there. `None`: all 22 bits are the allocation's.
+    pub qpn_prefix: Option<crate::qpn::QpnPrefix>,
 }
 
 /// How an RC requester resends once it must go back (IBA 9.7.5.1.3 and 9.7.6.1.3 say from
@@ -137,6 +140,7 @@ impl Default for DeviceConfig {
             cc: crate::cc::CcConfig::default(),
             resend: ResendPolicy::Paced,
             qpn_allocation: QpnAllocation::Sequential,
+            qpn_prefix: None,
         }
     }
 }
@@ -304,7 +308,7 @@ impl Device {
     /// A device with `config`; `seed` drives the only randomness (key bytes, initial PSNs).
     pub fn new(config: DeviceConfig, seed: u64) -> Device {
         Device {
-            qpn_map: QpnMap::new(config.qpn_allocation, seed),
+            qpn_map: QpnMap::with_prefix(config.qpn_allocation, seed, config.qpn_prefix),
             sh: Shared {
                 config,
                 mrs: MrTable::default(),
@@ -955,7 +959,7 @@ impl Device {
     /// The QPN the next QP gets (its slot is the table's end), or `LimitReached`.
     fn next_qpn(&self) -> Result<u32, VerbsError> {
         let cfg = &self.sh.config;
-        if self.qps.len() as u32 >= cfg.max_qp.min(1 << SLOT_BITS) {
+        if self.qps.len() as u32 >= cfg.max_qp.min(self.qpn_map.capacity()) {
             return Err(VerbsError::LimitReached {
                 limit: "max_qp",
                 max: cfg.max_qp,

@@ -424,7 +424,10 @@ fn bind(rt: &Runtime, o: &IdObj, a: SocketAddr, call: &str) -> c_int {
     // A loopback address on a device that is not on loopback binds the device, as the
     // kernel's cma_bind_loopback gives a loopback address the first active device
     // (libfabric's verbs provider binds "localhost" for a passive endpoint).
-    let loopback_alias = ip.is_loopback() && !local.is_loopback();
+    // Likewise an address of the host on the device's interface (127.0.0.1 for a device
+    // at 127.77.0.1, both on `lo`): the kernel finds the device by that netdev.
+    let loopback_alias = (ip.is_loopback() && !local.is_loopback())
+        || softib_net::roce::is_host_address_on_device_interface(local, ip);
     if !ip.is_unspecified() && ip != local && !loopback_alias {
         return failed(
             rt,
@@ -528,12 +531,24 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             return complete(o);
         }
         let src = SocketAddr::new(local, port);
+        // The host's own address on the device's interface is this device (kernel
+        // cma_resolve_loopback); the id still reports the address the caller gave.
+        let given = dst;
+        let dst = if softib_net::roce::is_host_address_on_device_interface(local, dst.ip()) {
+            SocketAddr::new(local, dst.port())
+        } else {
+            dst
+        };
         st.src = Some(src);
         st.dst = Some(dst);
         st.phase = Phase::AddrResolved;
         drop(st);
         super::resources::note_peer(&rt.shared, rdma_cm::gid_of(dst.ip()));
         set_route(rt, o, Some(src), Some(dst));
+        if given != dst {
+            // SAFETY: the id's C view, written while the caller waits in this call.
+            unsafe { (*o.c()).route.addr.dst_storage = to_storage(given).0 };
+        }
         o.report(EventObj::new(o.c(), RDMA_CM_EVENT_ADDR_RESOLVED, 0));
         complete(o)
     })
@@ -636,7 +651,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         // The owners map is held across the CM call, so a request arriving at once finds
         // its listener (the CM event thread looks it up there).
         let mut owners = rt.owners();
-        match rt.shared.net.with_cm(|cm, _| cm.listen(service)) {
+        match rt.shared.net.cm_listen(service) {
             Ok(l) => {
                 owners
                     .listeners
@@ -1174,9 +1189,10 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
             return failed(rt, "rdma_establish", libc::EINVAL, &e);
         }
         st.phase = Phase::Connected;
-        drop(st);
-        o.report(EventObj::new(o.c(), RDMA_CM_EVENT_ESTABLISHED, 0));
-        complete(o)
+        // librdmacm's rdma_establish only tells the kernel to send the RTU (ucma
+        // ACCEPT on an active id, kernel cma_rep_recv): no event follows, the
+        // application already had CONNECT_RESPONSE.
+        0
     })
 }
 
@@ -1742,6 +1758,24 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let st = o.state();
         let (attr, mask) = match a.qp_state {
             cmqp::IBV_QPS_INIT => cmqp::init_attr(qp_type),
+            // An active id with the REP: what ready_active_qp gives the id's own QP.
+            cmqp::IBV_QPS_RTR if st.req.is_none() && st.rep.is_some() => {
+                let (Some(rep), Some(dst)) = (st.rep.as_ref(), st.dst) else {
+                    return err(libc::EINVAL);
+                };
+                let src_port = st.src.map_or(0, |s| s.port());
+                let flow = softib_cm::rdma_cm::roce_flow_label(src_port, dst.port());
+                cmqp::rtr_attr(
+                    qp_type,
+                    &RtrParams {
+                        ah: cmqp::peer_ah(dst.ip(), flow, st.tos),
+                        dest_qpn: rep.local_qpn,
+                        rq_psn: st.psn,
+                        mtu: device_mtu_code(rt),
+                        max_dest_rd_atomic: st.rd_atomic.0.min(rep.initiator_depth),
+                    },
+                )
+            }
             cmqp::IBV_QPS_RTR => {
                 let Some(req) = st.req.as_ref() else {
                     return failed(
