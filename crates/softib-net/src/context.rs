@@ -778,7 +778,7 @@ impl Context {
     /// interface when it is the first QP of the device there (`mcast.rs`). IPv6 groups
     /// are not carried yet: `VerbsError::Unsupported` (EOPNOTSUPP).
     pub fn attach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
-        self.with_driver(|d| {
+        let out = self.with_driver(|d| {
             if d.engine_mut().attach_mcast(qpn, gid)? {
                 if let Err((_, e)) = d.sync_multicast() {
                     // Not joined on the network: undo the attach so nothing half-works.
@@ -800,18 +800,25 @@ impl Context {
                 }
             }
             Ok(())
-        })
+        });
+        // A sleeping device thread waits on the descriptors it had: a new group socket is
+        // not among them until it looks again.
+        self.shared.waker.wake();
+        out
     }
 
     /// Detaches `qpn` from `gid` (`ibv_detach_mcast`); the device leaves the group when no
     /// QP of it is left there.
     pub fn detach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
-        self.with_driver(|d| {
+        let out = self.with_driver(|d| {
             if d.engine_mut().detach_mcast(qpn, gid)? {
                 let _ = d.sync_multicast();
             }
             Ok(())
-        })
+        });
+        // The thread may be waiting on the group's (now closed) socket: let it look again.
+        self.shared.waker.wake();
+        out
     }
 
     /// Destroys a CQ (no QP may still use it).
