@@ -133,6 +133,7 @@ pub fn driver_map(c: &DriverCounters) -> CounterMap {
         rx_bytes,
         tx_unroutable,
         pcap_errors,
+        acks_behind_data,
         cc_link_rate_mbps,
         cc_wire_overhead,
     );

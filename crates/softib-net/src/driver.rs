@@ -21,6 +21,7 @@ use softib_transport::{
     Device, DeviceConfig, DriverDrop, LinkLayer, Mtu, Nanos, RxGrh, RxMeta, Transmit,
 };
 
+use crate::ack_hold::{self, AckHold};
 use crate::cc::{self, RoceCc};
 use crate::gsi::{Gsi, GSI_DATAGRAM_LEN};
 use crate::inject::{FaultCounters, FaultSpec, Injector};
@@ -176,6 +177,9 @@ pub struct DriverCounters {
     pub tx_unroutable: u64,
     /// Records the pcap tap could not write.
     pub pcap_errors: u64,
+    /// Positive ACKs held back that then left behind data in the same send batch
+    /// (`ack_hold.rs`: the answer of a polling application, one `sendmmsg` for both).
+    pub acks_behind_data: u64,
     /// Congestion control: the line rate in Mb/s the engine paces against.
     pub cc_link_rate_mbps: u64,
     /// Congestion control: bytes counted per packet beyond the transport packet.
@@ -224,6 +228,22 @@ pub struct Driver {
     wake_tx: UnixDatagram,
     /// QP1: management datagrams and the Communication Manager (`gsi.rs`).
     gsi: Gsi,
+    /// Positive ACKs held back to leave behind the data of the same flush (`ack_hold.rs`).
+    acks: AckHold,
+}
+
+/// What a flush does with the positive ACKs it holds (`ack_hold.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AckRelease {
+    /// Queue them after everything else of this flush: a device turn nobody will answer.
+    AfterData,
+    /// The turn of a polling application that just received: ACKs held from before go
+    /// first, the ones this turn made wait for the application's answer unless the flush
+    /// sends something else anyway.
+    AwaitAnswer,
+    /// A verb's flush: what an earlier turn held keeps waiting unless this flush sends
+    /// anything (an answer: the ACKs go behind it); an ACK the verb itself made goes now.
+    WithAnswer,
 }
 
 impl std::fmt::Debug for Driver {
@@ -351,6 +371,7 @@ impl Driver {
             },
             wake_rx,
             wake_tx,
+            acks: AckHold::default(),
         })
     }
 
@@ -452,6 +473,37 @@ impl Driver {
 
     /// One turn: receive, timers, transmit. Never blocks.
     pub fn process(&mut self) -> io::Result<Progress> {
+        self.turn(false)
+    }
+
+    /// [`Driver::process`] for a polling application that answers what it receives at
+    /// once (a ping-pong): the positive ACKs this turn makes for received requests wait for
+    /// the application's next verb and leave behind its answer, in the same `sendmmsg`,
+    /// instead of costing a send of their own before it (`ack_hold.rs`). They wait at most
+    /// until the next flush that sends anything, the next turn, or [`Driver::release_acks`].
+    pub fn process_then_answer(&mut self) -> io::Result<Progress> {
+        self.turn(true)
+    }
+
+    /// Whether positive ACKs are being held for an answer (see
+    /// [`Driver::process_then_answer`]).
+    pub fn holds_acks(&self) -> bool {
+        !self.acks.is_empty()
+    }
+
+    /// Sends the held positive ACKs now.
+    pub fn release_acks(&mut self) -> io::Result<()> {
+        if self.acks.is_empty() {
+            return Ok(());
+        }
+        self.release_held();
+        match self.socket.send(&mut self.tx) {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn turn(&mut self, answer_follows: bool) -> io::Result<Progress> {
         let mut progress = Progress::default();
         // One clock read per turn: a busy-polling device turns millions of times a second,
         // and what the turn does (receive a batch, fire timers, send) takes microseconds.
@@ -464,7 +516,12 @@ impl Driver {
         if self.gsi.poll_timeout().is_some_and(|t| t <= now) {
             self.gsi.handle_timeout(now);
         }
-        let (sent, blocked) = self.flush_at(now)?;
+        let release = if answer_follows && progress.received > 0 {
+            AckRelease::AwaitAnswer
+        } else {
+            AckRelease::AfterData
+        };
+        let (sent, blocked) = self.flush_at(now, release)?;
         progress.sent = sent;
         progress.blocked = blocked;
         Ok(progress)
@@ -473,7 +530,7 @@ impl Driver {
     /// Drains the engine's transmits and sends them. Returns the datagrams queued.
     pub fn flush(&mut self) -> io::Result<usize> {
         let now = self.now();
-        Ok(self.flush_at(now)?.0)
+        Ok(self.flush_at(now, AckRelease::WithAnswer)?.0)
     }
 
     fn receive(&mut self, now: Nanos) -> io::Result<usize> {
@@ -529,9 +586,15 @@ impl Driver {
         route_with(self.local, &self.peer_ports, self.ecn_capable, t)
     }
 
-    fn flush_at(&mut self, now: Nanos) -> io::Result<(usize, bool)> {
+    fn flush_at(&mut self, now: Nanos, release: AckRelease) -> io::Result<(usize, bool)> {
         let max = self.mtu.bytes() as usize + TX_HEADROOM;
         let mut queued = 0;
+        let held_before = self.acks.count();
+        if release == AckRelease::AwaitAnswer && held_before > 0 {
+            // Held by an earlier turn whose answer did not come: they go now.
+            queued += self.release_held();
+        }
+        let mut others = 0;
         if let Some(inj) = self.injector.as_mut() {
             let (tx, tap, counters, local) =
                 (&mut self.tx, &mut self.tap, &mut self.counters, self.local);
@@ -557,9 +620,31 @@ impl Driver {
                 self.transmit_direct(now, max)
             };
             match produced {
-                Some(n) => queued += n,
+                Some(n) => {
+                    queued += n;
+                    others += n;
+                }
                 None => break,
             }
+        }
+        if !self.acks.is_empty() {
+            let keep = others == 0
+                && match release {
+                    AckRelease::AfterData => false,
+                    AckRelease::AwaitAnswer => true,
+                    // Only what an earlier turn held waits on; this verb's own ACKs go.
+                    AckRelease::WithAnswer => self.acks.count() == held_before,
+                };
+            if !keep {
+                let released = self.release_held();
+                if others > 0 {
+                    self.counters.acks_behind_data += released as u64;
+                }
+                queued += released;
+            }
+        }
+        if self.tx.is_empty() {
+            return Ok((queued, false));
         }
         match self.socket.send(&mut self.tx) {
             Ok(()) => Ok((queued, false)),
@@ -629,12 +714,22 @@ impl Driver {
     /// Lets the engine write one packet straight into the send batch. `None` when the
     /// engine has nothing more to send.
     fn transmit_direct(&mut self, now: Nanos, max: usize) -> Option<usize> {
+        if !self.acks.has_room() {
+            // Keep the engine's order among ACKs: the held ones go before a new one.
+            self.release_held();
+        }
         let mut engine_empty = false;
         let mut unroutable = false;
+        let mut held = false;
         let local = self.local;
         let default_tos = self.default_tos;
         let ecn_capable = self.ecn_capable;
-        let (engine, tap, peer_ports) = (&mut self.engine, &mut self.tap, &self.peer_ports);
+        let (engine, tap, peer_ports, acks) = (
+            &mut self.engine,
+            &mut self.tap,
+            &self.peer_ports,
+            &mut self.acks,
+        );
         let mut pcap_error = false;
         let pushed = self.tx.push_deferred(max, |slot, ident_of| {
             let Some(t) = engine.poll_transmit(now, &mut slot[..max - ICRC_LEN]) else {
@@ -646,6 +741,11 @@ impl Driver {
                 return None;
             };
             let tos_opt = (tos != default_tos).then_some(tos);
+            if ack_hold::is_plain_ack(&slot[..t.len]) && acks.hold(dest, tos_opt, &slot[..t.len]) {
+                // Sealed when it joins a batch, behind this flush's data.
+                held = true;
+                return None;
+            }
             let ident = ident_of(dest, tos_opt, t.len + ICRC_LEN);
             let len = roce::seal(local, dest, tos, ident, slot, t.len)?;
             if let Some(tap) = tap.as_mut() {
@@ -658,6 +758,9 @@ impl Driver {
         self.counters.pcap_errors += u64::from(pcap_error);
         if engine_empty {
             return None;
+        }
+        if held {
+            return Some(0);
         }
         if unroutable {
             self.counters.tx_unroutable += 1;
@@ -672,6 +775,55 @@ impl Driver {
             // has_room was checked, so this does not happen; stop rather than spin.
             Err(_) => None,
         }
+    }
+
+    /// Queues the held ACKs (sealed now, with the Identification of their place in the
+    /// batch) and forgets them. Returns how many were queued.
+    fn release_held(&mut self) -> usize {
+        let mut queued = 0;
+        let max = TX_HEADROOM.max(64);
+        for ack in self.acks.iter() {
+            if !self.tx.has_room(1, max) {
+                // Full of datagrams the socket could not take: send what fits first.
+                if self.socket.send(&mut self.tx).is_err() && !self.tx.has_room(1, max) {
+                    // Still full: this ACK is lost on the way, as a refused datagram
+                    // would be; the requester's timer recovers (a later ACK covers it).
+                    self.counters.tx_unroutable += 1;
+                    continue;
+                }
+            }
+            let (local, dest, packet) = (self.local, ack.dest, ack.packet());
+            let tos = ack.tos.unwrap_or(self.default_tos);
+            let want_record = self.tap.is_some();
+            let mut record = [0u8; 64];
+            let mut ident = 0;
+            let pushed = self.tx.push_with(dest, ack.tos, max, |slot, oracle| {
+                ident = oracle.ipv4_ident(packet.len() + ICRC_LEN);
+                slot[..packet.len()].copy_from_slice(packet);
+                let len = roce::seal(local, dest, tos, ident, slot, packet.len()).unwrap_or(0);
+                if want_record {
+                    record[..len].copy_from_slice(&slot[..len]);
+                }
+                len
+            });
+            match pushed {
+                Ok(len) if len > 0 => {
+                    self.counters.tx_datagrams += 1;
+                    self.counters.tx_bytes += len as u64;
+                    queued += 1;
+                    if let Some(tap) = self.tap.as_mut() {
+                        if let Some((ip, udp)) = roce::tx_headers(local, dest, tos, ident) {
+                            if tap.record(&ip, &udp, &record[..len]).is_err() {
+                                self.counters.pcap_errors += 1;
+                            }
+                        }
+                    }
+                }
+                _ => self.counters.tx_unroutable += 1,
+            }
+        }
+        self.acks.clear();
+        queued
     }
 
     /// Lets the engine write one packet into the scratch buffer and passes it through the
