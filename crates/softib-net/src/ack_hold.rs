@@ -112,9 +112,9 @@ impl AckHold {
         true
     }
 
-    /// The held ACKs in order; they stay held until [`AckHold::clear`].
-    pub fn iter(&self) -> impl Iterator<Item = &HeldAck> {
-        self.held[..self.count].iter().flatten()
+    /// The `k`-th held ACK (from 0, in order); they stay held until [`AckHold::clear`].
+    pub fn get(&self, k: usize) -> Option<HeldAck> {
+        self.held[..self.count].get(k).copied().flatten()
     }
 
     /// Forgets the held ACKs (after they joined a batch).
@@ -161,10 +161,12 @@ mod tests {
         }
         assert!(!h.has_room());
         assert!(!h.hold(dest, None, &ack(0x11, 0x1F)));
-        let psns: Vec<u8> = h.iter().map(|a| a.packet()[11]).collect();
+        let psns: Vec<u8> = (0..h.count())
+            .map(|k| h.get(k).unwrap().packet()[11])
+            .collect();
         assert_eq!(psns, (0..HELD_MAX as u8).collect::<Vec<_>>());
         h.clear();
         assert!(h.is_empty());
-        assert_eq!(h.iter().count(), 0);
+        assert!(h.get(0).is_none());
     }
 }

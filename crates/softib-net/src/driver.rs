@@ -42,6 +42,10 @@ const TX_HEADROOM: usize = 64 + ICRC_LEN;
 /// engine, which answers it as IBA says (a length error).
 const MAX_ROCE_DATAGRAM: usize = 4096 + 64 + ICRC_LEN;
 
+/// Distinct (peer, QP) pairs one send call fails for EMSGSIZE; more are left to a later
+/// send (their next datagram is refused too).
+const REFUSED_PER_SEND: usize = 8;
+
 /// How a device is opened.
 #[derive(Clone, Debug)]
 pub struct NetConfig {
@@ -177,6 +181,9 @@ pub struct DriverCounters {
     pub tx_unroutable: u64,
     /// Records the pcap tap could not write.
     pub pcap_errors: u64,
+    /// Connected QPs failed because the kernel refused one of their datagrams as larger
+    /// than the path MTU (EMSGSIZE); see `Device::transmit_refused`.
+    pub qps_failed_msgsize: u64,
     /// Positive ACKs held back that then left behind data in the same send batch
     /// (`ack_hold.rs`: the answer of a polling application, one `sendmmsg` for both).
     pub acks_behind_data: u64,
@@ -497,7 +504,7 @@ impl Driver {
             return Ok(());
         }
         self.release_held();
-        match self.socket.send(&mut self.tx) {
+        match self.send_batch() {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
             _ => Ok(()),
         }
@@ -608,7 +615,7 @@ impl Driver {
             // Keep room for the worst case of one transmit: itself, a duplicate and a
             // released held datagram.
             if !self.tx.has_room(3, max) {
-                match self.socket.send(&mut self.tx) {
+                match self.send_batch() {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((queued, true)),
                     Err(e) => return Err(e),
@@ -646,7 +653,7 @@ impl Driver {
         if self.tx.is_empty() {
             return Ok((queued, false));
         }
-        match self.socket.send(&mut self.tx) {
+        match self.send_batch() {
             Ok(()) => Ok((queued, false)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok((queued, true)),
             Err(e) => Err(e),
@@ -660,7 +667,7 @@ impl Driver {
         let mut queued = 0;
         loop {
             if !self.tx.has_room(1, max) {
-                match self.socket.send(&mut self.tx) {
+                match self.send_batch() {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(queued),
                     Err(e) => return Err(e),
@@ -777,15 +784,51 @@ impl Driver {
         }
     }
 
+    /// Sends the batch. A datagram the kernel refuses as larger than the path MTU
+    /// (EMSGSIZE: the route or the interface MTU changed under a live connection, since
+    /// the MTU was checked when the device opened and at RTR) fails its QP at once with a
+    /// completion error (`Device::transmit_refused`: `LocQpOpErr`, vendor error
+    /// `TransmitRefused`) instead of being resent until "transport retry counter
+    /// exceeded" hides the cause. Other refusals (no route, ...) stay losses the transport
+    /// recovers from or times out on, counted by the socket as `tx_refused`.
+    fn send_batch(&mut self) -> io::Result<()> {
+        let mut refused = [None::<(SocketAddr, u32)>; REFUSED_PER_SEND];
+        let mut count = 0;
+        let result = self
+            .socket
+            .send_reporting(&mut self.tx, &mut |e, dest, bytes| {
+                if e.raw_os_error() != Some(libc::EMSGSIZE) || bytes.len() < softib_wire::BTH_LEN {
+                    return;
+                }
+                // BTH bytes 5..8: the destination QP (IBA vol. 1 §9.2).
+                let qpn = u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]);
+                let key = Some((dest, qpn));
+                if count < refused.len() && !refused[..count].contains(&key) {
+                    refused[count] = key;
+                    count += 1;
+                }
+            });
+        for (dest, qpn) in refused[..count].iter().flatten() {
+            let dgid = roce::gid_from_ip(dest.ip());
+            if self.engine.transmit_refused(dgid, *qpn).is_some() {
+                self.counters.qps_failed_msgsize += 1;
+            }
+        }
+        result
+    }
+
     /// Queues the held ACKs (sealed now, with the Identification of their place in the
     /// batch) and forgets them. Returns how many were queued.
     fn release_held(&mut self) -> usize {
         let mut queued = 0;
         let max = TX_HEADROOM.max(64);
-        for ack in self.acks.iter() {
+        for k in 0..self.acks.count() {
+            let Some(ack) = self.acks.get(k) else {
+                continue;
+            };
             if !self.tx.has_room(1, max) {
                 // Full of datagrams the socket could not take: send what fits first.
-                if self.socket.send(&mut self.tx).is_err() && !self.tx.has_room(1, max) {
+                if self.send_batch().is_err() && !self.tx.has_room(1, max) {
                     // Still full: this ACK is lost on the way, as a refused datagram
                     // would be; the requester's timer recovers (a later ACK covers it).
                     self.counters.tx_unroutable += 1;

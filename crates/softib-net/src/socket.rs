@@ -278,6 +278,17 @@ impl RoceSocket {
     /// counted in [`SocketStats::tx_refused`] and dropped. Returns `WouldBlock` when the
     /// socket buffer is full; the rest stays queued for the next call.
     pub fn send(&mut self, batch: &mut TxBatch) -> io::Result<()> {
+        self.send_reporting(batch, &mut |_, _, _| {})
+    }
+
+    /// [`RoceSocket::send`], telling `refused` about each datagram the kernel refused: the
+    /// error, the destination and the datagram (UDP payload: BTH first). A refused GSO
+    /// group is reported segment by segment.
+    pub fn send_reporting(
+        &mut self,
+        batch: &mut TxBatch,
+        refused: &mut dyn FnMut(&io::Error, SocketAddr, &[u8]),
+    ) -> io::Result<()> {
         let fd = self.socket.as_raw_fd();
         while batch.sent < batch.items.len() {
             let front_is_group = batch.items[batch.sent].segment.is_some();
@@ -306,10 +317,24 @@ impl RoceSocket {
                     // the transport recovers from, counted by the receiver as ICRC errors).
                     batch.gso = false;
                 }
-                Err(_) => {
+                Err(e) => {
                     // This datagram (or group) is refused (EMSGSIZE, ENETUNREACH, ...): a
-                    // packet lost on the way, which the transport recovers from.
+                    // packet lost on the way, which the transport recovers from unless the
+                    // caller, told here, decides it never can.
                     self.stats.tx_refused += 1;
+                    let item = batch.items[batch.sent];
+                    let dest = batch.peers[item.addr];
+                    let seg = item.segment.map_or(item.len, usize::from).max(1);
+                    let mut off = if self.stats.gso {
+                        0
+                    } else {
+                        batch.split_progress
+                    };
+                    while off < item.len {
+                        let end = (off + seg).min(item.len);
+                        refused(&e, dest, &batch.data[item.offset + off..item.offset + end]);
+                        off = end;
+                    }
                     batch.skip_front();
                 }
             }
