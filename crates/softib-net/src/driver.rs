@@ -42,6 +42,10 @@ const TX_HEADROOM: usize = 64 + ICRC_LEN;
 /// engine, which answers it as IBA says (a length error).
 const MAX_ROCE_DATAGRAM: usize = 4096 + 64 + ICRC_LEN;
 
+/// Datagrams of one received batch handled before what they made ready is sent (see
+/// `Driver::receive`): half of 16 outstanding atomics, perftest's default depth.
+const RX_ANSWER_EVERY: usize = 8;
+
 /// Distinct (peer, QP) pairs one send call fails for EMSGSIZE; more are left to a later
 /// send (their next datagram is refused too).
 const REFUSED_PER_SEND: usize = 8;
@@ -184,6 +188,9 @@ pub struct DriverCounters {
     /// Connected QPs failed because the kernel refused one of their datagrams as larger
     /// than the path MTU (EMSGSIZE); see `Device::transmit_refused`.
     pub qps_failed_msgsize: u64,
+    /// Answers sent while a received batch was still being handled (after every
+    /// `RX_ANSWER_EVERY` datagrams, see `Driver::receive`).
+    pub rx_answered_in_parts: u64,
     /// Positive ACKs held back that then left behind data in the same send batch
     /// (`ack_hold.rs`: the answer of a polling application, one `sendmmsg` for both).
     pub acks_behind_data: u64,
@@ -516,7 +523,12 @@ impl Driver {
         // and what the turn does (receive a batch, fire timers, send) takes microseconds.
         let now = self.now();
         self.last_now = now;
-        progress.received = self.receive(now)?;
+        let release = if answer_follows {
+            AckRelease::AwaitAnswer
+        } else {
+            AckRelease::AfterData
+        };
+        progress.received = self.receive(now, release)?;
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
@@ -540,19 +552,42 @@ impl Driver {
         Ok(self.flush_at(now, AckRelease::WithAnswer)?.0)
     }
 
-    fn receive(&mut self, now: Nanos) -> io::Result<usize> {
+    /// Receives a batch and hands it to the engine. A long batch is answered in parts: after
+    /// every [`RX_ANSWER_EVERY`] datagrams whatever the engine made ready (atomic and READ
+    /// responses, ACKs) is sent before the rest is handled, so the peer starts on the first
+    /// answers while this side works on the others (with 16 FETCH_AND_ADDs arriving in one
+    /// GRO slot, both processes otherwise take turns instead of overlapping).
+    fn receive(&mut self, now: Nanos, release: AckRelease) -> io::Result<usize> {
         let n = self.socket.recv(&mut self.rx)?;
         if n == 0 {
             return Ok(0);
         }
-        for d in self.rx.iter() {
+        // Lent out while the engine runs, so a part can be sent in between.
+        let rx = std::mem::take(&mut self.rx);
+        let mut result = Ok(());
+        for (k, d) in rx.iter().enumerate() {
+            self.handle_datagram(now, &d);
+            if (k + 1) % RX_ANSWER_EVERY == 0 && k + 1 < n && !self.engine.is_idle() {
+                self.counters.rx_answered_in_parts += 1;
+                if let Err(e) = self.flush_at(now, release) {
+                    result = Err(e);
+                }
+            }
+        }
+        self.rx = rx;
+        result.map(|()| n)
+    }
+
+    /// One received datagram: size and ICRC checks, then QP1 or the engine.
+    fn handle_datagram(&mut self, now: Nanos, d: &crate::socket::RxDatagram<'_>) {
+        {
             self.counters.rx_datagrams += 1;
             self.counters.rx_bytes += d.payload.len() as u64;
             if d.payload.len() > MAX_ROCE_DATAGRAM {
                 self.counters.rx_oversize += 1;
-                continue;
+                return;
             }
-            match self.check.check(&d) {
+            match self.check.check(d) {
                 Ok(r) => {
                     if let Some(tap) = self.tap.as_mut() {
                         if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
@@ -562,7 +597,7 @@ impl Driver {
                     // QP1 is the GSI's, not the engine's (IBA 13.5.1).
                     if Gsi::is_for_gsi(r.transport) {
                         self.gsi.handle_packet(now, r.sgid, r.transport);
-                        continue;
+                        return;
                     }
                     let meta = RxMeta {
                         slid: 0,
@@ -585,7 +620,6 @@ impl Driver {
                 }
             }
         }
-        Ok(n)
     }
 
     /// The UDP destination and TOS of a transmit, or `None` if it cannot be routed.

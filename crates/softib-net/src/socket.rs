@@ -432,6 +432,23 @@ pub struct RxBatch {
 /// Fewest slots offered to one `recvmmsg` (with GRO, one slot holds up to 64 datagrams).
 const MIN_OFFER: usize = 4;
 
+impl Default for RxBatch {
+    /// An empty batch with no slots (allocates nothing): a placeholder while the real one
+    /// is lent out.
+    fn default() -> RxBatch {
+        RxBatch {
+            data: Vec::new(),
+            slot_len: 0,
+            addrs: Vec::new(),
+            cmsgs: Vec::new(),
+            infos: Vec::new(),
+            sources: Vec::new(),
+            filled: 0,
+            offer: 0,
+        }
+    }
+}
+
 impl std::fmt::Debug for RxBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RxBatch")
