@@ -18,10 +18,12 @@
 //! How long: a flush releases what it held unless its caller says an answer is likely to
 //! follow at once ([`crate::driver::Driver::process_then_answer`], the polling application
 //! that just received completions), and then only until the next flush that sends anything
-//! else or the next device turn. Nothing is allocated: a full buffer is released first.
+//! else, a poll that finds nothing, a device-thread turn, or [`HOLD_FOR`] across the
+//! application's turns. Nothing is allocated: a full buffer is released first.
 
 use std::net::SocketAddr;
 
+use softib_transport::Nanos;
 use softib_wire::{Opcode, Operation, BTH_LEN};
 
 /// Bytes of a held acknowledgement (BTH + AETH = 16; room for a larger variant).
@@ -29,6 +31,12 @@ const HELD_LEN: usize = 32;
 
 /// ACKs held at most at once; a flush that finds the buffer full releases it first.
 pub(crate) const HELD_MAX: usize = 16;
+
+/// How long (ns) held ACKs may wait across a polling application's turns for its answer.
+/// A ping-pong side often receives the request and, a turn later, the ACK of its own last
+/// send, which it waits for before answering; 20 us covers that many times over and
+/// delays a receive-only stream's ACKs by no more than a few packets' time.
+pub(crate) const HOLD_FOR: Nanos = 20_000;
 
 /// One held ACK: the transport packet (no ICRC yet: it is sealed when it joins a batch,
 /// because the ICRC covers the IPv4 Identification its place in the batch decides) and
@@ -55,6 +63,8 @@ impl HeldAck {
 pub(crate) struct AckHold {
     held: [Option<HeldAck>; HELD_MAX],
     count: usize,
+    /// When the oldest held ACK was held (engine nanoseconds).
+    since: Nanos,
 }
 
 impl Default for AckHold {
@@ -62,6 +72,7 @@ impl Default for AckHold {
         AckHold {
             held: [None; HELD_MAX],
             count: 0,
+            since: 0,
         }
     }
 }
@@ -89,6 +100,11 @@ impl AckHold {
         self.count
     }
 
+    /// Whether the oldest held ACK has waited longer than [`HOLD_FOR`] at `now`.
+    pub fn overdue(&self, now: Nanos) -> bool {
+        self.count > 0 && now.saturating_sub(self.since) > HOLD_FOR
+    }
+
     /// Whether another ACK fits.
     pub fn has_room(&self) -> bool {
         self.count < HELD_MAX
@@ -96,9 +112,12 @@ impl AckHold {
 
     /// Holds a copy of `packet` (a plain ACK, see [`is_plain_ack`]); false (nothing held)
     /// when the buffer is full or the packet does not fit a slot.
-    pub fn hold(&mut self, dest: SocketAddr, tos: Option<u8>, packet: &[u8]) -> bool {
+    pub fn hold(&mut self, now: Nanos, dest: SocketAddr, tos: Option<u8>, packet: &[u8]) -> bool {
         if self.count >= HELD_MAX || packet.len() > HELD_LEN {
             return false;
+        }
+        if self.count == 0 {
+            self.since = now;
         }
         let mut bytes = [0u8; HELD_LEN];
         bytes[..packet.len()].copy_from_slice(packet);
@@ -157,10 +176,12 @@ mod tests {
         for i in 0..HELD_MAX {
             let mut p = ack(0x11, 0x1F);
             p[11] = i as u8;
-            assert!(h.hold(dest, None, &p));
+            assert!(h.hold(i as u64, dest, None, &p));
         }
         assert!(!h.has_room());
-        assert!(!h.hold(dest, None, &ack(0x11, 0x1F)));
+        assert!(!h.hold(99, dest, None, &ack(0x11, 0x1F)));
+        assert!(!h.overdue(HOLD_FOR));
+        assert!(h.overdue(HOLD_FOR + 1), "timed from the oldest");
         let psns: Vec<u8> = (0..h.count())
             .map(|k| h.get(k).unwrap().packet()[11])
             .collect();

@@ -491,10 +491,7 @@ impl Context {
         }
         self.shared.route_events(&mut d);
         let n = d.engine_mut().poll_cq(cq, out);
-        if n == 0 {
-            // Nothing for the application to answer: nothing to wait for.
-            let _ = d.release_acks();
-        } else if d.holds_acks() {
+        if d.holds_acks() {
             // Held ACKs wait at most for the device thread's next turn, which comes within
             // APP_DRIVES_FOR of this poll unless the thread sleeps on the socket (it went
             // to sleep before the application started polling): then wake it.

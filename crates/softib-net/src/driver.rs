@@ -251,9 +251,9 @@ pub struct Driver {
 enum AckRelease {
     /// Queue them after everything else of this flush: a device turn nobody will answer.
     AfterData,
-    /// The turn of a polling application that just received: ACKs held from before go
-    /// first, the ones this turn made wait for the application's answer unless the flush
-    /// sends something else anyway.
+    /// The turn of a polling application that just received: ACKs wait for the
+    /// application's answer unless the flush sends something else anyway, or they have
+    /// waited longer than `ack_hold::HOLD_FOR` (then they go first).
     AwaitAnswer,
     /// A verb's flush: what an earlier turn held keeps waiting unless this flush sends
     /// anything (an answer: the ACKs go behind it); an ACK the verb itself made goes now.
@@ -494,7 +494,9 @@ impl Driver {
     /// once (a ping-pong): the positive ACKs this turn makes for received requests wait for
     /// the application's next verb and leave behind its answer, in the same `sendmmsg`,
     /// instead of costing a send of their own before it (`ack_hold.rs`). They wait at most
-    /// until the next flush that sends anything, the next turn, or [`Driver::release_acks`].
+    /// until the next flush that sends anything, a [`Driver::process`] turn (the device
+    /// thread's), [`Driver::release_acks`], or `ack_hold::HOLD_FOR` of this application's
+    /// turns.
     pub fn process_then_answer(&mut self) -> io::Result<Progress> {
         self.turn(true)
     }
@@ -535,11 +537,8 @@ impl Driver {
         if self.gsi.poll_timeout().is_some_and(|t| t <= now) {
             self.gsi.handle_timeout(now);
         }
-        let release = if answer_follows && progress.received > 0 {
-            AckRelease::AwaitAnswer
-        } else {
-            AckRelease::AfterData
-        };
+        // A poll that received nothing keeps waiting too: the application may be about
+        // to answer what an earlier poll gave it (send-lat polls once more before it does).
         let (sent, blocked) = self.flush_at(now, release)?;
         progress.sent = sent;
         progress.blocked = blocked;
@@ -631,10 +630,11 @@ impl Driver {
         let max = self.mtu.bytes() as usize + TX_HEADROOM;
         let mut queued = 0;
         let held_before = self.acks.count();
-        if release == AckRelease::AwaitAnswer && held_before > 0 {
-            // Held by an earlier turn whose answer did not come: they go now.
+        if release == AckRelease::AwaitAnswer && self.acks.overdue(now) {
+            // Held by earlier turns whose answer did not come in time: they go now.
             queued += self.release_held();
         }
+        let held_before = held_before.min(self.acks.count());
         let mut others = 0;
         if let Some(inj) = self.injector.as_mut() {
             let (tx, tap, counters, local) =
@@ -782,7 +782,9 @@ impl Driver {
                 return None;
             };
             let tos_opt = (tos != default_tos).then_some(tos);
-            if ack_hold::is_plain_ack(&slot[..t.len]) && acks.hold(dest, tos_opt, &slot[..t.len]) {
+            if ack_hold::is_plain_ack(&slot[..t.len])
+                && acks.hold(now, dest, tos_opt, &slot[..t.len])
+            {
                 // Sealed when it joins a batch, behind this flush's data.
                 held = true;
                 return None;
