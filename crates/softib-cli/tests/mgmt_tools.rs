@@ -18,9 +18,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use common::softib;
 use softib_fabric::agents::{node_guid, port_guid, Subnet};
 use softib_fabric::fabric::Fabric;
-use softib_fabric::topology::NodeKind;
+use softib_fabric::link::LinkRate;
+use softib_fabric::topology::{NodeKind, Topology};
 use softib_sim::report::run::{run_and_keep, RunOptions};
 use softib_sim::scenario::Scenario;
+use std::collections::BTreeSet;
 
 const SCENARIO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -110,13 +112,18 @@ fn serve() -> Served {
 
 /// Serves on abstract sockets of a unique name, or over UDP on 127.0.0.1 at `udp`.
 fn serve_on(udp: Option<u16>) -> Served {
+    serve_scenario(SCENARIO, udp)
+}
+
+/// Serves scenario file `scenario` as [`serve_on`] does.
+fn serve_scenario(scenario: &str, udp: Option<u16>) -> Served {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let sock = format!("softib-test-{}-{n}", std::process::id());
     let dir = std::env::temp_dir().join(&sock);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("mads.log");
     let mut cmd = softib();
-    cmd.args(["sim", SCENARIO, "--serve", "--mad-log"])
+    cmd.args(["sim", scenario, "--serve", "--mad-log"])
         .arg(&log);
     match udp {
         Some(p) => cmd.args(["--udp-port", &p.to_string()]),
@@ -131,10 +138,7 @@ fn serve_on(udp: Option<u16>) -> Served {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert!(
-        line.contains("serving mgmt-fat-tree"),
-        "server said {line:?}"
-    );
+    assert!(line.contains("serving "), "server said {line:?}");
     Served {
         child,
         udp,
@@ -423,6 +427,217 @@ fn perfquery_smpquery_ibroute_ibqueryerrors_match_the_model_and_replay() {
     );
     assert!(text.contains(&format!("{exchanges} identical")), "{text}");
     drop(s);
+}
+
+#[test]
+fn perfquery_reset_clears_the_counters_and_the_log_still_replays() {
+    require_tools();
+    let (fabric, sub) = model();
+    let s = serve();
+    let h6 = lid(&sub, "h6").to_string();
+    let leaf1 = lid(&sub, "leaf1").to_string();
+    let before = fabric.port_counters("leaf1", 5).unwrap();
+    assert!(before.port_xmit_data > 0, "leaf1:5 carried nothing");
+
+    // `perfquery -R LID PORT`: a PortCounters Set with every CounterSelect bit (and the
+    // extended Set with -x). Another port of the same switch keeps its counters.
+    ok(&s, &["perfquery", "-R", &h6, "1"]);
+    let out = ok(&s, &["perfquery", &h6, "1"]);
+    for f in [
+        "PortXmitData",
+        "PortXmitPkts",
+        "PortXmitWait",
+        "PortRcvData",
+    ] {
+        assert_eq!(field(&out, f), "0", "{f} after -R\n{out}");
+    }
+    let out = ok(&s, &["perfquery", "-x", &h6, "1"]);
+    assert_eq!(field(&out, "PortXmitData"), "0", "{out}");
+    ok(&s, &["perfquery", "-x", "-R", &leaf1, "5"]);
+    let out = ok(&s, &["perfquery", "-x", &leaf1, "5"]);
+    assert_eq!(field(&out, "PortXmitData"), "0", "{out}");
+    assert_eq!(field(&out, "PortXmitPkts"), "0", "{out}");
+    let untouched = fabric.port_counters("leaf1", 1).unwrap();
+    let out = ok(&s, &["perfquery", &leaf1, "1"]);
+    assert_eq!(
+        field(&out, "PortRcvData"),
+        untouched.port_rcv_data.to_string(),
+        "a Set on port 5 cleared port 1\n{out}"
+    );
+
+    // `perfquery -r` reads, then clears: it prints the counters as they were.
+    let h12 = lid(&sub, "h12").to_string();
+    let c = fabric.port_counters("h12", 1).unwrap();
+    let out = ok(&s, &["perfquery", "-r", &h12, "1"]);
+    assert_eq!(
+        field(&out, "PortXmitData"),
+        c.port_xmit_data.to_string(),
+        "{out}"
+    );
+    let out = ok(&s, &["perfquery", &h12, "1"]);
+    assert_eq!(field(&out, "PortXmitData"), "0", "{out}");
+
+    // The Sets are in the MAD log and replay bit for bit from a fresh snapshot.
+    let o = softib()
+        .args(["sim", SCENARIO, "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("identical"), "{text}");
+}
+
+/// A topology as sets, independent of node order: (name, kind, ports, node GUID, first port
+/// GUID) per node, and (end, end, rate) per cable with the ends ordered by name.
+#[allow(clippy::type_complexity)]
+fn fabric_as_sets(
+    t: &Topology,
+    default_rate: LinkRate,
+) -> (
+    BTreeSet<(String, bool, u8, u64, u64)>,
+    BTreeSet<((String, u8), (String, u8), String)>,
+) {
+    let nodes = t
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let (guid, port1) = match &n.guids {
+                Some(g) => (g.node, g.port(n.kind, 1)),
+                None => (node_guid(i), port_guid(i, n.kind, 1)),
+            };
+            (
+                n.name.clone(),
+                n.kind == NodeKind::Switch,
+                n.ports,
+                guid,
+                port1,
+            )
+        })
+        .collect();
+    let links = t
+        .links
+        .iter()
+        .map(|l| {
+            let a = (t.nodes[l.a.node].name.clone(), l.a.port);
+            let b = (t.nodes[l.b.node].name.clone(), l.b.port);
+            let (a, b) = if a <= b { (a, b) } else { (b, a) };
+            (a, b, format!("{:?}", l.rate.unwrap_or(default_rate)))
+        })
+        .collect();
+    (nodes, links)
+}
+
+#[test]
+fn an_ibnetdiscover_dump_read_back_is_the_same_fabric() {
+    require_tools();
+    let s = serve();
+    let dump = ok(&s, &["ibnetdiscover"]);
+    drop(s);
+    let dir = std::env::temp_dir().join(format!("softib-ibnet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    std::fs::write(dir.join("fabric.txt"), &dump).unwrap();
+    // The bundled scenario with its generated fat tree replaced by the dump.
+    let original_text = std::fs::read_to_string(SCENARIO).unwrap();
+    let imported_text = original_text
+        .replace("kind = \"fat-tree-2\"", "ibnetdiscover = \"fabric.txt\"")
+        .replace("switch_ports = 8\n", "")
+        .replace("hosts = 16\n", "");
+    assert_ne!(imported_text, original_text);
+    let imported_path = dir.join("imported.toml");
+    std::fs::write(&imported_path, &imported_text).unwrap();
+
+    let original = Scenario::load(Path::new(SCENARIO)).unwrap();
+    let imported = Scenario::load(&imported_path).expect("the dump reads back");
+    let rate = original.config().unwrap().link_rate;
+    let (a, b) = (
+        fabric_as_sets(&original.topology().unwrap(), rate),
+        fabric_as_sets(&imported.topology().unwrap(), rate),
+    );
+    assert_eq!(a.0, b.0, "nodes (names, kinds, ports, GUIDs)");
+    assert_eq!(a.1, b.1, "cables and their rates");
+    assert_eq!(a.1.len(), 32);
+
+    // Served, the imported fabric answers with the same GUIDs: its own dump, from the same
+    // host, reads back to the same sets again.
+    let s = serve_scenario(imported_path.to_str().unwrap(), None);
+    let (good, again) = tool(&s, Some("h0"), &["ibnetdiscover"]);
+    assert!(good, "{again}");
+    drop(s);
+    std::fs::write(dir.join("again.txt"), &again).unwrap();
+    let again_path = dir.join("again.toml");
+    std::fs::write(
+        &again_path,
+        imported_text.replace("fabric.txt", "again.txt"),
+    )
+    .unwrap();
+    let twice = Scenario::load(&again_path).unwrap();
+    let c = fabric_as_sets(&twice.topology().unwrap(), rate);
+    assert_eq!(a, c);
+    let strip = |d: &str| -> Vec<String> {
+        d.lines()
+            .filter(|l| !l.starts_with("# Topology file: generated on"))
+            .map(|l| {
+                // LIDs are assigned by softib's routing in node order, which the file's
+                // order changes; everything else is the same text.
+                l.split_whitespace()
+                    .scan(false, |after_lid, w| {
+                        let out = if *after_lid { "LID" } else { w };
+                        *after_lid = w == "lid";
+                        Some(out.to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(strip(&dump), strip(&again), "{dump}\n----\n{again}");
+
+    // A damaged dump is refused with the scenario key, the file and its line.
+    let broken = dump.replacen("Switch\t8 ", "Switch\tmany ", 1);
+    std::fs::write(dir.join("fabric.txt"), broken).unwrap();
+    let e = Scenario::load(&imported_path).unwrap_err().to_string();
+    assert!(
+        e.contains("topology.ibnetdiscover")
+            && e.contains("fabric.txt line ")
+            && e.contains("`many`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ibsims_example_net_files_are_read() {
+    require_tools();
+    let dir = Path::new("/usr/share/doc/ibsim-utils/net-examples");
+    let mut read = 0;
+    for entry in std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (Debian package ibsim-utils)", dir.display()))
+    {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("net") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let headers = text
+            .lines()
+            .filter(|l| l.starts_with("Switch") || l.starts_with("Hca") || l.starts_with("Ca"))
+            .count();
+        let scenario = format!(
+            "duration_us = 1\n[topology]\nibnetdiscover = {:?}\n",
+            path.display().to_string()
+        );
+        let s = Scenario::parse(&scenario).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = s.topology().unwrap();
+        assert_eq!(t.nodes.len(), headers, "{name}");
+        assert!(!t.links.is_empty(), "{name}");
+        read += 1;
+    }
+    assert!(read >= 5, "only {read} net files in {}", dir.display());
 }
 
 #[test]
