@@ -491,7 +491,12 @@ impl Context {
         }
         self.shared.route_events(&mut d);
         let n = d.engine_mut().poll_cq(cq, out);
-        if d.holds_acks() {
+        if n == 0 && d.holds_only_new_acks() {
+            // This turn's ACKs, and nothing for the application to answer them with (a
+            // WRITE stream makes no completion at its receiver): they go now. ACKs of an
+            // earlier turn wait on: the application may still answer what it took then.
+            let _ = d.release_acks();
+        } else if d.holds_acks() {
             // Held ACKs wait at most for the device thread's next turn, which comes within
             // APP_DRIVES_FOR of this poll unless the thread sleeps on the socket (it went
             // to sleep before the application started polling): then wake it.

@@ -244,6 +244,8 @@ pub struct Driver {
     gsi: Gsi,
     /// Positive ACKs held back to leave behind the data of the same flush (`ack_hold.rs`).
     acks: AckHold,
+    /// How many of them were held before the current turn began.
+    acks_before_turn: usize,
 }
 
 /// What a flush does with the positive ACKs it holds (`ack_hold.rs`).
@@ -386,6 +388,7 @@ impl Driver {
             wake_rx,
             wake_tx,
             acks: AckHold::default(),
+            acks_before_turn: 0,
         })
     }
 
@@ -507,6 +510,13 @@ impl Driver {
         !self.acks.is_empty()
     }
 
+    /// Whether every held ACK was made by the latest turn: then an application whose poll
+    /// found no completion has nothing to answer with them (a WRITE stream's receiver), and
+    /// they should go (`Driver::release_acks`) rather than wait.
+    pub fn holds_only_new_acks(&self) -> bool {
+        !self.acks.is_empty() && self.acks_before_turn == 0
+    }
+
     /// Sends the held positive ACKs now.
     pub fn release_acks(&mut self) -> io::Result<()> {
         if self.acks.is_empty() {
@@ -521,6 +531,7 @@ impl Driver {
 
     fn turn(&mut self, answer_follows: bool) -> io::Result<Progress> {
         let mut progress = Progress::default();
+        self.acks_before_turn = self.acks.count();
         // One clock read per turn: a busy-polling device turns millions of times a second,
         // and what the turn does (receive a batch, fire timers, send) takes microseconds.
         let now = self.now();
@@ -633,6 +644,7 @@ impl Driver {
         if release == AckRelease::AwaitAnswer && self.acks.overdue(now) {
             // Held by earlier turns whose answer did not come in time: they go now.
             queued += self.release_held();
+            self.acks_before_turn = 0;
         }
         let held_before = held_before.min(self.acks.count());
         let mut others = 0;
