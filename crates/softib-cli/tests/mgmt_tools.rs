@@ -38,6 +38,7 @@ fn require_tools() {
         ("smpquery", "infiniband-diags"),
         ("ibroute", "infiniband-diags"),
         ("ibqueryerrors", "infiniband-diags"),
+        ("ibccquery", "infiniband-diags"),
         ("timeout", "coreutils"),
     ] {
         let found = std::env::var_os("PATH")
@@ -68,15 +69,14 @@ fn which(tool: &str) -> PathBuf {
 
 /// The scenario as the server runs it, frozen at its end.
 fn model() -> (Fabric, Subnet) {
-    let s = Scenario::load(Path::new(SCENARIO)).expect("scenario");
-    let (_, fabric) = run_and_keep(
-        &s,
-        "mgmt-fat-tree",
-        &RunOptions::default(),
-        None,
-        &mut |_, _| {},
-    )
-    .expect("run");
+    model_of(Path::new(SCENARIO))
+}
+
+/// Scenario file `path` as the server runs it, frozen at its end.
+fn model_of(path: &Path) -> (Fabric, Subnet) {
+    let s = Scenario::load(path).expect("scenario");
+    let (_, fabric) =
+        run_and_keep(&s, "served", &RunOptions::default(), None, &mut |_, _| {}).expect("run");
     let subnet = Subnet::snapshot(&fabric);
     (fabric, subnet)
 }
@@ -607,6 +607,125 @@ fn an_ibnetdiscover_dump_read_back_is_the_same_fabric() {
             && e.contains("`many`"),
         "{e}"
     );
+}
+
+#[test]
+fn ibccquery_reads_the_congestion_control_the_fabric_runs_with() {
+    require_tools();
+    // cc-victim (OpenSM CC keys: switch threshold 14, CA timer 60 / increase 1 / trigger 2
+    // on SL 0, a 128-entry CCT), shortened to 1 ms.
+    let dir = std::env::temp_dir().join(format!("softib-cc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/cc-victim.toml"
+    );
+    let text = std::fs::read_to_string(source).unwrap();
+    assert!(text.contains("duration_us = 6000\n"));
+    let path = dir.join("cc-victim.toml");
+    std::fs::write(
+        &path,
+        text.replace("duration_us = 6000\n", "duration_us = 1000\n"),
+    )
+    .unwrap();
+    let (fabric, sub) = model_of(&path);
+    let s = serve_scenario(path.to_str().unwrap(), None);
+    let lid_of = |name: &str| lid(&sub, name).to_string();
+    let h0 = lid_of("h0");
+    let sw1 = lid_of("sw1");
+
+    let out = ok(&s, &["ibccquery", "CongestionInfo", &h0]);
+    assert_eq!(field(&out, "ControlTableCap"), "2", "{out}");
+    let out = ok(&s, &["ibccquery", "CongestionInfo", &sw1]);
+    assert_eq!(field(&out, "ControlTableCap"), "0", "{out}");
+
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &sw1]);
+    assert_eq!(field(&out, "Control_Map"), "0x0000001f", "{out}");
+    assert_eq!(field(&out, "Threshold"), "0x0e", "{out}");
+    assert_eq!(field(&out, "Packet_Size"), "8", "{out}");
+    assert_eq!(field(&out, "Marking_Rate"), "0", "{out}");
+
+    let out = ok(&s, &["ibccquery", "CACongestionSetting", &h0]);
+    assert_eq!(field(&out, "Port_Control"), "0x0000", "per-QP: {out}");
+    assert_eq!(field(&out, "Control_Map"), "0x0001", "{out}");
+    // SL 0's entry comes first.
+    assert_eq!(field(&out, "CCTI_Timer"), "60", "{out}");
+    assert_eq!(field(&out, "CCTI_Increase"), "1", "{out}");
+    assert_eq!(field(&out, "Trigger_Threshold"), "2", "{out}");
+
+    // The table, entry by entry, as the scenario's cc_cct gives it.
+    let cct = sub.cc.as_ref().unwrap().ca.config.cct.clone();
+    let out = ok(&s, &["ibccquery", "CongestionControlTable", &h0]);
+    assert_eq!(field(&out, "CCTI_Limit"), "127", "{out}");
+    let shifts: Vec<&str> = out.lines().filter(|l| l.starts_with("CCT_Shift")).collect();
+    let mults: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("CCT_Multiplier"))
+        .collect();
+    assert_eq!(mults.len(), cct.entries().len(), "{out}");
+    for (i, e) in cct.entries().iter().enumerate() {
+        assert!(
+            shifts[i].ends_with(&format!(".{}", e.shift)),
+            "entry {i}: {}",
+            shifts[i]
+        );
+        assert!(
+            mults[i].ends_with(&format!(".{}", e.multiplier)),
+            "entry {i}: {}",
+            mults[i]
+        );
+    }
+    assert!(
+        cct.entries().iter().any(|e| e.multiplier > 100),
+        "a real table"
+    );
+
+    // The switch's log counts the packets its ports marked.
+    let marked: u64 = (1..=8)
+        .map(|p| fabric.port_counters("sw1", p).unwrap().fecn_marked)
+        .sum();
+    assert!(marked > 0, "sw1 marked nothing");
+    let out = ok(&s, &["ibccquery", "CongestionLog", &sw1]);
+    assert_eq!(field(&out, "LogType"), "1", "{out}");
+    assert_eq!(
+        field(&out, "LogEventsCounter"),
+        marked.min(u16::MAX as u64).to_string(),
+        "{out}"
+    );
+    let out = ok(&s, &["ibccquery", "Timestamp", &h0]);
+    assert_eq!(
+        field(&out, "Timestamp"),
+        (1_000_000 / 1024).to_string(),
+        "{out}"
+    );
+    // A CA's log (its CNP events) is not modelled: refused, not invented.
+    let (good, _) = tool(&s, None, &["ibccquery", "CongestionLog", &h0]);
+    assert!(!good);
+    drop(s);
+
+    // A fabric without congestion control reports the power-on settings.
+    let s = serve();
+    let (_, plain) = model();
+    let out = ok(
+        &s,
+        &[
+            "ibccquery",
+            "SwitchCongestionSetting",
+            &lid(&plain, "leaf0").to_string(),
+        ],
+    );
+    assert_eq!(field(&out, "Control_Map"), "0x00000000", "{out}");
+    assert_eq!(field(&out, "Threshold"), "0x00", "{out}");
+    let out = ok(
+        &s,
+        &[
+            "ibccquery",
+            "CACongestionSetting",
+            &lid(&plain, "h0").to_string(),
+        ],
+    );
+    assert_eq!(field(&out, "Control_Map"), "0x0000", "{out}");
 }
 
 #[test]

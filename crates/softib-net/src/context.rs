@@ -778,7 +778,53 @@ impl Context {
 
     /// Destroys a QP.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), VerbsError> {
-        self.with_driver(|d| d.engine_mut().destroy_qp(qpn))
+        self.with_driver(|d| {
+            d.engine_mut().destroy_qp(qpn)?;
+            // Its multicast groups were left in the engine; leave them on the network too.
+            let _ = d.sync_multicast();
+            Ok(())
+        })
+    }
+
+    /// Attaches UD QP `qpn` to the multicast group `gid` (`ibv_attach_mcast`): the engine
+    /// delivers the group's datagrams to it, and the device joins the group on its
+    /// interface when it is the first QP of the device there (`mcast.rs`). IPv6 groups
+    /// are not carried yet: `VerbsError::Unsupported` (EOPNOTSUPP).
+    pub fn attach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            if d.engine_mut().attach_mcast(qpn, gid)? {
+                if let Err((_, e)) = d.sync_multicast() {
+                    // Not joined on the network: undo the attach so nothing half-works.
+                    let _ = d.engine_mut().detach_mcast(qpn, gid);
+                    let _ = d.sync_multicast();
+                    return Err(if e.kind() == std::io::ErrorKind::Unsupported {
+                        VerbsError::Unsupported {
+                            attr: "IPv6 multicast groups",
+                        }
+                    } else {
+                        VerbsError::InvalidAttribute {
+                            attr: "gid",
+                            reason: format!(
+                                "cannot join {} on the network: {e}",
+                                std::net::Ipv6Addr::from(gid)
+                            ),
+                        }
+                    });
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Detaches `qpn` from `gid` (`ibv_detach_mcast`); the device leaves the group when no
+    /// QP of it is left there.
+    pub fn detach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            if d.engine_mut().detach_mcast(qpn, gid)? {
+                let _ = d.sync_multicast();
+            }
+            Ok(())
+        })
     }
 
     /// Destroys a CQ (no QP may still use it).

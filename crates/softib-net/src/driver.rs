@@ -242,6 +242,9 @@ pub struct Driver {
     wake_tx: UnixDatagram,
     /// QP1: management datagrams and the Communication Manager (`gsi.rs`).
     gsi: Gsi,
+    /// Multicast groups joined on the network for the engine's attached QPs (`mcast.rs`).
+    groups: crate::mcast::Groups,
+    ipv4_id_policy: Ipv4IdPolicy,
     /// Positive ACKs held back to leave behind the data of the same flush (`ack_hold.rs`).
     acks: AckHold,
     /// How many of them were held before the current turn began.
@@ -364,6 +367,8 @@ impl Driver {
         );
         Ok(Driver {
             gsi,
+            groups: crate::mcast::Groups::default(),
+            ipv4_id_policy: config.ipv4_id_policy,
             engine: Device::new(engine_config, config.seed),
             check: RxCheck::new(local, config.ipv4_id_policy),
             injector: config.inject.map(|s| Injector::new(s, max_datagram)),
@@ -568,68 +573,48 @@ impl Driver {
     /// answers while this side works on the others (with 16 FETCH_AND_ADDs arriving in one
     /// GRO slot, both processes otherwise take turns instead of overlapping).
     fn receive(&mut self, now: Nanos, release: AckRelease) -> io::Result<usize> {
-        let n = self.socket.recv(&mut self.rx)?;
-        if n == 0 {
-            return Ok(0);
-        }
-        // Lent out while the engine runs, so a part can be sent in between.
-        let rx = std::mem::take(&mut self.rx);
+        let mut n = self.socket.recv(&mut self.rx)?;
         let mut result = Ok(());
-        for (k, d) in rx.iter().enumerate() {
-            self.handle_datagram(now, &d);
-            if (k + 1) % RX_ANSWER_EVERY == 0 && k + 1 < n && !self.engine.is_idle() {
-                self.counters.rx_answered_in_parts += 1;
-                if let Err(e) = self.flush_at(now, release) {
-                    result = Err(e);
+        if n > 0 {
+            // Lent out while the engine runs, so a part can be sent in between.
+            let rx = std::mem::take(&mut self.rx);
+            for (k, d) in rx.iter().enumerate() {
+                let mut sink = RxSink {
+                    engine: &mut self.engine,
+                    gsi: &mut self.gsi,
+                    tap: &mut self.tap,
+                    counters: &mut self.counters,
+                };
+                sink.datagram(now, &mut self.check, &d);
+                if (k + 1) % RX_ANSWER_EVERY == 0 && k + 1 < n && !self.engine.is_idle() {
+                    self.counters.rx_answered_in_parts += 1;
+                    if let Err(e) = self.flush_at(now, release) {
+                        result = Err(e);
+                    }
                 }
             }
+            self.rx = rx;
         }
-        self.rx = rx;
+        if !self.groups.joined.is_empty() {
+            let mut sink = RxSink {
+                engine: &mut self.engine,
+                gsi: &mut self.gsi,
+                tap: &mut self.tap,
+                counters: &mut self.counters,
+            };
+            n += receive_groups(now, &mut self.groups, &mut self.scratch, &mut sink);
+        }
         result.map(|()| n)
     }
 
-    /// One received datagram: size and ICRC checks, then QP1 or the engine.
-    fn handle_datagram(&mut self, now: Nanos, d: &crate::socket::RxDatagram<'_>) {
-        {
-            self.counters.rx_datagrams += 1;
-            self.counters.rx_bytes += d.payload.len() as u64;
-            if d.payload.len() > MAX_ROCE_DATAGRAM {
-                self.counters.rx_oversize += 1;
-                return;
-            }
-            match self.check.check(d) {
-                Ok(r) => {
-                    if let Some(tap) = self.tap.as_mut() {
-                        if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
-                            self.counters.pcap_errors += 1;
-                        }
-                    }
-                    // QP1 is the GSI's, not the engine's (IBA 13.5.1).
-                    if Gsi::is_for_gsi(r.transport) {
-                        self.gsi.handle_packet(now, r.sgid, r.transport);
-                        return;
-                    }
-                    let meta = RxMeta {
-                        slid: 0,
-                        sl: 0,
-                        grh: Some(RxGrh {
-                            sgid: r.sgid,
-                            dgid: r.dgid,
-                            traffic_class: r.tos,
-                            flow_label: 0,
-                            // The socket does not report the TTL; Linux senders use 64.
-                            hop_limit: 64,
-                        }),
-                        ecn_ce: r.ecn_ce,
-                    };
-                    self.engine.handle_packet(now, &meta, r.transport);
-                }
-                Err(RxDrop::Icrc) => self.engine.count_driver_drop(DriverDrop::Icrc),
-                Err(RxDrop::Runt) | Err(RxDrop::WrongFamily) => {
-                    self.engine.count_driver_drop(DriverDrop::Format)
-                }
-            }
-        }
+    /// Joins and leaves multicast groups on the network so that they are the engine's
+    /// (after `attach_mcast`, `detach_mcast` or `destroy_qp`). A group that cannot be
+    /// joined is reported with the OS error; the others are still brought in line.
+    pub fn sync_multicast(&mut self) -> Result<(), ([u8; 16], io::Error)> {
+        let wanted = self.engine.mcast_groups();
+        let fd = self.socket_fd();
+        self.groups
+            .sync(&wanted, self.local, fd, self.ipv4_id_policy)
     }
 
     /// The UDP destination and TOS of a transmit, or `None` if it cannot be routed.
@@ -954,7 +939,8 @@ impl Driver {
     /// nanoseconds) passes; `None` sleeps until one of the first two.
     pub fn wait(&mut self, deadline: Option<Nanos>) -> io::Result<()> {
         let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(self.now())));
-        let (_, woken) = crate::sys::poll_two(self.socket_fd(), self.wake_rx.as_raw_fd(), timeout)?;
+        let (fd, wake_fd) = self.wait_fds();
+        let (_, woken) = crate::sys::poll_two(fd, wake_fd, timeout)?;
         if woken {
             self.drain_wake();
         }
@@ -968,7 +954,10 @@ impl Driver {
     /// The socket and wake-up descriptors, for a thread that waits without holding the
     /// driver (see [`wait_on`]).
     pub(crate) fn wait_fds(&self) -> (std::os::fd::RawFd, std::os::fd::RawFd) {
-        (self.socket_fd(), self.wake_rx.as_raw_fd())
+        // With multicast groups joined, datagrams also arrive on their sockets: wait on the
+        // epoll set holding them all.
+        let fd = self.groups.wait_fd().unwrap_or_else(|| self.socket_fd());
+        (fd, self.wake_rx.as_raw_fd())
     }
 
     /// Empties the wake-up channel after a wake-up.
@@ -985,6 +974,88 @@ impl Driver {
             }
         }
     }
+}
+
+/// Where received datagrams go: the engine, QP1, the capture and the counters (borrowed
+/// apart from the sockets and checks the datagrams come from).
+struct RxSink<'a> {
+    engine: &'a mut Device,
+    gsi: &'a mut Gsi,
+    tap: &'a mut Option<PcapTap>,
+    counters: &'a mut DriverCounters,
+}
+
+impl RxSink<'_> {
+    /// Checks one datagram against `check` (the address it was sent to) and hands its
+    /// transport packet on.
+    fn datagram(&mut self, now: Nanos, check: &mut RxCheck, d: &crate::socket::RxDatagram<'_>) {
+        self.counters.rx_datagrams += 1;
+        self.counters.rx_bytes += d.payload.len() as u64;
+        if d.payload.len() > MAX_ROCE_DATAGRAM {
+            self.counters.rx_oversize += 1;
+            return;
+        }
+        match check.check(d) {
+            Ok(r) => {
+                if let Some(tap) = self.tap.as_mut() {
+                    if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
+                        self.counters.pcap_errors += 1;
+                    }
+                }
+                // QP1 is the GSI's, not the engine's (IBA 13.5.1).
+                if Gsi::is_for_gsi(r.transport) {
+                    self.gsi.handle_packet(now, r.sgid, r.transport);
+                    return;
+                }
+                let meta = RxMeta {
+                    slid: 0,
+                    sl: 0,
+                    grh: Some(RxGrh {
+                        sgid: r.sgid,
+                        dgid: r.dgid,
+                        traffic_class: r.tos,
+                        flow_label: 0,
+                        // The socket does not report the TTL; Linux senders use 64.
+                        hop_limit: 64,
+                    }),
+                    ecn_ce: r.ecn_ce,
+                };
+                self.engine.handle_packet(now, &meta, r.transport);
+            }
+            Err(RxDrop::Icrc) => self.engine.count_driver_drop(DriverDrop::Icrc),
+            Err(RxDrop::Runt) | Err(RxDrop::WrongFamily) => {
+                self.engine.count_driver_drop(DriverDrop::Format)
+            }
+        }
+    }
+}
+
+/// Receives what waits on the multicast group sockets (a few datagrams per group and
+/// turn, so one busy group cannot starve the device socket). Returns how many.
+fn receive_groups(
+    now: Nanos,
+    groups: &mut crate::mcast::Groups,
+    buf: &mut [u8],
+    sink: &mut RxSink<'_>,
+) -> usize {
+    const PER_GROUP: usize = 16;
+    let mut n = 0;
+    for g in &mut groups.joined {
+        for _ in 0..PER_GROUP {
+            let Ok((len, source)) = g.socket.recv_from(buf) else {
+                break;
+            };
+            let d = crate::socket::RxDatagram {
+                source,
+                tos: None,
+                payload: &buf[..len],
+                gro_index: 0,
+            };
+            sink.datagram(now, &mut g.check, &d);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Waits on the descriptors of [`Driver::wait_fds`] for at most `timeout` (`None`: no

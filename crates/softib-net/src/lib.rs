@@ -24,6 +24,7 @@ pub mod counters;
 pub mod driver;
 pub mod gsi;
 pub mod inject;
+mod mcast;
 mod memory_windows;
 pub mod oob;
 pub mod roce;

@@ -136,6 +136,57 @@ impl RawAddr {
     }
 }
 
+/// An epoll instance: one descriptor that is readable when any descriptor added to it is,
+/// so a thread can wait on a set that changes (the device socket plus its multicast group
+/// sockets) through one stable descriptor.
+#[derive(Debug)]
+pub(crate) struct Epoll(std::os::fd::OwnedFd);
+
+impl Epoll {
+    /// A new, empty epoll instance (close-on-exec).
+    pub(crate) fn new() -> io::Result<Epoll> {
+        // SAFETY: no pointers; the kernel returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        Ok(Epoll(unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        }))
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `ev` is a live local the kernel reads during the call only.
+        let rc =
+            unsafe { libc::epoll_ctl(std::os::fd::AsRawFd::as_raw_fd(&self.0), op, fd, &mut ev) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Watches `fd` for readability.
+    pub(crate) fn add(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd)
+    }
+
+    /// Stops watching `fd` (before it is closed).
+    pub(crate) fn remove(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd)
+    }
+
+    /// The epoll descriptor, to `poll` on.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+}
+
 /// Sets an `int`-valued socket option.
 pub(crate) fn set_int_opt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: the option value pointer refers to a live local `int` and the length passed

@@ -18,6 +18,7 @@
 //! [`Subnet::port_guid`] give whichever applies.
 #![forbid(unsafe_code)]
 
+pub mod cca;
 pub mod delivery;
 pub mod mad;
 pub mod pma;
@@ -106,6 +107,9 @@ pub struct Subnet {
     pub at: Picos,
     /// MasterSMLID an SM set in PortInfo (`None`: the first HCA's LID).
     pub sm_lid: Option<u16>,
+    /// The congestion control the fabric runs with (the scenario's OpenSM keys), for the
+    /// congestion control agent ([`cca`]); `None`: none configured.
+    pub cc: Option<crate::cc_switch::OpensmCc>,
 }
 
 impl Subnet {
@@ -171,6 +175,7 @@ impl Subnet {
             xmit_wait_tick_ps: cfg.xmit_wait_tick_ps,
             at: fabric.now(),
             sm_lid: None,
+            cc: fabric.ca_congestion_control().cloned(),
         }
     }
 

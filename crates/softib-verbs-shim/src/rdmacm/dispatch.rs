@@ -299,6 +299,7 @@ fn new_passive_id(
         sync: false,
         ep_qp_init: None,
         own_cqs: false,
+        mcast: Vec::new(),
         qpn: None,
     };
     drop(lst);

@@ -178,6 +178,8 @@ pub struct IdState {
     pub ep_qp_init: Option<(usize, ibv_qp_init_attr)>,
     /// CQs and channels rdma_create_qp made for the id (destroyed with its QP).
     pub own_cqs: bool,
+    /// The multicast groups joined through this id (`rdmacm/mcast.rs`).
+    pub mcast: Vec<super::mcast::Membership>,
     /// The number of the QP rdma_create_qp made for the id. The CM event thread puts a
     /// failed or disconnected connection's QP in error by this number, never through the
     /// application's `id->qp`: the application may destroy that QP at any moment (rping
@@ -416,6 +418,11 @@ pub fn set_route(rt: &Runtime, id: &IdObj, src: Option<SocketAddr>, dst: Option<
         if !super::addr::is_any(s.ip()) {
             c.verbs = rt.verbs();
             c.port_num = 1;
+            // librdmacm's ucma_get_device: an id on a device gets the device's PD (what
+            // pyverbs' CMID.pd and rdma_create_qp without a PD use).
+            if c.pd.is_null() {
+                c.pd = rt.default_pd();
+            }
             c.route.addr.ibaddr.sgid.raw = softib_cm::rdma_cm::gid_of(s.ip());
             c.route.addr.ibaddr.pkey = 0xffff_u16.to_be();
         }
@@ -447,6 +454,7 @@ pub fn fresh_state(rt: &Runtime, ps: PortSpace, sync: bool) -> IdState {
         sync,
         ep_qp_init: None,
         own_cqs: false,
+        mcast: Vec::new(),
         qpn: None,
     }
 }
