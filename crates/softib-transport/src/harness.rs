@@ -26,9 +26,11 @@ use std::collections::BinaryHeap;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::config::DeviceConfig;
 use crate::counters::DriverDrop;
-use crate::device::{Device, DeviceConfig, RxGrh, RxMeta, Transmit};
+use crate::device::Device;
 use crate::memory::VecMemory;
+use crate::shared::{RxGrh, RxMeta, Transmit};
 use crate::time::Nanos;
 use crate::verbs::{
     AccessFlags, AhAttr, CqHandle, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap,

@@ -13,6 +13,7 @@ mod flags;
 pub mod footprint;
 
 pub mod cc;
+mod config;
 pub mod counters;
 mod cq;
 pub mod device;
@@ -27,19 +28,20 @@ pub mod psn;
 mod qp;
 pub mod qpn;
 mod rc;
+mod shared;
 mod srq;
 pub mod time;
 mod uc;
 pub mod ud;
 pub mod verbs;
 
+pub use config::{DeviceConfig, LinkLayer, ResendPolicy};
 pub use counters::{DeviceCounters, DriverDrop, QpCounters};
-pub use device::{
-    Device, DeviceConfig, LinkLayer, PathInfo, ResendPolicy, RxGrh, RxMeta, Transmit, FIRST_QPN,
-};
+pub use device::{Device, FIRST_QPN};
 pub use error::VerbsError;
 pub use events::AsyncEvent;
 pub use memory::{Memory, VecMemory};
 pub use mw::{next_rkey, InvalidateFault, MwBindFault};
+pub use shared::{PathInfo, RxGrh, RxMeta, Transmit};
 pub use time::{local_ack_timeout, Nanos};
 pub use verbs::*;

@@ -14,9 +14,9 @@ use super::iba::{CaCongestionEntry, CcaState, PortControl};
 use super::np::{notification, CnpLimiter, Notify};
 use super::pacer::{gap_at_rate, wire_time, Pacer};
 use super::{CcAlgorithm, CcStatus};
-use crate::device::{PathInfo, RxMeta, Shared, Transmit};
 use crate::emit;
 use crate::qp::{Qp, Response, TimerKind};
+use crate::shared::{PathInfo, RxMeta, Shared, Transmit};
 use crate::time::Nanos;
 use crate::verbs::{GlobalRoute, QpType};
 

@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use softib_wire::Syndrome;
 
 use crate::counters::QpCounters;
-use crate::device::{PathInfo, RxMeta, Shared, Transmit};
 use crate::events::AsyncEvent;
+use crate::shared::{PathInfo, RxMeta, Shared, Transmit};
 use crate::time::Nanos;
 use crate::verbs::{
     CqHandle, PdHandle, QpAttr, QpInitAttr, QpState, QpType, SrqHandle, VendorErr, WcFlags,
@@ -241,7 +241,7 @@ impl Qp {
     /// destination GID is the device's own (any, for a device bound to the unspecified
     /// address); without one (native IB in a subnet) its SLID is the address vector's DLID.
     /// RoCEv2 senders choose their UDP source port, so it is not part of the rule.
-    pub fn is_from_peer(&self, config: &crate::device::DeviceConfig, meta: &RxMeta) -> bool {
+    pub fn is_from_peer(&self, config: &crate::config::DeviceConfig, meta: &RxMeta) -> bool {
         match (self.attr.ah_attr.grh, meta.grh) {
             (Some(av), Some(rx)) => {
                 rx.sgid == av.dgid && (rx.dgid == config.gid || is_unspecified(&config.gid))
@@ -514,7 +514,8 @@ fn is_unspecified(gid: &[u8; 16]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{DeviceConfig, RxGrh};
+    use crate::config::DeviceConfig;
+    use crate::shared::RxGrh;
     use crate::verbs::{CqHandle, GlobalRoute, PdHandle, QpCap, QpInitAttr, QpType};
 
     fn qp_with_peer(lid: u16, grh: Option<GlobalRoute>) -> Qp {

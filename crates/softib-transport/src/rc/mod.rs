@@ -8,8 +8,8 @@ pub(crate) mod xrc;
 
 use softib_wire::PacketRepr;
 
-use crate::device::{RxMeta, Shared};
 use crate::qp::Qp;
+use crate::shared::{RxMeta, Shared};
 use crate::time::Nanos;
 
 impl Qp {

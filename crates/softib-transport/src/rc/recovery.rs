@@ -31,9 +31,9 @@
 //! latest copy).
 //! Before the first sample there is no guard: every gap signal goes back at once.
 
-use crate::device::Shared;
 use crate::psn;
 use crate::qp::{Qp, TimerKind};
+use crate::shared::Shared;
 use crate::time::{local_ack_timeout, Nanos};
 use crate::verbs::QpState;
 
