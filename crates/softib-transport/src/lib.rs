@@ -12,6 +12,7 @@
 mod flags;
 pub mod footprint;
 
+pub mod bring_up;
 pub mod cc;
 mod config;
 pub mod counters;
@@ -35,6 +36,7 @@ mod uc;
 pub mod ud;
 pub mod verbs;
 
+pub use bring_up::{bring_up_steps, BRING_UP_ATTRS};
 pub use config::{DeviceConfig, LinkLayer, ResendPolicy};
 pub use counters::{DeviceCounters, DriverDrop, QpCounters};
 pub use device::{Device, FIRST_QPN};
