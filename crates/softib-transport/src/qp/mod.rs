@@ -87,7 +87,7 @@ pub(crate) struct Requester {
     /// The responder advertised credit code 31 (no end-to-end flow control, e.g. an SRQ).
     pub unlimited_credit: bool,
     /// Go-back-N pacing and gap-signal bookkeeping (`rc/recovery.rs`).
-    pub rec: crate::rc::recovery::Recovery,
+    pub rec: crate::rc::recovery_state::Recovery,
 }
 
 /// A message being received by the responder.

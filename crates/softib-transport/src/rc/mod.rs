@@ -2,6 +2,7 @@
 //! (`responder.rs`) of one QP.
 
 pub(crate) mod recovery;
+pub(crate) mod recovery_state;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod xrc;
