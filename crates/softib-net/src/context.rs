@@ -243,7 +243,7 @@ impl Context {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Driver> {
         // A verb needs the driver, whose thread may be waiting for the region this thread
         // holds: that would never end, so say so instead (as RefCell does for a borrow).
-        crate::verbs::mr::assert_no_guard_held();
+        crate::region_guard::assert_no_guard_held();
         // A panic in another verb leaves the engine consistent (verbs are transactional in
         // the engine), so a poisoned lock is still usable.
         self.shared.driver.lock().unwrap_or_else(|p| p.into_inner())
