@@ -13,7 +13,9 @@
 //!   file of their own; the type's module does not name them (a method call is not a path),
 //!   so counting the impl header would make every such split look like a cycle. An `impl`
 //!   of another module's type anywhere else (a sibling, an ancestor) is an edge.
-//! - Paths into other crates, `Self`, and names the module does not import.
+//! - Paths into other crates, `Self`, names the module does not import, and the paths of
+//!   restricted visibilities (`pub(super)`, `pub(in crate::a)`): they say who may use an
+//!   item, not what it uses.
 //!
 //! Macro arguments are token streams, not syntax; the visitor reads every `a::b::c`
 //! sequence of identifiers in them as a path, so `assert_eq!(x, crate::foo::BAR)` counts.
@@ -258,6 +260,11 @@ impl<'a> Visit<'a> for EdgeVisitor<'_> {
     fn visit_macro(&mut self, m: &'a syn::Macro) {
         self.visit_path(&m.path);
         self.scan_tokens(m.tokens.clone());
+    }
+
+    fn visit_visibility(&mut self, _: &'a syn::Visibility) {
+        // `pub(crate)` / `pub(super)` / `pub(in path)` limit who sees an item; they use
+        // nothing.
     }
 
     fn visit_attribute(&mut self, _: &'a syn::Attribute) {
