@@ -129,6 +129,40 @@ impl CrateTree {
         edges
     }
 
+    /// True if `segs`, as written in `ctx`, names a module itself rather than an item in
+    /// one (`self`, `super`, `crate`, a child module, or an import of a module).
+    pub fn names_module(&self, ctx: usize, segs: &[String]) -> bool {
+        let Some((last, init)) = segs.split_last() else {
+            return false;
+        };
+        if matches!(last.as_str(), "self" | "super" | "crate") {
+            return true;
+        }
+        let parent = if init.is_empty() {
+            Some(ctx)
+        } else {
+            self.resolve(ctx, init)
+        };
+        let Some(p) = parent else {
+            return false;
+        };
+        let here = &self.modules[p];
+        if here.items.contains(last) {
+            return false;
+        }
+        if here.children.contains_key(last) {
+            return true;
+        }
+        // An import of a module (`use crate::emit;` then a bare `emit`).
+        here.imports
+            .iter()
+            .find(|i| &i.name == last)
+            .is_some_and(|i| {
+                self.resolve(p, &i.path)
+                    .is_some_and(|m| self.modules[m].path.last() == i.path.last())
+            })
+    }
+
     /// True if `a` is a strict ancestor of `b`.
     pub fn is_ancestor(&self, a: usize, b: usize) -> bool {
         let mut m = self.modules[b].parent;
@@ -168,6 +202,11 @@ impl EdgeVisitor<'_> {
     }
 
     fn check(&mut self, segs: Vec<String>, line: usize) {
+        // Outside `use` items a path never ends on a module: a bare name that matches a
+        // child module (`tool` next to `mod tool;`) is a local variable or a field.
+        if self.tree.names_module(self.ctx, &segs) {
+            return;
+        }
         if let Some(to) = self.tree.resolve(self.ctx, &segs) {
             self.record(to, line, segs.join("::"));
         }

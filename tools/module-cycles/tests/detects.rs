@@ -135,6 +135,24 @@ fn paths_in_macros_and_unused_imports() {
 }
 
 #[test]
+fn a_local_named_like_a_child_module_is_no_edge() {
+    // `tool` in `run` is a local variable, not the module `tool`; `tool` uses its parent.
+    let t = write_crate(
+        "local_name",
+        &[
+            (
+                "src/lib.rs",
+                "mod tool;\npub struct P;\npub fn run(tool: u8) -> u8 { tool }\n",
+            ),
+            ("src/tool.rs", "pub fn f(_: &crate::P) {}\n"),
+        ],
+    );
+    let r = check_target(&t, &[]).unwrap();
+    assert!(r.cycles.is_empty());
+    assert_eq!(r.edges, 1);
+}
+
+#[test]
 fn a_parse_error_or_a_missing_module_file_is_an_error() {
     let t = write_crate("broken", &[("src/lib.rs", "mod a;\nfn f( {\n")]);
     let e = check_target(&t, &[])
