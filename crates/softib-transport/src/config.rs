@@ -65,6 +65,9 @@ pub struct DeviceConfig {
     /// How QPs are numbered: sequential for the simulator, scrambled on real networks so a
     /// third host cannot guess a live QPN (qpn.rs).
     pub qpn_allocation: QpnAllocation,
+    /// Fixed high bits of every QPN (qpn.rs): softib-net puts the slot of the process on a
+    /// shared address there. `None`: all 22 bits are the allocation's.
+    pub qpn_prefix: Option<crate::qpn::QpnPrefix>,
 }
 
 /// How an RC requester resends once it must go back (IBA 9.7.5.1.3 and 9.7.6.1.3 say from
@@ -109,6 +112,7 @@ impl Default for DeviceConfig {
             cc: crate::cc::CcConfig::default(),
             resend: ResendPolicy::Paced,
             qpn_allocation: QpnAllocation::Sequential,
+            qpn_prefix: None,
         }
     }
 }

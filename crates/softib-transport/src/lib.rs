@@ -23,6 +23,7 @@ mod emit;
 pub mod error;
 pub mod events;
 pub mod harness;
+pub mod mcast;
 pub mod memory;
 pub mod psn;
 mod qp;

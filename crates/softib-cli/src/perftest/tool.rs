@@ -16,6 +16,7 @@ pub fn run(verb: Verb, kind: Kind, tool: &str, args: &PerfArgs) -> anyhow::Resul
         Kind::Bw => bw::run(&mut s, &p),
         Kind::Lat => lat::run(&mut s, &p),
     };
+    s.disconnect();
     let state = if result.is_ok() { "finished" } else { "failed" };
     let published = s.publisher.write(&s.ctx, state);
     result?;
