@@ -23,7 +23,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use softib_transport::{
-    AccessFlags, AhAttr, Device, DeviceConfig, GlobalRoute, Memory, MrKeys, Mtu, MwBind, MwType,
+    bring_up_steps, AccessFlags, AhAttr, Device, DeviceConfig, GlobalRoute, Memory, MrKeys, Mtu, MwBind, MwType,
     QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RxGrh, RxMeta, SendFlags,
     SendWr, Sge, SrqAttr, UdDest, VecMemory, WrOpcode,
 };
@@ -337,6 +337,7 @@ impl Bench {
             ah_attr: av(),
             ..QpAttr::default()
         };
+        let bring_up = bring_up_steps(qp_type, QpState::Rts).expect("RTS is a bring-up target");
         for &s in path {
             if s == QpState::Init && target != QpState::Reset {
                 // Receives can be posted from INIT on.
@@ -350,44 +351,12 @@ impl Bench {
                 }
             }
             attr.qp_state = s;
-            let mask = match (qp_type, s) {
-                (QpType::Ud, QpState::Init) => {
-                    QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
-                }
-                (_, QpState::Init) => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::PKEY_INDEX
-                        | QpAttrMask::PORT
-                        | QpAttrMask::ACCESS_FLAGS
-                }
-                (QpType::Ud, QpState::Rtr) => QpAttrMask::STATE,
-                (QpType::Uc, QpState::Rtr) => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::AV
-                        | QpAttrMask::PATH_MTU
-                        | QpAttrMask::DEST_QPN
-                        | QpAttrMask::RQ_PSN
-                }
-                (QpType::Rc | QpType::XrcSend | QpType::XrcRecv, QpState::Rtr) => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::AV
-                        | QpAttrMask::PATH_MTU
-                        | QpAttrMask::DEST_QPN
-                        | QpAttrMask::RQ_PSN
-                        | QpAttrMask::MAX_DEST_RD_ATOMIC
-                        | QpAttrMask::MIN_RNR_TIMER
-                }
-                (QpType::Rc | QpType::XrcSend | QpType::XrcRecv, QpState::Rts) => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::SQ_PSN
-                        | QpAttrMask::TIMEOUT
-                        | QpAttrMask::RETRY_CNT
-                        | QpAttrMask::RNR_RETRY
-                        | QpAttrMask::MAX_QP_RD_ATOMIC
-                }
-                (_, QpState::Rts) => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-                _ => QpAttrMask::STATE,
-            };
+            // INIT, RTR and RTS take the bring-up masks of the transition table; SQD and
+            // ERR need nothing but the state.
+            let mask = bring_up
+                .iter()
+                .find(|(state, _)| *state == s)
+                .map_or(QpAttrMask::STATE, |&(_, m)| m);
             if s == QpState::Sqd {
                 self.post_sends(qpn, qp_type);
             }

@@ -82,7 +82,7 @@ fn main() -> ExitCode {
         Command::AtomicLat(a) => perftest::run(Verb::Atomic, Kind::Lat, "atomic-lat", &a),
         Command::Pingpong(a) => pingpong::run(&a),
         Command::Counters(a) => counters::run(&a),
-        Command::Sim(args) => sim::run_cli(&args),
+        Command::Sim(args) => sim::run_cli(&args, serve::run),
         Command::Cases(a) => cases::run(&a),
         Command::Run(a) => run::run(&a),
     };

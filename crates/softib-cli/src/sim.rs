@@ -279,8 +279,9 @@ pub(crate) fn options(args: &SimArgs) -> RunOptions {
     }
 }
 
-/// Runs `softib sim`.
-pub fn run_cli(args: &SimArgs) -> Result<()> {
+/// Runs `softib sim`. `serve` runs the live server (`--serve`, `--replay`): main.rs hands in
+/// `serve::run`, which builds on this module, so this module does not import it.
+pub fn run_cli(args: &SimArgs, serve: fn(&SimArgs) -> Result<()>) -> Result<()> {
     if args.list {
         let mut text = String::new();
         for (n, t) in BUNDLED {
@@ -300,7 +301,7 @@ pub fn run_cli(args: &SimArgs) -> Result<()> {
         return run_sweep(args);
     }
     if args.serve || args.replay.is_some() {
-        return crate::serve::run(args);
+        return serve(args);
     }
     let l = load(args.scenario.as_deref(), args.seed, &args.set)?;
     let progress = Progress::new(1000, &l.name);

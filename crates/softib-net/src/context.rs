@@ -247,7 +247,7 @@ impl Context {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Driver> {
         // A verb needs the driver, whose thread may be waiting for the region this thread
         // holds: that would never end, so say so instead (as RefCell does for a borrow).
-        crate::verbs::mr::assert_no_guard_held();
+        crate::region_guard::assert_no_guard_held();
         // A panic in another verb leaves the engine consistent (verbs are transactional in
         // the engine), so a poisoned lock is still usable.
         self.shared.driver.lock().unwrap_or_else(|p| p.into_inner())
@@ -686,8 +686,7 @@ impl Context {
             }
             let now = d.now();
             let e = d.engine_mut();
-            let mut attr = QpAttr {
-                qp_state: QpState::Init,
+            let attr = QpAttr {
                 pkey_index: 0,
                 port_num: 1,
                 qkey: o.qkey,
@@ -698,71 +697,31 @@ impl Context {
                 } else {
                     o.access
                 },
+                path_mtu: mtu,
+                dest_qp_num: remote.qpn,
+                rq_psn: remote.psn,
+                max_dest_rd_atomic: o.max_dest_rd_atomic,
+                min_rnr_timer: o.min_rnr_timer,
+                ah_attr: AhAttr {
+                    dlid: 0,
+                    sl: 0,
+                    src_path_bits: 0,
+                    grh: Some(GlobalRoute {
+                        dgid: peer_gid,
+                        flow_label: 0,
+                        sgid_index: 0,
+                        hop_limit: 64,
+                        traffic_class: o.traffic_class,
+                    }),
+                },
+                sq_psn: psn,
+                timeout: o.timeout,
+                retry_cnt: o.retry_cnt,
+                rnr_retry: o.rnr_retry,
+                max_rd_atomic: o.max_rd_atomic,
                 ..QpAttr::default()
             };
-            let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-            let init_mask = if qp_type == QpType::Ud {
-                base | QpAttrMask::QKEY
-            } else {
-                base | QpAttrMask::ACCESS_FLAGS
-            };
-            e.modify_qp(now, qpn, &attr, init_mask)?;
-            attr.qp_state = QpState::Rtr;
-            attr.path_mtu = mtu;
-            attr.dest_qp_num = remote.qpn;
-            attr.rq_psn = remote.psn;
-            attr.max_dest_rd_atomic = o.max_dest_rd_atomic;
-            attr.min_rnr_timer = o.min_rnr_timer;
-            attr.ah_attr = AhAttr {
-                dlid: 0,
-                sl: 0,
-                src_path_bits: 0,
-                grh: Some(GlobalRoute {
-                    dgid: peer_gid,
-                    flow_label: 0,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    traffic_class: o.traffic_class,
-                }),
-            };
-            let rtr_mask = match qp_type {
-                QpType::Ud => QpAttrMask::STATE,
-                QpType::Uc => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::AV
-                        | QpAttrMask::PATH_MTU
-                        | QpAttrMask::DEST_QPN
-                        | QpAttrMask::RQ_PSN
-                }
-                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::AV
-                        | QpAttrMask::PATH_MTU
-                        | QpAttrMask::DEST_QPN
-                        | QpAttrMask::RQ_PSN
-                        | QpAttrMask::MAX_DEST_RD_ATOMIC
-                        | QpAttrMask::MIN_RNR_TIMER
-                }
-            };
-            e.modify_qp(now, qpn, &attr, rtr_mask)?;
-            attr.qp_state = QpState::Rts;
-            attr.sq_psn = psn;
-            attr.timeout = o.timeout;
-            attr.retry_cnt = o.retry_cnt;
-            attr.rnr_retry = o.rnr_retry;
-            attr.max_rd_atomic = o.max_rd_atomic;
-            let rts_mask = match qp_type {
-                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::SQ_PSN
-                        | QpAttrMask::TIMEOUT
-                        | QpAttrMask::RETRY_CNT
-                        | QpAttrMask::RNR_RETRY
-                        | QpAttrMask::MAX_QP_RD_ATOMIC
-                }
-                _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-            };
-            e.modify_qp(now, qpn, &attr, rts_mask)
+            e.bring_up_qp(now, qpn, qp_type, &attr, QpState::Rts)
         })
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! Layers, bottom up (see `docs/design/net.md`):
 //! - [`socket`]: the RoCEv2 UDP socket with batched I/O (recvmmsg/GRO, sendmmsg/GSO), ECN
-//!   and DF. All `unsafe` code of the crate lives in the private `sys` module under it.
+//!   and DF. The crate's `unsafe` code lives in three named modules: the private `sys` (the
+//!   socket calls under it), [`raw_memory`] (caller memory by raw pointer, which the verbs
+//!   shim uses too) and the private `raw_registration` (the `unsafe` registration verbs).
 //! - [`inject`]: seeded fault injection on the send path (drop, duplicate, reorder, corrupt).
 //! - [`cc`]: congestion control on RoCEv2 (ECN marks, CNPs, DCQCN / IBA CCA settings).
 //! - [`context`]: the handle-based verbs API over a device and its thread; [`verbs`]: the
@@ -28,6 +30,9 @@ pub mod inject;
 mod mcast;
 mod memory_windows;
 pub mod oob;
+pub mod raw_memory;
+mod raw_registration;
+mod region_guard;
 pub mod roce;
 pub mod socket;
 pub mod tap;

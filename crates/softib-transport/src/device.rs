@@ -12,6 +12,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use softib_wire::{Opcode, PacketRepr, Service};
 
+use crate::config::{DeviceConfig, ResendPolicy};
 use crate::counters::{DeviceCounters, DriverDrop, QpCounters};
 use crate::cq::CompletionQueue;
 use crate::error::VerbsError;
@@ -21,233 +22,18 @@ use crate::memory::{Memory, MrTable};
 use crate::qp::recv_queue::RecvWqe;
 use crate::qp::send_queue::{SendWqe, UdTarget};
 use crate::qp::{Qp, TimerKind};
-use crate::qpn::{QpnAllocation, QpnMap};
+use crate::qpn::QpnMap;
+use crate::shared::{PathInfo, RxMeta, Shared, Transmit};
 use crate::srq::SharedRecvQueue;
 use crate::time::Nanos;
 use crate::verbs::{
-    AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, MrKeys, Mtu, MwBind, MwType, PdHandle,
-    QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle,
-    VendorErr, WcStatus, WorkCompletion, WrOpcode, XrcdHandle,
+    AccessFlags, AhAttr, AhHandle, CqHandle, MrKeys, MwBind, MwType, PdHandle, QpAttr, QpAttrMask,
+    QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, SrqAttr, SrqHandle, VendorErr,
+    WcStatus, WorkCompletion, WrOpcode, XrcdHandle,
 };
 
 /// First QPN handed out; 0 and 1 are the special QPs (SMI, GSI) of IBA 10.2.5.
 pub const FIRST_QPN: u32 = 0x11;
-
-/// What carries the transport packets (decides the layout of the UD GRH area).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum LinkLayer {
-    /// RoCEv2: IP/UDP (softib-net).
-    #[default]
-    Ethernet,
-    /// Native InfiniBand: LRH/GRH (softib-fabric).
-    InfiniBand,
-}
-
-/// Device configuration and limits.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceConfig {
-    /// Port GID 0 (RoCEv2: the IPv6 or IPv4-mapped address).
-    pub gid: [u8; 16],
-    /// Port LID (native IB).
-    pub lid: u16,
-    /// Largest path MTU the port supports.
-    pub max_mtu: Mtu,
-    /// P_Key table; `pkey_index` indexes it.
-    pub pkeys: Vec<u16>,
-    /// QPs the device can hold (created over its lifetime; QPNs are not reused).
-    pub max_qp: u32,
-    /// CQs.
-    pub max_cq: u32,
-    /// Entries per CQ.
-    pub max_cqe: u32,
-    /// Memory regions.
-    pub max_mr: u32,
-    /// Memory windows (`max_mw`).
-    pub max_mw: u32,
-    /// Protection domains.
-    pub max_pd: u32,
-    /// Shared receive queues.
-    pub max_srq: u32,
-    /// Address handles.
-    pub max_ah: u32,
-    /// WRs per queue.
-    pub max_qp_wr: u32,
-    /// SGEs per WR.
-    pub max_sge: u32,
-    /// Inline bytes per send WR.
-    pub max_inline_data: u32,
-    /// Upper bound for max_rd_atomic / max_dest_rd_atomic.
-    pub max_qp_rd_atom: u8,
-    /// RC send window: PSNs a requester may have unacknowledged.
-    pub max_unacked_psns: u32,
-    /// The requester sets AckReq at least every this many packets within a long message.
-    pub ack_req_interval: u32,
-    /// RoCEv2 or native IB.
-    pub link_layer: LinkLayer,
-    /// Congestion control: source algorithm (none, IBA CCA, DCQCN), destination
-    /// notification, link rate (docs/design/engine.md, "Congestion control").
-    pub cc: crate::cc::CcConfig,
-    /// How an RC requester resends after a gap or a local ACK timeout
-    /// (docs/design/engine.md, "RC recovery").
-    pub resend: ResendPolicy,
-    /// How QPs are numbered: sequential for the simulator, scrambled on real networks so a
-    /// third host cannot guess a live QPN (qpn.rs).
-    pub qpn_allocation: QpnAllocation,
-    /// Fixed high bits of every QPN (qpn.rs): softib-net puts the slot of the process on a
-    /// shared address there. `None`: all 22 bits are the allocation's.
-    pub qpn_prefix: Option<crate::qpn::QpnPrefix>,
-}
-
-/// How an RC requester resends once it must go back (IBA 9.7.5.1.3 and 9.7.6.1.3 say from
-/// which PSN, not how fast: that is the implementation's choice).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ResendPolicy {
-    /// softib's recovery for lossy, reordering networks (RoCEv2 over UDP): a gap signal
-    /// the current resend already repairs is set aside, resend passes grow from a small
-    /// burst like TCP slow start, and a stalled pass resends without waiting for the ACK
-    /// timer (rc/recovery.rs).
-    #[default]
-    Paced,
-    /// What HCAs on a lossless fabric do: every sequence NAK and every local ACK timeout
-    /// resends the whole outstanding window from the PSN named, at once. The fabric
-    /// simulator uses it, so its field cases (e.g. a retransmission storm after a too-short
-    /// local ACK timeout) show what hardware shows.
-    WholeWindow,
-}
-
-impl Default for DeviceConfig {
-    fn default() -> Self {
-        DeviceConfig {
-            gid: [0; 16],
-            lid: 1,
-            max_mtu: Mtu::M4096,
-            pkeys: vec![0xFFFF],
-            max_qp: 1 << 16,
-            max_cq: 1 << 16,
-            max_cqe: 1 << 20,
-            max_mr: 1 << 20,
-            max_mw: 1 << 16,
-            max_pd: 1 << 16,
-            max_srq: 1 << 12,
-            max_ah: 1 << 16,
-            max_qp_wr: 1 << 14,
-            max_sge: 32,
-            max_inline_data: 1024,
-            max_qp_rd_atom: 16,
-            max_unacked_psns: 256,
-            ack_req_interval: 64,
-            link_layer: LinkLayer::Ethernet,
-            cc: crate::cc::CcConfig::default(),
-            resend: ResendPolicy::Paced,
-            qpn_allocation: QpnAllocation::Sequential,
-            qpn_prefix: None,
-        }
-    }
-}
-
-/// What the driver saw below the BTH of a received packet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RxMeta {
-    /// Source LID (native IB; 0 for RoCE).
-    pub slid: u16,
-    /// Service level (native IB; for RoCE the driver may derive it from DSCP).
-    pub sl: u8,
-    /// The GRH (native IB with GRH, or the IP header mapped to GRH fields for RoCEv2).
-    pub grh: Option<RxGrh>,
-    /// The packet carried an ECN Congestion Experienced mark.
-    pub ecn_ce: bool,
-}
-
-/// GRH fields of a received packet (IBA 8.3); for RoCEv2 the IP header's equivalents.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RxGrh {
-    /// Source GID.
-    pub sgid: [u8; 16],
-    /// Destination GID.
-    pub dgid: [u8; 16],
-    /// Traffic class.
-    pub traffic_class: u8,
-    /// Flow label (20 bits).
-    pub flow_label: u32,
-    /// Hop limit.
-    pub hop_limit: u8,
-}
-
-/// Where a transmitted packet goes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PathInfo {
-    /// Destination LID (native IB).
-    pub dlid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// GRH fields (RoCEv2: destination address, DSCP, flow label).
-    pub grh: Option<GlobalRoute>,
-}
-
-/// One packet `poll_transmit` wrote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Transmit {
-    /// Bytes written to the buffer (BTH through pad, no ICRC).
-    pub len: usize,
-    /// Sending QP.
-    pub src_qpn: u32,
-    /// Destination QP (also in the BTH).
-    pub dest_qpn: u32,
-    /// Where it goes.
-    pub path: PathInfo,
-    /// May be marked ECT in the IP header (RoCEv2).
-    pub ecn_capable: bool,
-    /// More packets of the same message follow (a FIRST or MIDDLE packet with payload), so a
-    /// driver may hold this one briefly to send it with the next ones (UDP GSO, sendmmsg).
-    /// False for everything someone is waiting for: a message's last or only packet, ACKs,
-    /// NAKs, read requests, atomics and CNPs, which a driver should flush promptly.
-    pub batchable: bool,
-}
-
-/// Device state the QPs share: everything except the QP table, so a QP can be borrowed
-/// mutably next to it.
-pub(crate) struct Shared {
-    pub config: DeviceConfig,
-    pub mrs: MrTable,
-    pub cqs: Vec<Option<CompletionQueue>>,
-    pub srqs: Vec<Option<SharedRecvQueue>>,
-    pub ahs: Vec<Option<(PdHandle, AhAttr)>>,
-    pub events: VecDeque<AsyncEvent>,
-    pub counters: DeviceCounters,
-    pub cc: crate::cc::DeviceCc,
-}
-
-impl Shared {
-    /// Adds a completion to a CQ, raising overflow / notification events.
-    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
-        let Some(Some(q)) = self.cqs.get_mut(cq.0 as usize) else {
-            return;
-        };
-        let out = q.push(wc);
-        if out.overflow {
-            self.counters.cq_overflows += 1;
-            self.events.push_back(AsyncEvent::CqOverflow(cq));
-        }
-        if out.notify {
-            self.events.push_back(AsyncEvent::CqNotify(cq));
-        }
-    }
-
-    pub fn take_srq_wqe(&mut self, srq: SrqHandle) -> Option<RecvWqe> {
-        let s = self.srqs.get_mut(srq.0 as usize)?.as_mut()?;
-        let (wqe, fire) = s.take()?;
-        if fire {
-            self.events.push_back(AsyncEvent::SrqLimitReached(srq));
-        }
-        Some(wqe)
-    }
-
-    pub fn return_srq_wqe(&mut self, srq: SrqHandle, wqe: RecvWqe) {
-        if let Some(Some(s)) = self.srqs.get_mut(srq.0 as usize) {
-            s.queue.push_front(wqe);
-        }
-    }
-}
 
 /// One HCA port running the transport engine. See the module documentation.
 pub struct Device {

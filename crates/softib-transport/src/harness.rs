@@ -26,9 +26,11 @@ use std::collections::BinaryHeap;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::config::DeviceConfig;
 use crate::counters::DriverDrop;
-use crate::device::{Device, DeviceConfig, RxGrh, RxMeta, Transmit};
+use crate::device::Device;
 use crate::memory::VecMemory;
+use crate::shared::{RxGrh, RxMeta, Transmit};
 use crate::time::Nanos;
 use crate::verbs::{
     AccessFlags, AhAttr, CqHandle, GlobalRoute, MrKeys, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap,
@@ -318,83 +320,39 @@ impl Pair {
             let peer_side = 1 - side;
             let my_qpn = qpns[side];
             let dev = &mut self.devices[side];
-            let mut attr = QpAttr {
-                qp_state: QpState::Init,
+            let sq_psn = o.psn.wrapping_add(side as u32 * 0x1000) & 0xFF_FFFF;
+            let rq_psn = o.psn.wrapping_add((1 - side) as u32 * 0x1000) & 0xFF_FFFF;
+            let attr = QpAttr {
                 pkey_index: 0,
                 port_num: 1,
                 qkey: o.qkey,
                 qp_access_flags: o.access,
+                path_mtu: o.mtu,
+                dest_qp_num: peer_qpn,
+                rq_psn,
+                max_dest_rd_atomic: o.max_dest_rd_atomic,
+                min_rnr_timer: o.min_rnr_timer,
+                ah_attr: AhAttr {
+                    dlid: peer_side as u16 + 1,
+                    sl: 0,
+                    src_path_bits: 0,
+                    grh: Some(GlobalRoute {
+                        dgid: gid_of(peer_side),
+                        flow_label: 0,
+                        sgid_index: 0,
+                        hop_limit: 64,
+                        traffic_class: 0,
+                    }),
+                },
+                sq_psn,
+                timeout: o.timeout,
+                retry_cnt: o.retry_cnt,
+                rnr_retry: o.rnr_retry,
+                max_rd_atomic: o.max_rd_atomic,
                 ..QpAttr::default()
             };
-            let init_mask = if o.qp_type == QpType::Ud {
-                QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
-            } else {
-                QpAttrMask::STATE
-                    | QpAttrMask::PKEY_INDEX
-                    | QpAttrMask::PORT
-                    | QpAttrMask::ACCESS_FLAGS
-            };
-            dev.modify_qp(0, my_qpn, &attr, init_mask)
-                .expect("RESET->INIT with the attributes the man page lists");
-            let sq_psn = o.psn.wrapping_add(side as u32 * 0x1000) & 0xFF_FFFF;
-            let rq_psn = o.psn.wrapping_add((1 - side) as u32 * 0x1000) & 0xFF_FFFF;
-            attr.qp_state = QpState::Rtr;
-            attr.path_mtu = o.mtu;
-            attr.dest_qp_num = peer_qpn;
-            attr.rq_psn = rq_psn;
-            attr.max_dest_rd_atomic = o.max_dest_rd_atomic;
-            attr.min_rnr_timer = o.min_rnr_timer;
-            attr.ah_attr = AhAttr {
-                dlid: peer_side as u16 + 1,
-                sl: 0,
-                src_path_bits: 0,
-                grh: Some(GlobalRoute {
-                    dgid: gid_of(peer_side),
-                    flow_label: 0,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                }),
-            };
-            let rtr_mask = match o.qp_type {
-                QpType::Ud => QpAttrMask::STATE,
-                QpType::Uc => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::AV
-                        | QpAttrMask::PATH_MTU
-                        | QpAttrMask::DEST_QPN
-                        | QpAttrMask::RQ_PSN
-                }
-                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::AV
-                        | QpAttrMask::PATH_MTU
-                        | QpAttrMask::DEST_QPN
-                        | QpAttrMask::RQ_PSN
-                        | QpAttrMask::MAX_DEST_RD_ATOMIC
-                        | QpAttrMask::MIN_RNR_TIMER
-                }
-            };
-            dev.modify_qp(0, my_qpn, &attr, rtr_mask)
-                .expect("INIT->RTR");
-            attr.qp_state = QpState::Rts;
-            attr.sq_psn = sq_psn;
-            attr.timeout = o.timeout;
-            attr.retry_cnt = o.retry_cnt;
-            attr.rnr_retry = o.rnr_retry;
-            attr.max_rd_atomic = o.max_rd_atomic;
-            let rts_mask = match o.qp_type {
-                QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
-                    QpAttrMask::STATE
-                        | QpAttrMask::SQ_PSN
-                        | QpAttrMask::TIMEOUT
-                        | QpAttrMask::RETRY_CNT
-                        | QpAttrMask::RNR_RETRY
-                        | QpAttrMask::MAX_QP_RD_ATOMIC
-                }
-                _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-            };
-            dev.modify_qp(0, my_qpn, &attr, rts_mask).expect("RTR->RTS");
+            dev.bring_up_qp(0, my_qpn, o.qp_type, &attr, QpState::Rts)
+                .expect("RESET->RTS with the attributes ibv_modify_qp(3) lists");
         }
     }
 
@@ -761,16 +719,8 @@ pub fn fixture_all_states(seed: u64) -> (Device, Vec<FixtureQp>) {
                     },
                 )
                 .expect("QP");
-            let path = [QpState::Init, QpState::Rtr, QpState::Rts];
-            let target_steps = match state {
-                QpState::Reset => 0,
-                QpState::Init => 1,
-                QpState::Rtr => 2,
-                _ => 3,
-            };
-            for &to in &path[..target_steps] {
+            if state != QpState::Reset {
                 let attr = QpAttr {
-                    qp_state: to,
                     qkey: 0x1111_1111,
                     qp_access_flags: AccessFlags::REMOTE_WRITE
                         | AccessFlags::REMOTE_READ
@@ -782,47 +732,13 @@ pub fn fixture_all_states(seed: u64) -> (Device, Vec<FixtureQp>) {
                     max_rd_atomic: 4,
                     ..QpAttr::default()
                 };
-                let m = match (qp_type, to) {
-                    (QpType::Ud, QpState::Init) => {
-                        QpAttrMask::STATE
-                            | QpAttrMask::PKEY_INDEX
-                            | QpAttrMask::PORT
-                            | QpAttrMask::QKEY
-                    }
-                    (_, QpState::Init) => {
-                        QpAttrMask::STATE
-                            | QpAttrMask::PKEY_INDEX
-                            | QpAttrMask::PORT
-                            | QpAttrMask::ACCESS_FLAGS
-                    }
-                    (QpType::Ud, _) if to == QpState::Rtr => QpAttrMask::STATE,
-                    (QpType::Uc, QpState::Rtr) => {
-                        QpAttrMask::STATE
-                            | QpAttrMask::AV
-                            | QpAttrMask::PATH_MTU
-                            | QpAttrMask::DEST_QPN
-                            | QpAttrMask::RQ_PSN
-                    }
-                    (QpType::Rc, QpState::Rtr) => {
-                        QpAttrMask::STATE
-                            | QpAttrMask::AV
-                            | QpAttrMask::PATH_MTU
-                            | QpAttrMask::DEST_QPN
-                            | QpAttrMask::RQ_PSN
-                            | QpAttrMask::MAX_DEST_RD_ATOMIC
-                            | QpAttrMask::MIN_RNR_TIMER
-                    }
-                    (QpType::Rc, _) => {
-                        QpAttrMask::STATE
-                            | QpAttrMask::SQ_PSN
-                            | QpAttrMask::TIMEOUT
-                            | QpAttrMask::RETRY_CNT
-                            | QpAttrMask::RNR_RETRY
-                            | QpAttrMask::MAX_QP_RD_ATOMIC
-                    }
-                    _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                // INIT and RTR stop there; RTS, SQD, SQE and ERR start from RTS.
+                let upto = match state {
+                    QpState::Init | QpState::Rtr => state,
+                    _ => QpState::Rts,
                 };
-                dev.modify_qp(0, qpn, &attr, m).expect("fixture transition");
+                dev.bring_up_qp(0, qpn, qp_type, &attr, upto)
+                    .expect("fixture transition");
             }
             if state != QpState::Reset {
                 for i in 0..8u64 {

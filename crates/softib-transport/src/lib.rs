@@ -12,7 +12,9 @@
 mod flags;
 pub mod footprint;
 
+pub mod bring_up;
 pub mod cc;
+mod config;
 pub mod counters;
 mod cq;
 pub mod device;
@@ -23,24 +25,25 @@ pub mod events;
 pub mod harness;
 pub mod mcast;
 pub mod memory;
-pub mod mw;
 pub mod psn;
 mod qp;
 pub mod qpn;
 mod rc;
+mod shared;
 mod srq;
 pub mod time;
 mod uc;
 pub mod ud;
 pub mod verbs;
 
+pub use bring_up::{bring_up_steps, BRING_UP_ATTRS};
+pub use config::{DeviceConfig, LinkLayer, ResendPolicy};
 pub use counters::{DeviceCounters, DriverDrop, QpCounters};
-pub use device::{
-    Device, DeviceConfig, LinkLayer, PathInfo, ResendPolicy, RxGrh, RxMeta, Transmit, FIRST_QPN,
-};
+pub use device::{Device, FIRST_QPN};
 pub use error::VerbsError;
 pub use events::AsyncEvent;
-pub use memory::{Memory, VecMemory};
+pub use memory::{mw, Memory, VecMemory};
 pub use mw::{next_rkey, InvalidateFault, MwBindFault};
+pub use shared::{PathInfo, RxGrh, RxMeta, Transmit};
 pub use time::{local_ack_timeout, Nanos};
 pub use verbs::*;

@@ -4,7 +4,6 @@
 
 use softib_wire::{DethRepr, Operation, PacketRepr, RethRepr, Service};
 
-use crate::device::{RxMeta, Shared, Transmit};
 use crate::dma;
 use crate::emit;
 use crate::memory::RemoteTarget;
@@ -12,6 +11,7 @@ use crate::psn;
 use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp};
 use crate::rc::requester::{local_vendor, packets_for};
+use crate::shared::{RxMeta, Shared, Transmit};
 use crate::verbs::{
     AccessFlags, QpState, QpType, VendorErr, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };

@@ -3,9 +3,10 @@
 
 use softib_wire::{Operation, PacketRepr};
 
-use crate::device::{LinkLayer, RxGrh, RxMeta, Shared};
+use crate::config::LinkLayer;
 use crate::dma;
 use crate::qp::Qp;
+use crate::shared::{RxGrh, RxMeta, Shared};
 use crate::verbs::{VendorErr, WcFlags, WcOpcode, WcStatus};
 
 /// Bytes reserved at the start of every UD receive buffer for the GRH (IBA 11.4.1.2).

@@ -10,7 +10,7 @@
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
-use crate::raw_memory::RawMemory;
+use softib_net::raw_memory::RawMemory;
 
 /// Device memory of the whole device, in bytes (`max_dm_size`).
 pub const MAX_DM_SIZE: usize = 128 * 1024;

@@ -10,10 +10,11 @@
 //!
 //! Layout: [`abi`] holds the C structures (checked against the installed header by
 //! `tests/layout.rs`), [`config`] the environment, [`convert`] the safe translations
-//! between C values and engine values; `unsafe` lives only in `raw_memory` (the engine's
-//! view of application buffers), `sys` (eventfd), `ffi` (the exported C functions) and
-//! `interpose` (the libc file calls that lead sysfs and `/dev/infiniband` paths into the
-//! device view, [`view`]), with a `// SAFETY:` comment on every block. [`rdmacm`] is the
+//! between C values and engine values; `unsafe` lives only in `sys` (eventfd), `ffi` (the
+//! exported C functions) and `interpose` (the libc file calls that lead sysfs and
+//! `/dev/infiniband` paths into the device view, [`view`]), with a `// SAFETY:` comment on
+//! every block. The engine's view of an application buffer is softib-net's
+//! `raw_memory::RawMemory`, the one softib-net's own raw registration uses. [`rdmacm`] is the
 //! librdmacm layer (rdma_cm ids and events on softib's CM); its unsafe modules are named in
 //! its documentation.
 #![deny(unsafe_code)]
@@ -32,7 +33,6 @@ mod ffi;
 mod interpose;
 mod objects;
 mod process_memory;
-mod raw_memory;
 pub mod rdmacm;
 mod sys;
 mod validate;

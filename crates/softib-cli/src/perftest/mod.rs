@@ -15,6 +15,7 @@ pub mod exchange;
 pub mod lat;
 pub mod rdma_cm;
 pub mod report;
+mod tool;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
@@ -36,6 +37,7 @@ use softib_transport::{
 use crate::device::{DeviceArgs, Publisher};
 use exchange::Exchange;
 use report::BwUnit;
+pub use tool::run;
 
 /// The operation a tool measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -538,25 +540,6 @@ impl IdleYield {
             std::thread::yield_now();
         }
     }
-}
-
-/// Runs one perftest-style tool.
-pub fn run(verb: Verb, kind: Kind, tool: &str, args: &PerfArgs) -> anyhow::Result<()> {
-    let mut p = Params::new(verb, kind, tool, args)?;
-    let mut s = establish(&p, args)?;
-    if p.conn == Conn::Ud {
-        // -a on UD runs the sizes that fit one packet (perftest does the same).
-        p.sizes.retain(|&z| z <= u64::from(s.mtu.bytes()));
-    }
-    let result = match kind {
-        Kind::Bw => bw::run(&mut s, &p),
-        Kind::Lat => lat::run(&mut s, &p),
-    };
-    s.disconnect();
-    let state = if result.is_ok() { "finished" } else { "failed" };
-    let published = s.publisher.write(&s.ctx, state);
-    result?;
-    published
 }
 
 /// Connects the exchange, opens the device, runs the exchange up to connected QPs and

@@ -578,8 +578,8 @@ impl CmConnection {
 
 impl Drop for CmConnection {
     fn drop(&mut self) {
-        if super::mr::guard_held() {
-            return; // see `mr::guard_held`
+        if crate::region_guard::guard_held() {
+            return; // see `region_guard::guard_held`
         }
         abandon(self.qp.pd().context(), self.conn);
     }

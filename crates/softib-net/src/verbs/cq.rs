@@ -7,6 +7,13 @@ use softib_transport::{CqHandle, VerbsError, WorkCompletion};
 
 use super::{CompletionChannel, Hca};
 
+impl Hca {
+    /// Starts building a completion queue (default: 256 entries, no channel).
+    pub fn create_cq(&self) -> CqBuilder {
+        CqBuilder::new(self.clone())
+    }
+}
+
 /// Builds a [`CompletionQueue`] (`ibv_create_cq`). Defaults: 256 entries, no channel.
 #[derive(Debug)]
 pub struct CqBuilder {
@@ -63,8 +70,8 @@ struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        if super::mr::guard_held() {
-            return; // see `mr::guard_held`
+        if crate::region_guard::guard_held() {
+            return; // see `region_guard::guard_held`
         }
         // QPs hold their CQs, so none uses this one any more (unless created through the
         // handle API, which then keeps it alive in the device).

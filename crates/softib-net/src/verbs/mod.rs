@@ -37,13 +37,14 @@
 mod cm;
 mod cq;
 pub(crate) mod mr;
+mod post;
 mod qp;
 mod srq_ah;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use softib_transport::{Mtu, PdHandle, QpType};
+use softib_transport::{Mtu, PdHandle};
 
 pub use crate::channel::CompletionChannel;
 pub use crate::context::{ConnectOptions, Context, WaitMode};
@@ -51,7 +52,8 @@ use crate::driver::{NetConfig, NetError};
 pub use cm::{CmApiError, CmConnection, CmListener, ConnectRequest};
 pub use cq::{CompletionQueue, CqBuilder};
 pub use mr::{Buffer, LocalSlice, MemoryRegion, MrRead, MrWrite, RawMemoryRegion, RemoteSlice};
-pub use qp::{PostError, PreparedQueuePair, QueuePair, QueuePairBuilder, RecvRequest, SendRequest};
+pub use post::{PostError, RecvRequest};
+pub use qp::{PreparedQueuePair, QueuePair, QueuePairBuilder, SendRequest};
 pub use srq_ah::{AddressHandle, AhBuilder, SharedReceiveQueue, SrqBuilder};
 
 /// An open device (host channel adapter): a cheap, cloneable handle to a [`Context`].
@@ -92,11 +94,6 @@ impl Hca {
         }
     }
 
-    /// Starts building a completion queue (default: 256 entries, no channel).
-    pub fn create_cq(&self) -> CqBuilder {
-        CqBuilder::new(self.clone())
-    }
-
     /// Creates a completion channel (`ibv_create_comp_channel`).
     pub fn create_comp_channel(&self) -> std::io::Result<CompletionChannel> {
         CompletionChannel::new()
@@ -126,8 +123,8 @@ struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        if mr::guard_held() {
-            return; // see `mr::guard_held`
+        if crate::region_guard::guard_held() {
+            return; // see `region_guard::guard_held`
         }
         // Everything registered in it holds this PD, so nothing is left; an object created
         // in it through the handle API keeps it alive in the device instead.
@@ -159,26 +156,5 @@ impl ProtectionDomain {
     /// The engine's handle of this PD (for the [`Context`] API).
     pub fn handle(&self) -> PdHandle {
         self.inner.handle
-    }
-
-    /// Starts building a QP (`ibv_create_qp`) of `qp_type` whose send and receive
-    /// completions go to `send_cq` and `recv_cq`.
-    pub fn create_qp(
-        &self,
-        send_cq: &CompletionQueue,
-        recv_cq: &CompletionQueue,
-        qp_type: QpType,
-    ) -> QueuePairBuilder {
-        QueuePairBuilder::new(self.clone(), send_cq.clone(), recv_cq.clone(), qp_type)
-    }
-
-    /// Starts building a shared receive queue (default: 256 WRs of 4 SGEs, no limit).
-    pub fn create_srq(&self) -> SrqBuilder {
-        SrqBuilder::new(self.clone())
-    }
-
-    /// Starts building an address handle to the peer device of `remote` (for UD sends).
-    pub fn create_ah(&self, remote: &crate::oob::endpoint::Endpoint) -> AhBuilder {
-        AhBuilder::new(self.clone(), remote)
     }
 }

@@ -10,7 +10,6 @@
 //! region while holding the lock the verb needs); doing so panics with a message rather
 //! than deadlocking, as `RefCell` does for a double borrow.
 
-use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::{Bound, Deref, DerefMut, RangeBounds};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -20,37 +19,7 @@ use softib_transport::{AccessFlags, Memory, MrKeys, Sge, VerbsError};
 use super::ProtectionDomain;
 use crate::context::MemoryRegion as RegionInfo;
 use crate::oob::endpoint::RemoteRegion;
-
-thread_local! {
-    /// Region guards alive in this thread.
-    static GUARDS: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Panics if this thread holds a region guard (called by every verb before it locks the
-/// device).
-pub(crate) fn assert_no_guard_held() {
-    if GUARDS.with(Cell::get) != 0 {
-        panic!(
-            "softib: a verb was called while this thread holds a MemoryRegion read()/write() \
-             guard; drop the guard first (the device may be waiting for that region)"
-        );
-    }
-}
-
-/// Whether this thread holds a region guard. Dropping an object then leaves it in the
-/// device (a leak, not a deadlock: the device thread may be waiting for the guarded region
-/// while it holds the lock destruction needs); only a raw region cannot be left behind.
-pub(crate) fn guard_held() -> bool {
-    GUARDS.with(Cell::get) != 0
-}
-
-fn guard_taken() {
-    GUARDS.with(|g| g.set(g.get() + 1));
-}
-
-fn guard_dropped() {
-    GUARDS.with(|g| g.set(g.get().saturating_sub(1)));
-}
+use crate::region_guard::{guard_dropped, guard_held, guard_taken};
 
 /// A buffer that can be registered: bytes with a fixed length that the device may read and
 /// write from its own thread (`Vec<u8>`, `Box<[u8]>`, `[u8; N]`, ...).

@@ -6,17 +6,30 @@ use std::time::Duration;
 
 use softib_transport::{
     AccessFlags, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpCounters, QpInitAttr, QpState, QpType,
-    RecvWr, SendFlags, SendWr, UdDest, VerbsError, WrOpcode,
+    SendFlags, SendWr, UdDest, VerbsError, WrOpcode,
 };
 
 use super::{
-    AddressHandle, CompletionQueue, ConnectOptions, LocalSlice, ProtectionDomain, RemoteSlice,
-    SharedReceiveQueue,
+    AddressHandle, CompletionQueue, ConnectOptions, LocalSlice, PostError, ProtectionDomain,
+    RecvRequest, RemoteSlice, SharedReceiveQueue,
 };
 use crate::context::HandshakeError;
 use crate::oob::endpoint::{Endpoint, RemoteRegion};
 use crate::oob::stream::OobStream;
 use crate::oob::OobError;
+
+impl ProtectionDomain {
+    /// Starts building a QP (`ibv_create_qp`) of `qp_type` whose send and receive
+    /// completions go to `send_cq` and `recv_cq`.
+    pub fn create_qp(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        qp_type: QpType,
+    ) -> QueuePairBuilder {
+        QueuePairBuilder::new(self.clone(), send_cq.clone(), recv_cq.clone(), qp_type)
+    }
+}
 
 /// Builds a QP (`ibv_create_qp`) and the attributes it is later connected with.
 ///
@@ -293,8 +306,8 @@ struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        if super::mr::guard_held() {
-            return; // see `mr::guard_held`
+        if crate::region_guard::guard_held() {
+            return; // see `region_guard::guard_held`
         }
         let _ = self.pd.context().destroy_qp(self.qpn);
     }
@@ -305,20 +318,6 @@ impl Drop for QpInner {
 #[derive(Clone, Debug)]
 pub struct QueuePair {
     inner: Arc<QpInner>,
-}
-
-/// Posting stopped at a work request the device refused (`bad_wr`): the ones before it were
-/// posted, none after it.
-#[derive(Debug, thiserror::Error)]
-#[error("work request {index} of the batch was refused ({posted} posted): {source}")]
-pub struct PostError {
-    /// How many WRs of the batch were posted.
-    pub posted: usize,
-    /// Index of the refused WR in the batch.
-    pub index: usize,
-    /// Why.
-    #[source]
-    pub source: VerbsError,
 }
 
 impl QueuePair {
@@ -604,37 +603,6 @@ impl<'a> SendRequest<'a> {
 
     /// The engine's work request.
     pub fn wr(&self) -> &SendWr {
-        &self.wr
-    }
-}
-
-/// A receive work request naming registered memory; it cannot outlive the regions.
-#[derive(Clone, Debug)]
-pub struct RecvRequest<'a> {
-    pub(crate) wr: RecvWr,
-    _regions: PhantomData<&'a ()>,
-}
-
-impl<'a> RecvRequest<'a> {
-    /// Receives into `local`.
-    pub fn new(wr_id: u64, local: LocalSlice<'a>) -> Self {
-        Self::scatter(wr_id, &[local])
-    }
-
-    /// Receives scattered over `local`, in order (none: zero-length messages only, or the
-    /// immediate of an RDMA WRITE WITH IMM).
-    pub fn scatter(wr_id: u64, local: &[LocalSlice<'a>]) -> Self {
-        RecvRequest {
-            wr: RecvWr {
-                wr_id,
-                sg_list: local.iter().map(LocalSlice::sge).collect(),
-            },
-            _regions: PhantomData,
-        }
-    }
-
-    /// The engine's work request.
-    pub fn wr(&self) -> &RecvWr {
         &self.wr
     }
 }

@@ -8,6 +8,18 @@ use super::{PostError, ProtectionDomain, RecvRequest};
 use crate::oob::endpoint::Endpoint;
 use crate::roce;
 
+impl ProtectionDomain {
+    /// Starts building a shared receive queue (default: 256 WRs of 4 SGEs, no limit).
+    pub fn create_srq(&self) -> SrqBuilder {
+        SrqBuilder::new(self.clone())
+    }
+
+    /// Starts building an address handle to the peer device of `remote` (for UD sends).
+    pub fn create_ah(&self, remote: &crate::oob::endpoint::Endpoint) -> AhBuilder {
+        AhBuilder::new(self.clone(), remote)
+    }
+}
+
 /// Builds a [`SharedReceiveQueue`] (`ibv_create_srq`). Defaults: 256 WRs of 4 SGEs, no
 /// limit event.
 #[derive(Debug)]
@@ -67,8 +79,8 @@ struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        if super::mr::guard_held() {
-            return; // see `mr::guard_held`
+        if crate::region_guard::guard_held() {
+            return; // see `region_guard::guard_held`
         }
         let _ = self
             .pd
@@ -202,8 +214,8 @@ struct AhInner {
 
 impl Drop for AhInner {
     fn drop(&mut self) {
-        if super::mr::guard_held() {
-            return; // see `mr::guard_held`
+        if crate::region_guard::guard_held() {
+            return; // see `region_guard::guard_held`
         }
         let _ = self
             .pd

@@ -8,8 +8,8 @@
 use softib_fabric::engine_hca::HostApp;
 use softib_transport::{
     AccessFlags, AhAttr, CqHandle, Device, DeviceConfig, LinkLayer, Memory, MrKeys, Mtu, Nanos,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, ResendPolicy, SendFlags, SendWr, Sge,
-    VecMemory, VerbsError, WcStatus, WorkCompletion, WrOpcode,
+    QpAttr, QpCap, QpInitAttr, QpState, QpType, ResendPolicy, SendFlags, SendWr, Sge, VecMemory,
+    VerbsError, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// A registered buffer whose contents nobody ever looks at, as perftest's bandwidth tests
@@ -148,60 +148,29 @@ pub fn rc_connect(
     mtu: Mtu,
     timeout: u8,
 ) -> Result<(), VerbsError> {
-    let mut attr = QpAttr {
-        qp_state: QpState::Init,
+    let attr = QpAttr {
         pkey_index: 0,
         port_num: 1,
         qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        path_mtu: mtu,
+        dest_qp_num: peer.qpn,
+        rq_psn: 0x100,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr {
+            dlid: peer_lid,
+            sl,
+            src_path_bits: 0,
+            grh: None,
+        },
+        sq_psn: 0x100,
+        timeout,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 16,
         ..QpAttr::default()
     };
-    dev.modify_qp(
-        0,
-        me.qpn,
-        &attr,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )?;
-    attr.qp_state = QpState::Rtr;
-    attr.path_mtu = mtu;
-    attr.dest_qp_num = peer.qpn;
-    attr.rq_psn = 0x100;
-    attr.max_dest_rd_atomic = 16;
-    attr.min_rnr_timer = 12;
-    attr.ah_attr = AhAttr {
-        dlid: peer_lid,
-        sl,
-        src_path_bits: 0,
-        grh: None,
-    };
-    dev.modify_qp(
-        0,
-        me.qpn,
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )?;
-    attr.qp_state = QpState::Rts;
-    attr.sq_psn = 0x100;
-    attr.timeout = timeout;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.max_rd_atomic = 16;
-    dev.modify_qp(
-        0,
-        me.qpn,
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
+    dev.bring_up_qp(0, me.qpn, QpType::Rc, &attr, QpState::Rts)
 }
 
 /// What a bandwidth application saw.

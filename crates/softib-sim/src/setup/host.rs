@@ -14,8 +14,8 @@ use softib_fabric::fabric::Fabric;
 use softib_fabric::rng::{SeedTree, StreamKind};
 use softib_fabric::time::to_engine_nanos;
 use softib_transport::{
-    AccessFlags, AhAttr, Device, MrKeys, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState,
-    SendFlags, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
+    AccessFlags, AhAttr, Device, MrKeys, PdHandle, QpAttr, QpCap, QpInitAttr, QpState, SendFlags,
+    Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
 };
 use std::collections::BTreeMap;
 
@@ -151,73 +151,38 @@ fn connect(
     peer_lid: u16,
     qp: &QpPlan,
 ) -> Result<(), VerbsError> {
-    let mut attr = QpAttr {
-        qp_state: QpState::Init,
+    let attr = QpAttr {
         pkey_index: 0,
         port_num: 1,
         qkey: FLOW_QKEY,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC,
+        // UC has neither RDMA READ nor atomics (IBA 9.8.2).
+        qp_access_flags: match service {
+            Service::Uc => AccessFlags::REMOTE_WRITE,
+            Service::Rc | Service::Ud => {
+                AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
+            }
+        },
+        path_mtu: qp.mtu,
+        dest_qp_num: peer,
+        rq_psn: START_PSN,
+        max_dest_rd_atomic: qp.max_rd_atomic,
+        min_rnr_timer: qp.rnr_timer,
+        ah_attr: AhAttr {
+            dlid: peer_lid,
+            sl: qp.sl,
+            src_path_bits: 0,
+            grh: None,
+        },
+        // A scenario may reproduce a set-up mistake: an sq_psn that is not the PSN the peer
+        // moved to RTR with (PSNs are 24 bits, IBA 9.7.1).
+        sq_psn: (START_PSN + qp.sq_psn_offset) & 0x00ff_ffff,
+        timeout: qp.timeout,
+        retry_cnt: qp.retry_cnt,
+        rnr_retry: qp.rnr_retry,
+        max_rd_atomic: qp.max_rd_atomic,
         ..QpAttr::default()
     };
-    let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-    match service {
-        Service::Ud => dev.modify_qp(0, me, &attr, base | QpAttrMask::QKEY)?,
-        Service::Uc => {
-            attr.qp_access_flags = AccessFlags::REMOTE_WRITE;
-            dev.modify_qp(0, me, &attr, base | QpAttrMask::ACCESS_FLAGS)?
-        }
-        Service::Rc => dev.modify_qp(0, me, &attr, base | QpAttrMask::ACCESS_FLAGS)?,
-    }
-    attr.qp_state = QpState::Rtr;
-    attr.path_mtu = qp.mtu;
-    attr.dest_qp_num = peer;
-    attr.rq_psn = START_PSN;
-    attr.max_dest_rd_atomic = qp.max_rd_atomic;
-    attr.min_rnr_timer = qp.rnr_timer;
-    attr.ah_attr = AhAttr {
-        dlid: peer_lid,
-        sl: qp.sl,
-        src_path_bits: 0,
-        grh: None,
-    };
-    let connected =
-        QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN;
-    match service {
-        Service::Ud => dev.modify_qp(0, me, &attr, QpAttrMask::STATE)?,
-        Service::Uc => dev.modify_qp(0, me, &attr, connected | QpAttrMask::RQ_PSN)?,
-        Service::Rc => dev.modify_qp(
-            0,
-            me,
-            &attr,
-            connected
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        )?,
-    }
-    attr.qp_state = QpState::Rts;
-    // A scenario may reproduce a set-up mistake: an sq_psn that is not the PSN the peer
-    // moved to RTR with (PSNs are 24 bits, IBA 9.7.1).
-    attr.sq_psn = (START_PSN + qp.sq_psn_offset) & 0x00ff_ffff;
-    attr.timeout = qp.timeout;
-    attr.retry_cnt = qp.retry_cnt;
-    attr.rnr_retry = qp.rnr_retry;
-    attr.max_rd_atomic = qp.max_rd_atomic;
-    let rts = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-    match service {
-        Service::Ud | Service::Uc => dev.modify_qp(0, me, &attr, rts),
-        Service::Rc => dev.modify_qp(
-            0,
-            me,
-            &attr,
-            rts | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        ),
-    }
+    dev.bring_up_qp(0, me, service.qp_type(), &attr, QpState::Rts)
 }
 
 /// The device of host `host` (LID `lid`): native IB, with the CAs' congestion control

@@ -5,62 +5,19 @@
 //! expired (`cc_pacing_expired`). A paced QP reports no work except acknowledgements,
 //! which are never held back: delaying them would stall the peer's send window.
 
-use std::collections::VecDeque;
-
 use softib_wire::{Opcode, Operation, PacketRepr, Service};
 
 use super::dcqcn::DcqcnState;
 use super::iba::{CaCongestionEntry, CcaState, PortControl};
-use super::np::{notification, CnpLimiter, Notify};
-use super::pacer::{gap_at_rate, wire_time, Pacer};
+use super::np::{notification, Notify};
+use super::pacer::{gap_at_rate, wire_time};
+use super::qp_state::{PendingCnp, MAX_PENDING_CNPS};
 use super::{CcAlgorithm, CcStatus};
-use crate::device::{PathInfo, RxMeta, Shared, Transmit};
 use crate::emit;
 use crate::qp::{Qp, Response, TimerKind};
+use crate::shared::{PathInfo, RxMeta, Shared, Transmit};
 use crate::time::Nanos;
 use crate::verbs::{GlobalRoute, QpType};
-
-/// Device-wide congestion state: the CCA state of each SL (`PortControl::Sl`).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct DeviceCc {
-    pub sl: [Option<CcaState>; 16],
-}
-
-/// A CNP waiting to be sent: where to.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PendingCnp {
-    dest_qpn: u32,
-    path: PathInfo,
-}
-
-/// CNPs a QP holds before further ones are dropped (only reachable with
-/// `min_time_between_cnps` = 0 and a burst of marked packets between two polls).
-const MAX_PENDING_CNPS: usize = 64;
-
-/// Per-QP congestion state.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct QpCc {
-    pacer: Pacer,
-    /// IBA CCA state when `PortControl::Qp` (created by the first BECN).
-    cca: Option<CcaState>,
-    /// DCQCN rate limiter (created by the first CNP, as ConnectX NICs allocate one).
-    dcqcn: Option<DcqcnState>,
-    limiter: CnpLimiter,
-    /// CNPs waiting to leave, oldest first (at most `MAX_PENDING_CNPS`; the queue only
-    /// grows to its high-water mark).
-    cnp: VecDeque<PendingCnp>,
-    /// A FECN-marked RC request arrived: the next response carries BECN.
-    becn_pending: bool,
-    /// When the current pacing gate closed.
-    gate_since: Nanos,
-}
-
-impl QpCc {
-    /// Heap bytes: the queue of CNPs waiting to leave.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        crate::footprint::slots::<PendingCnp>(self.cnp.capacity())
-    }
-}
 
 impl Qp {
     /// The service level whose CCA state applies to traffic of this QP (UD: the packet's).

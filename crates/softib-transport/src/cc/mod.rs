@@ -5,11 +5,13 @@
 //! "Congestion control".
 
 pub mod dcqcn;
+mod device_state;
 mod engine;
 pub mod iba;
 pub mod np;
 pub mod opensm;
 pub mod pacer;
+mod qp_state;
 
 pub use dcqcn::{DcqcnConfig, DcqcnState};
 pub use iba::{
@@ -17,7 +19,9 @@ pub use iba::{
 };
 pub use opensm::{parse_cct, parse_opensm_ca, OpensmCa, OpensmError};
 
-pub(crate) use engine::{sl_ccti, DeviceCc, QpCc};
+pub(crate) use device_state::DeviceCc;
+pub(crate) use engine::sl_ccti;
+pub(crate) use qp_state::QpCc;
 
 use crate::time::Nanos;
 

@@ -6,8 +6,8 @@
 //! `IBV_WC_LOC_QP_OP_ERR` for LOCAL_INV, as rxe reports them) and moves the QP to ERR,
 //! flushing the rest (rxe does the same for any failed local operation).
 
-use crate::device::Shared;
 use crate::qp::Qp;
+use crate::shared::Shared;
 use crate::verbs::{QpState, VendorErr, WcStatus, WrOpcode};
 
 impl Qp {

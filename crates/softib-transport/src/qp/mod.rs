@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use softib_wire::Syndrome;
 
 use crate::counters::QpCounters;
-use crate::device::{PathInfo, RxMeta, Shared, Transmit};
 use crate::events::AsyncEvent;
+use crate::shared::{PathInfo, RxMeta, Shared, Transmit};
 use crate::time::Nanos;
 use crate::verbs::{
     CqHandle, PdHandle, QpAttr, QpInitAttr, QpState, QpType, SrqHandle, VendorErr, WcFlags,
@@ -87,7 +87,7 @@ pub(crate) struct Requester {
     /// The responder advertised credit code 31 (no end-to-end flow control, e.g. an SRQ).
     pub unlimited_credit: bool,
     /// Go-back-N pacing and gap-signal bookkeeping (`rc/recovery.rs`).
-    pub rec: crate::rc::recovery::Recovery,
+    pub rec: crate::rc::recovery_state::Recovery,
 }
 
 /// A message being received by the responder.
@@ -251,7 +251,7 @@ impl Qp {
     /// destination GID is the device's own (any, for a device bound to the unspecified
     /// address); without one (native IB in a subnet) its SLID is the address vector's DLID.
     /// RoCEv2 senders choose their UDP source port, so it is not part of the rule.
-    pub fn is_from_peer(&self, config: &crate::device::DeviceConfig, meta: &RxMeta) -> bool {
+    pub fn is_from_peer(&self, config: &crate::config::DeviceConfig, meta: &RxMeta) -> bool {
         match (self.attr.ah_attr.grh, meta.grh) {
             (Some(av), Some(rx)) => {
                 rx.sgid == av.dgid && (rx.dgid == config.gid || is_unspecified(&config.gid))
@@ -534,7 +534,8 @@ fn is_unspecified(gid: &[u8; 16]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{DeviceConfig, RxGrh};
+    use crate::config::DeviceConfig;
+    use crate::shared::RxGrh;
     use crate::verbs::{CqHandle, GlobalRoute, PdHandle, QpCap, QpInitAttr, QpType};
 
     fn qp_with_peer(lid: u16, grh: Option<GlobalRoute>) -> Qp {

@@ -1,9 +1,9 @@
 //! `modify_qp`: attribute validation per transition and the side effects of each state.
 
-use crate::device::Shared;
 use crate::error::VerbsError;
 use crate::qp::state::transition_rule;
 use crate::qp::{Qp, Requester, Responder, TimerKind};
+use crate::shared::Shared;
 use crate::time::Nanos;
 use crate::verbs::{QpAttr, QpAttrMask as M, QpState};
 

@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 
-use crate::device::PathInfo;
+use crate::shared::PathInfo;
 use crate::verbs::{MwBind, Sge, WrOpcode};
 
 /// Where a UD WQE goes, resolved from its address handle at post time.

@@ -6,11 +6,11 @@
 
 use softib_wire::PacketRepr;
 
-use crate::device::{RxMeta, Shared};
 use crate::memory::MrTable;
 use crate::psn;
 use crate::qp::recv_queue::RecvWqe;
 use crate::qp::Qp;
+use crate::shared::{RxMeta, Shared};
 use crate::verbs::{VendorErr, WcFlags, WcOpcode, WcStatus};
 
 /// The state of a WRITE being received: the region (by key) and where the next byte goes.

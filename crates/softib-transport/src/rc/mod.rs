@@ -2,14 +2,15 @@
 //! (`responder.rs`) of one QP.
 
 pub(crate) mod recovery;
+pub(crate) mod recovery_state;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod xrc;
 
 use softib_wire::PacketRepr;
 
-use crate::device::{RxMeta, Shared};
 use crate::qp::Qp;
+use crate::shared::{RxMeta, Shared};
 use crate::time::Nanos;
 
 impl Qp {

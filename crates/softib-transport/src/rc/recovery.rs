@@ -31,9 +31,9 @@
 //! latest copy).
 //! Before the first sample there is no guard: every gap signal goes back at once.
 
-use crate::device::Shared;
 use crate::psn;
 use crate::qp::{Qp, TimerKind};
+use crate::shared::Shared;
 use crate::time::{local_ack_timeout, Nanos};
 use crate::verbs::QpState;
 
@@ -42,33 +42,6 @@ const NAK_BURST: u32 = 16;
 /// Packets a resend after a local ACK timeout may have out at first: the peer may be slow
 /// (that is one reason for a timeout), so start gently.
 const TIMEOUT_BURST: u32 = 4;
-
-/// Recovery state of one RC requester.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Recovery {
-    /// `ResendPolicy::Paced` (false: `WholeWindow`, none of this module's care applies).
-    pub paced: bool,
-    /// PSN the last go-back resent from.
-    pub from: u32,
-    /// When it went back (None: never).
-    pub at: Option<Nanos>,
-    /// One past the highest PSN sent when it went back: the resend pass ends there.
-    pub end: u32,
-    /// Packets beyond the oldest unacknowledged PSN the resend pass may have out.
-    pub cwnd: u32,
-    /// The oldest unacknowledged PSN when `cwnd` last grew.
-    pub grown_at: u32,
-    /// Smoothed round-trip time (0: no sample yet).
-    pub srtt: Nanos,
-    /// Its mean deviation.
-    pub rttvar: Nanos,
-    /// A new packet whose acknowledgement measures the RTT: (PSN, time sent).
-    pub probe: Option<(u32, Nanos)>,
-    /// A gap signal set aside: the PSN the responder must confirm by the `GapCheck` timer.
-    pub deferred: Option<u32>,
-    /// The oldest unacknowledged PSN when the `GapCheck` timer was last armed for a stall.
-    pub check_una: u32,
-}
 
 /// Why the requester goes back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,13 +6,13 @@
 
 use softib_wire::{AethRepr, AtomicEthRepr, NakCode, Operation, PacketRepr, RethRepr, Syndrome};
 
-use crate::device::{Shared, Transmit};
 use crate::dma;
 use crate::emit;
 use crate::psn;
 use crate::qp::send_queue::SendWqe;
 use crate::qp::{Qp, TimerKind};
 use crate::rc::recovery::Burst;
+use crate::shared::{Shared, Transmit};
 use crate::time::{local_ack_timeout, Nanos};
 use crate::verbs::{QpState, VendorErr, WcStatus, WrOpcode};
 

@@ -7,7 +7,6 @@ use softib_wire::{
     AethRepr, AtomicAckEthRepr, CreditCode, NakCode, Operation, PacketRepr, RnrTimer, Syndrome,
 };
 
-use crate::device::{RxMeta, Shared, Transmit};
 use crate::dma;
 use crate::emit;
 use crate::events::AsyncEvent;
@@ -16,6 +15,7 @@ use crate::psn;
 use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp, Resource, Response};
 use crate::rc::requester::packets_for;
+use crate::shared::{RxMeta, Shared, Transmit};
 use crate::verbs::{AccessFlags, QpState, VendorErr, WcFlags, WcOpcode, WcStatus};
 
 /// Largest message in bytes (the device's max_msg_sz, as Linux reports 2^31).

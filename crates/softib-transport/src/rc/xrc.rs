@@ -9,8 +9,8 @@
 
 use softib_wire::{NakCode, PacketRepr};
 
-use crate::device::{RxMeta, Shared};
 use crate::qp::Qp;
+use crate::shared::{RxMeta, Shared};
 use crate::verbs::{CqHandle, PdHandle, SrqHandle};
 
 /// The PD a target QP has between requests: none (0 is never a live PD, so no region

@@ -10,8 +10,8 @@ use crate::abi::*;
 use crate::abi_ex::*;
 use crate::domain::{AllocatedStaging, ParentDomain, SOFTIB_RES_TYPE_QP_SQ, STAGING_ALIGN};
 use crate::objects::{PdObj, Shared};
-use crate::raw_memory::RawMemory;
 use crate::sys::set_errno;
+use softib_net::raw_memory::RawMemory;
 
 /// A thread domain.
 #[repr(C)]

@@ -15,8 +15,8 @@ use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_
 use crate::events::{CqTarget, EventQueue};
 use crate::objects::{AhObj, ChannelObj, CqObj, MrObj, PdObj, Shared, SrqObj};
 use crate::process_memory::ProcessMemory;
-use crate::raw_memory::RawMemory;
 use crate::sys::set_errno;
+use softib_net::raw_memory::RawMemory;
 
 /// Returns NULL with `errno` set: the failure convention of the object-creating verbs.
 fn null_with<T>(errno: i32) -> *mut T {

@@ -1,7 +1,7 @@
 //! ConnectRequest (REQ, IBA vol. 1 12.6.5, table 106) and ConnectReply (REP, 12.6.8,
 //! table 110): the two messages that carry everything a QP needs to reach RTR.
 
-use super::{array, check_data, Bits};
+use super::field::{array, check_data, Bits};
 use crate::bytes;
 use crate::{Error, Result};
 
@@ -11,8 +11,8 @@ pub const REQ_PRIVATE_DATA_LEN: usize = 92;
 pub const REP_PRIVATE_DATA_LEN: usize = 196;
 
 mod req_field {
-    use super::Bits;
     use crate::bytes::Field;
+    use crate::cm::field::Bits;
     pub const LOCAL_COMM_ID: Field = 0..4;
     pub const SERVICE_ID: Field = 8..16;
     pub const LOCAL_CA_GUID: Field = 16..24;
@@ -312,8 +312,8 @@ impl CmReq {
 }
 
 mod rep_field {
-    use super::Bits;
     use crate::bytes::Field;
+    use crate::cm::field::Bits;
     pub const LOCAL_COMM_ID: Field = 0..4;
     pub const REMOTE_COMM_ID: Field = 4..8;
     pub const LOCAL_QKEY: Field = 8..12;

@@ -2,7 +2,7 @@
 //! 107, 108, 111, 112, 113) and the service ID resolution pair SIDR_REQ / SIDR_REP (12.11,
 //! tables 119, 120).
 
-use super::{array, check_data, Bits, CM_DATA_LEN};
+use super::field::{array, check_data, Bits, CM_DATA_LEN};
 use crate::bytes::{self, check_emit};
 use crate::Result;
 

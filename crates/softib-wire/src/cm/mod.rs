@@ -13,12 +13,14 @@
 //! the wire has no length field, and the kernel hands consumers the whole field, zero-padded.
 
 mod connect;
+mod field;
 mod ip_header;
 mod messages;
 
 pub use connect::{
     CmPath, CmRep, CmReq, TransportService, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
 };
+pub use field::CM_DATA_LEN;
 pub use ip_header::{CmaIpHeader, CMA_IP_HEADER_LEN, CMA_VERSION};
 pub use messages::{
     CmDrep, CmDreq, CmMra, CmRej, CmRtu, CmSidrRep, CmSidrReq, MraMessage, RejMessage,
@@ -32,9 +34,6 @@ use crate::mad::{
     MGMT_CLASS_CM,
 };
 use crate::{Error, Result};
-
-/// Length of the CM class data (a MAD minus its common header).
-pub const CM_DATA_LEN: usize = MAD_LEN - MAD_HEADER_LEN;
 
 /// CM attribute IDs: which message a CM MAD carries (IBA 12.6.1, table 104).
 pub mod attr {
@@ -62,52 +61,6 @@ pub mod attr {
     pub const LAP: u16 = 0x0019;
     /// AlternatePathResponse.
     pub const APR: u16 = 0x001A;
-}
-
-/// A sub-byte field: `width` bits starting `msb_offset` bits below the most significant bit
-/// of byte `byte` (IBA's bit numbering within a byte, bit 0 = MSB).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Bits {
-    pub byte: usize,
-    pub msb_offset: u8,
-    pub width: u8,
-}
-
-impl Bits {
-    pub(crate) const fn new(byte: usize, msb_offset: u8, width: u8) -> Bits {
-        Bits {
-            byte,
-            msb_offset,
-            width,
-        }
-    }
-    fn shift_mask(self) -> (u8, u8) {
-        let shift = 8 - self.msb_offset - self.width;
-        let mask = ((1u16 << self.width) - 1) as u8;
-        (shift, mask)
-    }
-    /// Reads the field; the caller has checked the buffer length.
-    pub(crate) fn get(self, buf: &[u8]) -> u8 {
-        let (shift, mask) = self.shift_mask();
-        (buf[self.byte] >> shift) & mask
-    }
-    /// Writes the low `width` bits of `value`, leaving the byte's other bits alone.
-    pub(crate) fn put(self, buf: &mut [u8], value: u8) {
-        let (shift, mask) = self.shift_mask();
-        buf[self.byte] = (buf[self.byte] & !(mask << shift)) | ((value & mask) << shift);
-    }
-}
-
-/// Copies a fixed-length field out of the class data.
-pub(crate) fn array<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
-    let mut out = [0u8; N];
-    out.copy_from_slice(&buf[at..at + N]);
-    out
-}
-
-/// Checks the class data holds all 232 bytes.
-pub(crate) fn check_data(name: &'static str, data: &[u8]) -> Result<()> {
-    crate::bytes::check(name, data, CM_DATA_LEN)
 }
 
 /// One CM message of any kind, as found in a MAD.
@@ -261,17 +214,6 @@ pub(crate) mod capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bits_follow_iba_numbering() {
-        let mut b = [0u8; 1];
-        Bits::new(0, 0, 5).put(&mut b, 20);
-        Bits::new(0, 5, 3).put(&mut b, 7);
-        assert_eq!(b[0], 0xa7);
-        assert_eq!(Bits::new(0, 0, 5).get(&b), 20);
-        assert_eq!(Bits::new(0, 5, 3).get(&b), 7);
-        assert_eq!(Bits::new(0, 7, 1).get(&b), 1);
-    }
 
     #[test]
     fn every_captured_mad_reemits_byte_for_byte() {

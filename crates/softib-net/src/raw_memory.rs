@@ -1,10 +1,13 @@
-//! The engine's view of an application buffer registered with `ibv_reg_mr`: a raw pointer
-//! and a length. This module and `sys`/`ffi` are the only places with `unsafe` code.
+//! The engine's view of caller memory registered by raw pointer: [`RawMemory`], a pointer
+//! and a length implementing `softib_transport::Memory`. softib-net's `unsafe` registration
+//! verbs (`raw_registration.rs`) and the verbs shim's `ibv_reg_mr` both hand the engine
+//! this one type.
 //!
-//! Contract (ibv_reg_mr(3), the same one hardware imposes): the application keeps the
-//! buffer mapped until `ibv_dereg_mr`; the engine touches it only through [`Memory`], whose
-//! callers have checked keys, access rights and bounds (docs/design/engine-api.md). The
-//! bounds are checked once more here, so no byte outside the region is ever read or written.
+//! Contract (ibv_reg_mr(3), the same one hardware imposes): the owner keeps the buffer
+//! mapped until the region is deregistered; the engine touches it only through
+//! `Memory`, whose callers have checked keys, access rights and bounds
+//! (docs/design/engine-api.md). The bounds are checked once more here, so no byte outside
+//! the region is ever read or written. Every `unsafe` block carries a `// SAFETY:` comment.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +21,9 @@ pub struct RawMemory {
     len: usize,
 }
 
-// SAFETY: the region is plain memory owned by the application; the engine only touches it
-// while holding the device lock, so moving the handle to the device thread is sound.
+// SAFETY: the region is plain bytes with no thread affinity, owned by the application; the
+// registration contract keeps it valid for as long as the engine holds this value, and the
+// engine touches it only from the one thread that owns the device at a time.
 unsafe impl Send for RawMemory {}
 
 impl RawMemory {
@@ -27,7 +31,8 @@ impl RawMemory {
     ///
     /// # Safety
     /// `base..base + len` must stay mapped and writable (for regions the engine writes)
-    /// until this value is dropped (at `ibv_dereg_mr`).
+    /// until this value is dropped (the region is deregistered), and must not be accessed
+    /// through Rust references while the engine may touch it.
     pub unsafe fn new(base: *mut u8, len: usize) -> RawMemory {
         RawMemory { base, len }
     }

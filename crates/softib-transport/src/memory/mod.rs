@@ -4,6 +4,14 @@
 //! Every check is a pure function that returns the exact error before any byte moves; the
 //! data path calls `read`/`write`/atomics only with ranges a check accepted.
 
+mod fault;
+mod key;
+pub mod mw;
+
+pub use fault::{LocalAccessFault, RemoteAccessFault};
+pub(crate) use key::key_index;
+use key::{is_window_key, MW_INDEX_BASE};
+
 use crate::verbs::{AccessFlags, PdHandle, Sge};
 
 /// Byte storage behind a memory region. The engine checks bounds, keys and access flags
@@ -100,23 +108,6 @@ pub(crate) struct MemoryRegion {
     pub memory: Box<dyn Memory>,
 }
 
-/// Why a remote access was refused; each maps to a NAK code at the responder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemoteAccessFault {
-    /// No region has this R_Key (unknown index or wrong key byte), or it was invalidated.
-    BadRkey,
-    /// The region belongs to another PD than the QP.
-    PdMismatch,
-    /// [va, va+len) is not inside the region.
-    OutOfBounds,
-    /// The region lacks the access flag the operation needs.
-    AccessDenied,
-    /// An atomic's VA is not 8-byte aligned (IBA 9.4.5: invalid request, not access error).
-    Misaligned,
-    /// The R_Key names a type 2 window bound to another QP (IBA 10.6.7.3).
-    OtherQp,
-}
-
 /// Where an accepted remote access lands: the region (by its key) and the offset in it.
 /// For an R_Key naming a window, the region is the one the window lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,31 +118,13 @@ pub(crate) struct RemoteTarget {
     pub offset: usize,
 }
 
-/// Why a local SGE was refused (completion status LOC_PROT_ERR).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LocalAccessFault {
-    /// No region has this lkey.
-    BadLkey,
-    /// The region belongs to another PD than the QP.
-    PdMismatch,
-    /// The SGE leaves the region.
-    OutOfBounds,
-    /// The HCA must write but the region lacks LOCAL_WRITE.
-    NoLocalWrite,
-}
-
 /// The table of memory regions, indexed by the 24-bit index part of the key.
 #[derive(Default)]
 pub(crate) struct MrTable {
     slots: Vec<Option<MemoryRegion>>,
     live: u32,
     /// The memory windows (`mw.rs`), here because an R_Key may name either.
-    pub windows: crate::mw::MwTable,
-}
-
-/// The 24-bit index part of a key.
-pub(crate) fn key_index(key: u32) -> usize {
-    (key >> 8) as usize
+    pub windows: mw::MwTable,
 }
 
 impl MrTable {
@@ -183,7 +156,7 @@ impl MrTable {
         let index = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
-                if self.slots.len() >= crate::mw::MW_INDEX_BASE {
+                if self.slots.len() >= MW_INDEX_BASE {
                     return None;
                 }
                 self.slots.push(None);
@@ -244,7 +217,7 @@ impl MrTable {
         len: u64,
         need: AccessFlags,
     ) -> Result<RemoteTarget, RemoteAccessFault> {
-        if crate::mw::is_window_key(rkey) {
+        if is_window_key(rkey) {
             let (key, offset) = self.check_window(rkey, pd, qpn, va, len, need)?;
             return Ok(RemoteTarget { key, offset });
         }

@@ -15,16 +15,10 @@
 //! pools), so a key says by itself which table to look in. Every rule is a pure check on
 //! the tables that returns the exact fault before anything changes.
 
-use crate::memory::{key_index, MrTable, RemoteAccessFault};
+use super::fault::RemoteAccessFault;
+use super::key::{is_window_key, key_index, MW_INDEX_BASE};
+use super::MrTable;
 use crate::verbs::{AccessFlags, MwBind, MwType, PdHandle};
-
-/// The first 24-bit key index used for windows; region indexes stay below it.
-pub(crate) const MW_INDEX_BASE: usize = 1 << 23;
-
-/// True when `key` names a window rather than a region.
-pub(crate) fn is_window_key(key: u32) -> bool {
-    key_index(key) >= MW_INDEX_BASE
-}
 
 /// The rights a window may grant remotely (LOCAL_WRITE and MW_BIND mean nothing on a
 /// window and are ignored, as rxe ignores them).
