@@ -197,7 +197,24 @@ pub struct Transmit {
     /// False for everything someone is waiting for: a message's last or only packet, ACKs,
     /// NAKs, read requests, atomics and CNPs, which a driver should flush promptly.
     pub batchable: bool,
+    /// Set only by [`Device::poll_transmit_described`]: the payload is this many zero bytes,
+    /// not written into the buffer (whatever the buffer held there is still there).
+    pub zero_payload: Option<ZeroPayload>,
 }
+
+/// A payload of zero bytes that a packet carries by description rather than in its buffer
+/// ([`Device::poll_transmit_described`], [`Device::handle_packet_described`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZeroPayload {
+    /// Where the payload starts, in bytes from the BTH (the BTH and extension headers' length).
+    pub offset: usize,
+    /// Its length in bytes, without pad.
+    pub len: usize,
+}
+
+/// The zeros a described payload stands for; no packet's payload is longer than the largest
+/// MTU (IBA 9.6.2: PMTU at most 4096).
+static ZERO_PAYLOAD_BYTES: [u8; 4096] = [0; 4096];
 
 /// Device state the QPs share: everything except the QP table, so a QP can be borrowed
 /// mutably next to it.
@@ -210,6 +227,9 @@ pub(crate) struct Shared {
     pub events: VecDeque<AsyncEvent>,
     pub counters: DeviceCounters,
     pub cc: crate::cc::DeviceCc,
+    /// Set for the duration of [`Device::poll_transmit_described`]: producers leave a
+    /// payload that reads as zeros out of the buffer and say so in `Transmit::zero_payload`.
+    pub describe_zeros: bool,
 }
 
 impl Shared {
@@ -284,6 +304,7 @@ impl Device {
                 events: VecDeque::new(),
                 counters: DeviceCounters::default(),
                 cc: crate::cc::DeviceCc::default(),
+                describe_zeros: false,
             },
             qps: Vec::new(),
             retired: QpCounters::default(),
@@ -1429,6 +1450,43 @@ impl Device {
             self.sh.counters.malformed_drops += 1;
             return;
         };
+        self.handle_parsed(now, meta, &pkt);
+    }
+
+    /// [`Device::handle_packet`] for a packet from [`Device::poll_transmit_described`]:
+    /// with `zero_payload` set, the payload bytes in `packet` are not meaningful and the
+    /// packet is handled as if they were that many zeros. The description must be where
+    /// this device's parse of the headers puts the payload, exactly (offset after the BTH
+    /// and the extension headers the opcode implies, length without pad); a packet whose
+    /// description disagrees is dropped and counted as malformed, so a sender's placement
+    /// error cannot pass as data.
+    pub fn handle_packet_described(
+        &mut self,
+        now: Nanos,
+        meta: &RxMeta,
+        packet: &[u8],
+        zero_payload: Option<ZeroPayload>,
+    ) {
+        let Ok(mut pkt) = PacketRepr::parse(packet) else {
+            self.sh.counters.malformed_drops += 1;
+            return;
+        };
+        if let Some(z) = zero_payload {
+            if z.offset != pkt.header_len()
+                || z.len != pkt.payload.len()
+                || z.len > ZERO_PAYLOAD_BYTES.len()
+            {
+                self.sh.counters.malformed_drops += 1;
+                return;
+            }
+            pkt.payload = &ZERO_PAYLOAD_BYTES[..z.len];
+        }
+        self.handle_parsed(now, meta, &pkt);
+    }
+
+    /// Everything after the parse of an arriving packet.
+    fn handle_parsed(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
+        let pkt = *pkt;
         let dest = pkt.bth.dest_qp;
         let Some(i) = self.qp_index(dest) else {
             self.sh.counters.unknown_qp_drops += 1;
@@ -1542,6 +1600,26 @@ impl Device {
     /// Writes the next packet into `buf` (at least MTU + 64 bytes). Round-robin over QPs
     /// with work, in a deterministic order.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.sh.describe_zeros = false;
+        self.next_transmit(now, buf)
+    }
+
+    /// [`Device::poll_transmit`] for a driver that carries packets whose payload nobody
+    /// reads on the way (a simulator): a payload gathered entirely from memory that reads as
+    /// zeros ([`crate::Memory::reads_as_zeros`]) is not written into `buf`, and
+    /// `Transmit::zero_payload` says where it would be. Every check a copy makes (keys,
+    /// bounds, access rights) is made all the same. The driver must materialise those
+    /// zeros before anybody looks at the bytes, or hand the packet to a peer's
+    /// [`Device::handle_packet_described`] with the description.
+    pub fn poll_transmit_described(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.sh.describe_zeros = true;
+        let t = self.next_transmit(now, buf);
+        self.sh.describe_zeros = false;
+        t
+    }
+
+    /// The next packet, described or not as `Shared::describe_zeros` says.
+    fn next_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         let rounds = self.ready.len();
         for _ in 0..rounds {
             let i = self.ready.pop_front()? as usize;

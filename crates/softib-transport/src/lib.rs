@@ -35,7 +35,8 @@ pub mod verbs;
 
 pub use counters::{DeviceCounters, DriverDrop, QpCounters};
 pub use device::{
-    Device, DeviceConfig, LinkLayer, PathInfo, ResendPolicy, RxGrh, RxMeta, Transmit, FIRST_QPN,
+    Device, DeviceConfig, LinkLayer, PathInfo, ResendPolicy, RxGrh, RxMeta, Transmit, ZeroPayload,
+    FIRST_QPN,
 };
 pub use error::VerbsError;
 pub use events::AsyncEvent;

@@ -7,7 +7,7 @@ use softib_wire::{
     AethRepr, AtomicAckEthRepr, CreditCode, NakCode, Operation, PacketRepr, RnrTimer, Syndrome,
 };
 
-use crate::device::{RxMeta, Shared, Transmit};
+use crate::device::{RxMeta, Shared, Transmit, ZeroPayload};
 use crate::dma;
 use crate::emit;
 use crate::events::AsyncEvent;
@@ -653,6 +653,7 @@ impl Qp {
             dest,
             0,
         ));
+        let mut zero_payload = None;
         let len = match front {
             Response::Ack { psn, syndrome, msn } => {
                 let syndrome = if syndrome.is_ack() {
@@ -720,7 +721,14 @@ impl Qp {
                 if n > 0 {
                     match sh.mrs.get(key) {
                         Some(mr) if offset + n as u64 <= mr.memory.len() as u64 => {
-                            mr.memory.read(offset as usize, slot)
+                            if sh.describe_zeros && mr.memory.reads_as_zeros() {
+                                zero_payload = Some(ZeroPayload {
+                                    offset: head.len(),
+                                    len: n,
+                                });
+                            } else {
+                                mr.memory.read(offset as usize, slot)
+                            }
                         }
                         _ => {
                             // The region went away mid-stream: stop; the requester retries
@@ -756,6 +764,7 @@ impl Qp {
             path: self.path(),
             ecn_capable: true,
             batchable: false, // derived by Device::poll_transmit
+            zero_payload,
         })
     }
 }
