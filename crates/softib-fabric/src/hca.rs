@@ -15,7 +15,7 @@
 //! source, as an HCA's doorbell-driven send engine is.
 
 use crate::counters::PortCounters;
-use crate::packet::{Packet, PacketError, PacketMeta, PacketPool};
+use crate::packet::{Packet, PacketError, PacketMeta, PacketPool, ZeroSpan};
 use crate::port::{Port, Source};
 use crate::time::Picos;
 use crate::vlarb::VL15;
@@ -204,6 +204,9 @@ impl HcaTx<'_> {
         let mut meta = PacketMeta::new(out.dlid, self.lid, out.sl, vl, len);
         meta.flow = flow;
         meta.injected_at = self.now;
+        meta.zero_payload = out
+            .zero_payload
+            .filter(|z| z.offset as usize + z.len as usize <= out.len);
         // Small packets (ACKs) move to a buffer of their size instead of pinning an MTU one.
         let id = if crate::packet::same_class(len, max_len) {
             self.pool.get_mut(big).meta = meta;
@@ -211,7 +214,16 @@ impl HcaTx<'_> {
         } else {
             let small = self.pool.alloc(meta)?;
             let (src, dst) = self.pool.pair_mut(big, small);
-            dst.bytes_mut()[..out.len].copy_from_slice(&src.bytes()[..out.len]);
+            let (from, to) = (&src.bytes()[..out.len], &mut dst.bytes_mut()[..out.len]);
+            match meta.zero_payload {
+                // A described payload's bytes are not worth copying.
+                Some(z) => {
+                    let (start, end) = (z.offset as usize, z.offset as usize + z.len as usize);
+                    to[..start].copy_from_slice(&from[..start]);
+                    to[end..].copy_from_slice(&from[end..]);
+                }
+                None => to.copy_from_slice(from),
+            }
             self.pool.free(big);
             small
         };
@@ -236,6 +248,9 @@ pub struct Outgoing {
     pub sl: u8,
     /// A subnet-management packet (VL15) rather than data.
     pub management: bool,
+    /// Bytes the writer left out because they are zeros (a described payload, see
+    /// [`crate::packet`]), counted from the LRH; `None`: every byte is written.
+    pub zero_payload: Option<ZeroSpan>,
 }
 
 /// Producer and consumer of the packets of one HCA port.
@@ -247,6 +262,13 @@ pub trait Endpoint {
     /// A packet arrived intact (its CRCs checked if it was ever corrupted). The buffer goes
     /// back to the pool after the call.
     fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>);
+
+    /// Whether [`Endpoint::on_receive`] reads [`crate::packet::PacketMeta::zero_payload`]
+    /// and so may get a packet whose described zero payload is not in its bytes. False (the
+    /// default): the fabric writes the zeros before the call.
+    fn takes_described_payloads(&self) -> bool {
+        false
+    }
 
     /// When the endpoint next wants [`Endpoint::on_timer`], if ever.
     fn next_wakeup(&self) -> Option<Picos>;
