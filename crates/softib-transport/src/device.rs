@@ -1486,7 +1486,6 @@ impl Device {
 
     /// Everything after the parse of an arriving packet.
     fn handle_parsed(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
-        let pkt = *pkt;
         let dest = pkt.bth.dest_qp;
         let Some(i) = self.qp_index(dest) else {
             self.sh.counters.unknown_qp_drops += 1;
@@ -1543,25 +1542,25 @@ impl Device {
         if meta.ecn_ce {
             qp.counters.ecn_ce_received += 1;
         }
-        qp.cc_on_receive(now, meta, &pkt, &mut self.sh);
+        qp.cc_on_receive(now, meta, pkt, &mut self.sh);
         if pkt.bth.opcode.service() == Service::Cnp {
             qp.counters.cnps_received += 1;
         } else {
             match qp.qp_type {
-                QpType::Rc => qp.rc_handle_packet(now, meta, &pkt, &mut self.sh),
+                QpType::Rc => qp.rc_handle_packet(now, meta, pkt, &mut self.sh),
                 // An initiator only takes responses, a target only requests (Annex A14).
                 QpType::XrcSend if pkt.bth.opcode.is_response() => {
-                    qp.rc_handle_packet(now, meta, &pkt, &mut self.sh)
+                    qp.rc_handle_packet(now, meta, pkt, &mut self.sh)
                 }
                 QpType::XrcRecv if !pkt.bth.opcode.is_response() => {
-                    qp.xrc_target_request(meta, &pkt, &mut self.sh)
+                    qp.xrc_target_request(meta, pkt, &mut self.sh)
                 }
                 QpType::XrcSend | QpType::XrcRecv => {
                     self.sh.counters.wrong_service_drops += 1;
                 }
-                QpType::Uc => qp.uc_handle_packet(meta, &pkt, &mut self.sh),
+                QpType::Uc => qp.uc_handle_packet(meta, pkt, &mut self.sh),
                 QpType::Ud => {
-                    if qp.ud_handle_packet(meta, &pkt, &mut self.sh).is_err() {
+                    if qp.ud_handle_packet(meta, pkt, &mut self.sh).is_err() {
                         self.sh.counters.bad_qkey_drops += 1;
                     }
                 }
