@@ -19,7 +19,7 @@ use softib_wire::{Error as WireError, PacketRepr, Syndrome};
 /// Arguments of `softib decode`.
 #[derive(Debug, clap::Args)]
 pub struct DecodeArgs {
-    /// The capture to decode (pcap or pcapng; Ethernet, raw IP or LINKTYPE_INFINIBAND).
+    /// The capture to decode (pcap or pcapng; Ethernet, raw IP, LINKTYPE_INFINIBAND or ERF).
     pub file: PathBuf,
     /// Print one JSON object per packet instead of text.
     #[arg(long)]

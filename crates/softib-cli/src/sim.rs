@@ -88,13 +88,14 @@ pub struct SimArgs {
     #[arg(long, conflicts_with_all = ["sweep", "list"])]
     pub explain: bool,
     /// Capture the packets these HCAs receive (comma-separated names) into capture.pcap
-    /// (LINKTYPE_INFINIBAND, CRCs as on the wire; `softib decode` reads it).
+    /// (ERF records of type InfiniBand in LINKTYPE_ERF, which stock Wireshark opens; CRCs as
+    /// on the wire; `softib decode` reads it).
     #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
     pub pcap: Vec<String>,
     /// Capture what crosses these ports in both directions (NODE:PORT, comma-separated or
     /// repeated, switch ports too; adds to the scenario's `pcap_ports`) into capture.pcap.
-    /// Link-level flow-control packets are not captured (LINKTYPE_INFINIBAND has no way to
-    /// tell them from data packets); the counters give their number.
+    /// Link-level flow-control packets are not captured (tshark 4.0 cannot decode them,
+    /// see docs/design/fabric.md "Captures"); the counters give their number.
     #[arg(
         long = "pcap-port",
         value_name = "NODE:PORT,...",

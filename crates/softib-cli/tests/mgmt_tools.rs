@@ -426,6 +426,65 @@ fn perfquery_smpquery_ibroute_ibqueryerrors_match_the_model_and_replay() {
 }
 
 #[test]
+fn perfquery_reset_clears_the_counters_and_the_log_still_replays() {
+    require_tools();
+    let (fabric, sub) = model();
+    let s = serve();
+    let h6 = lid(&sub, "h6").to_string();
+    let leaf1 = lid(&sub, "leaf1").to_string();
+    let before = fabric.port_counters("leaf1", 5).unwrap();
+    assert!(before.port_xmit_data > 0, "leaf1:5 carried nothing");
+
+    // `perfquery -R LID PORT`: a PortCounters Set with every CounterSelect bit (and the
+    // extended Set with -x). Another port of the same switch keeps its counters.
+    ok(&s, &["perfquery", "-R", &h6, "1"]);
+    let out = ok(&s, &["perfquery", &h6, "1"]);
+    for f in [
+        "PortXmitData",
+        "PortXmitPkts",
+        "PortXmitWait",
+        "PortRcvData",
+    ] {
+        assert_eq!(field(&out, f), "0", "{f} after -R\n{out}");
+    }
+    let out = ok(&s, &["perfquery", "-x", &h6, "1"]);
+    assert_eq!(field(&out, "PortXmitData"), "0", "{out}");
+    ok(&s, &["perfquery", "-x", "-R", &leaf1, "5"]);
+    let out = ok(&s, &["perfquery", "-x", &leaf1, "5"]);
+    assert_eq!(field(&out, "PortXmitData"), "0", "{out}");
+    assert_eq!(field(&out, "PortXmitPkts"), "0", "{out}");
+    let untouched = fabric.port_counters("leaf1", 1).unwrap();
+    let out = ok(&s, &["perfquery", &leaf1, "1"]);
+    assert_eq!(
+        field(&out, "PortRcvData"),
+        untouched.port_rcv_data.to_string(),
+        "a Set on port 5 cleared port 1\n{out}"
+    );
+
+    // `perfquery -r` reads, then clears: it prints the counters as they were.
+    let h12 = lid(&sub, "h12").to_string();
+    let c = fabric.port_counters("h12", 1).unwrap();
+    let out = ok(&s, &["perfquery", "-r", &h12, "1"]);
+    assert_eq!(
+        field(&out, "PortXmitData"),
+        c.port_xmit_data.to_string(),
+        "{out}"
+    );
+    let out = ok(&s, &["perfquery", &h12, "1"]);
+    assert_eq!(field(&out, "PortXmitData"), "0", "{out}");
+
+    // The Sets are in the MAD log and replay bit for bit from a fresh snapshot.
+    let o = softib()
+        .args(["sim", SCENARIO, "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("identical"), "{text}");
+}
+
+#[test]
 fn opensm_sweeps_the_frozen_fabric_once_to_master() {
     require_tools();
     assert!(

@@ -548,15 +548,24 @@ fn pcap_of_chosen_ports_has_both_directions_and_tshark_reads_it() {
         frames.iter().all(|l| l.ends_with("icrc=ok vcrc=ok")),
         "{text}"
     );
-    // Nanosecond timestamps of simulated time, in order; the first is no earlier than the
-    // end of h0's first packet on its link (4138 bytes with the RETH: 331 ns at 100 Gb/s),
-    // the last within the run.
+    // Timestamps of simulated time, in order; the first is no earlier than the end of h0's
+    // first packet on its link (4138 bytes with the RETH: 331 ns at 100 Gb/s), the last
+    // within the run. The pcap record holds nanoseconds; the ERF record inside it
+    // (LINKTYPE_ERF, 197) holds the same instant as a 32-bit binary fraction of a second.
     let pcap = std::fs::read(out_dir.join("capture.pcap")).unwrap();
+    assert_eq!(u32::from_ne_bytes(pcap[20..24].try_into().unwrap()), 197);
     let mut times = Vec::new();
     let mut at = 24;
     while at + 16 <= pcap.len() {
         let word = |i: usize| u32::from_ne_bytes(pcap[at + i..at + i + 4].try_into().unwrap());
-        times.push(word(0) as u64 * 1_000_000_000 + word(4) as u64);
+        let ns = word(0) as u64 * 1_000_000_000 + word(4) as u64;
+        let erf = &pcap[at + 16..at + 16 + word(8) as usize];
+        assert_eq!(erf[8], 21, "ERF record type INFINIBAND");
+        let erf_ts = u64::from_le_bytes(erf[0..8].try_into().unwrap());
+        let erf_ns = ((erf_ts & 0xFFFF_FFFF) * 1_000_000_000) >> 32;
+        assert_eq!(erf_ts >> 32, 0, "the run lasts less than a second");
+        assert!(ns.abs_diff(erf_ns) <= 1, "pcap {ns} ns, ERF {erf_ns} ns");
+        times.push(ns);
         at += 16 + word(8) as usize;
     }
     assert_eq!(times.len(), frames.len());
@@ -564,19 +573,12 @@ fn pcap_of_chosen_ports_has_both_directions_and_tshark_reads_it() {
     assert!(times[0] >= 331, "{times:?}");
     assert!(*times.last().unwrap() <= 60_000, "{times:?}");
 
-    // tshark 4.0 does not map LINKTYPE_INFINIBAND (247): the same frames as LINKTYPE_USER0
-    // with Wireshark's `infiniband` dissector as its user DLT (softib_wire::pcap).
-    let mut pcap = pcap;
-    assert_eq!(u32::from_ne_bytes(pcap[20..24].try_into().unwrap()), 247);
-    pcap[20..24].copy_from_slice(&147u32.to_ne_bytes());
-    let user0 = dir.join("user0.pcap");
-    std::fs::write(&user0, &pcap).unwrap();
+    // Stock tshark 4.0 opens the capture as it is (no user DLT, no header edit): its ERF
+    // reader hands type-21 records to the `infiniband` dissector.
     let out = Command::new("tshark")
         .arg("-r")
-        .arg(&user0)
+        .arg(out_dir.join("capture.pcap"))
         .args([
-            "-o",
-            r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#,
             "-T",
             "fields",
             "-e",

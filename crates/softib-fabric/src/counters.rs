@@ -169,6 +169,144 @@ impl PortCounters {
     }
 }
 
+/// CounterSelect bits of the PortCounters attribute (IBA vol. 1 §16.1.3.5, Table 247): which
+/// counters a Set clears. Bit 0 of CounterSelect2 selects PortXmitWait.
+pub mod counter_select {
+    /// SymbolErrorCounter.
+    pub const SYMBOL_ERROR: u16 = 1 << 0;
+    /// LinkErrorRecoveryCounter.
+    pub const LINK_ERROR_RECOVERY: u16 = 1 << 1;
+    /// LinkDownedCounter.
+    pub const LINK_DOWNED: u16 = 1 << 2;
+    /// PortRcvErrors.
+    pub const RCV_ERRORS: u16 = 1 << 3;
+    /// PortRcvRemotePhysicalErrors.
+    pub const RCV_REMOTE_PHYSICAL_ERRORS: u16 = 1 << 4;
+    /// PortRcvSwitchRelayErrors.
+    pub const RCV_SWITCH_RELAY_ERRORS: u16 = 1 << 5;
+    /// PortXmitDiscards.
+    pub const XMIT_DISCARDS: u16 = 1 << 6;
+    /// PortXmitConstraintErrors.
+    pub const XMIT_CONSTRAINT_ERRORS: u16 = 1 << 7;
+    /// PortRcvConstraintErrors.
+    pub const RCV_CONSTRAINT_ERRORS: u16 = 1 << 8;
+    /// LocalLinkIntegrityErrors.
+    pub const LOCAL_LINK_INTEGRITY_ERRORS: u16 = 1 << 9;
+    /// ExcessiveBufferOverrunErrors.
+    pub const EXCESSIVE_BUFFER_OVERRUN_ERRORS: u16 = 1 << 10;
+    /// VL15Dropped.
+    pub const VL15_DROPPED: u16 = 1 << 11;
+    /// PortXmitData.
+    pub const XMIT_DATA: u16 = 1 << 12;
+    /// PortRcvData.
+    pub const RCV_DATA: u16 = 1 << 13;
+    /// PortXmitPkts.
+    pub const XMIT_PKTS: u16 = 1 << 14;
+    /// PortRcvPkts.
+    pub const RCV_PKTS: u16 = 1 << 15;
+    /// CounterSelect2 bit 0: PortXmitWait.
+    pub const SELECT2_XMIT_WAIT: u8 = 1 << 0;
+}
+
+/// CounterSelect bits of the PortCountersExtended attribute (IBA vol. 1 §16.1.4.11).
+pub mod extended_counter_select {
+    /// PortXmitData.
+    pub const XMIT_DATA: u16 = 1 << 0;
+    /// PortRcvData.
+    pub const RCV_DATA: u16 = 1 << 1;
+    /// PortXmitPkts.
+    pub const XMIT_PKTS: u16 = 1 << 2;
+    /// PortRcvPkts.
+    pub const RCV_PKTS: u16 = 1 << 3;
+    /// PortUnicastXmitPkts.
+    pub const UNICAST_XMIT_PKTS: u16 = 1 << 4;
+    /// PortUnicastRcvPkts.
+    pub const UNICAST_RCV_PKTS: u16 = 1 << 5;
+    /// PortMulticastXmitPkts.
+    pub const MULTICAST_XMIT_PKTS: u16 = 1 << 6;
+    /// PortMulticastRcvPkts.
+    pub const MULTICAST_RCV_PKTS: u16 = 1 << 7;
+}
+
+impl PortCounters {
+    /// Clears the counters a PortCounters Set selects (IBA §16.1.3.5): `select` is
+    /// CounterSelect, `select2` CounterSelect2.
+    ///
+    /// The model keeps one exact counter behind each classic field and its extended twin
+    /// (as ConnectX hardware does), so clearing PortXmitData here clears the extended
+    /// PortXmitData too. The per-VL transmit wait is a different attribute
+    /// (PortVLXmitWaitCounters) and is left alone.
+    pub fn clear_selected(&mut self, select: u16, select2: u8) {
+        use counter_select as s;
+        let fields: [(u16, &mut u64); 16] = [
+            (s::SYMBOL_ERROR, &mut self.symbol_error_counter),
+            (
+                s::LINK_ERROR_RECOVERY,
+                &mut self.link_error_recovery_counter,
+            ),
+            (s::LINK_DOWNED, &mut self.link_downed_counter),
+            (s::RCV_ERRORS, &mut self.port_rcv_errors),
+            (
+                s::RCV_REMOTE_PHYSICAL_ERRORS,
+                &mut self.port_rcv_remote_physical_errors,
+            ),
+            (
+                s::RCV_SWITCH_RELAY_ERRORS,
+                &mut self.port_rcv_switch_relay_errors,
+            ),
+            (s::XMIT_DISCARDS, &mut self.port_xmit_discards),
+            (
+                s::XMIT_CONSTRAINT_ERRORS,
+                &mut self.port_xmit_constraint_errors,
+            ),
+            (
+                s::RCV_CONSTRAINT_ERRORS,
+                &mut self.port_rcv_constraint_errors,
+            ),
+            (
+                s::LOCAL_LINK_INTEGRITY_ERRORS,
+                &mut self.local_link_integrity_errors,
+            ),
+            (
+                s::EXCESSIVE_BUFFER_OVERRUN_ERRORS,
+                &mut self.excessive_buffer_overrun_errors,
+            ),
+            (s::VL15_DROPPED, &mut self.vl15_dropped),
+            (s::XMIT_DATA, &mut self.port_xmit_data),
+            (s::RCV_DATA, &mut self.port_rcv_data),
+            (s::XMIT_PKTS, &mut self.port_xmit_pkts),
+            (s::RCV_PKTS, &mut self.port_rcv_pkts),
+        ];
+        for (bit, counter) in fields {
+            if select & bit != 0 {
+                *counter = 0;
+            }
+        }
+        if select2 & s::SELECT2_XMIT_WAIT != 0 {
+            self.xmit_wait_ps = 0;
+        }
+    }
+
+    /// Clears the counters a PortCountersExtended Set selects (IBA §16.1.4.11). The model
+    /// has no multicast, so its unicast packet counters are its packet counters: clearing
+    /// either clears both; the multicast bits clear nothing (they always read 0).
+    pub fn clear_selected_extended(&mut self, select: u16) {
+        use extended_counter_select as e;
+        if select & e::XMIT_DATA != 0 {
+            self.port_xmit_data = 0;
+        }
+        if select & e::RCV_DATA != 0 {
+            self.port_rcv_data = 0;
+        }
+        if select & (e::XMIT_PKTS | e::UNICAST_XMIT_PKTS) != 0 {
+            self.port_xmit_pkts = 0;
+        }
+        if select & (e::RCV_PKTS | e::UNICAST_RCV_PKTS) != 0 {
+            self.port_rcv_pkts = 0;
+        }
+    }
+}
+
 /// Words counted by PortXmitData/PortRcvData for a data packet of `len` bytes LRH through
 /// VCRC: the VCRC is excluded.
 pub fn data_words(len: u16) -> u64 {
@@ -195,6 +333,66 @@ mod tests {
         assert_eq!(k.link_downed_counter, 255);
         assert_eq!(k.excessive_buffer_overrun_errors, 15);
         assert_eq!(k.port_xmit_wait, 10);
+    }
+
+    fn busy_port() -> PortCounters {
+        PortCounters {
+            port_xmit_data: 100,
+            port_rcv_data: 200,
+            port_xmit_pkts: 3,
+            port_rcv_pkts: 4,
+            xmit_wait_ps: 5_000,
+            vl_xmit_wait_ps: [7; 16],
+            symbol_error_counter: 1,
+            port_rcv_errors: 2,
+            vl15_dropped: 6,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_set_clears_only_the_selected_counters() {
+        let mut c = busy_port();
+        c.clear_selected(counter_select::XMIT_DATA | counter_select::RCV_ERRORS, 0);
+        assert_eq!(c.port_xmit_data, 0);
+        assert_eq!(c.port_rcv_errors, 0);
+        assert_eq!(c.port_rcv_data, 200);
+        assert_eq!(c.symbol_error_counter, 1);
+        assert_eq!(c.vl15_dropped, 6);
+        assert_eq!(c.xmit_wait_ps, 5_000, "PortXmitWait needs CounterSelect2");
+        c.clear_selected(0, counter_select::SELECT2_XMIT_WAIT);
+        assert_eq!(c.xmit_wait_ps, 0);
+        assert_eq!(c.vl_xmit_wait_ps, [7; 16], "a different attribute");
+        let mut all = busy_port();
+        all.clear_selected(u16::MAX, u8::MAX);
+        assert_eq!(all.errors(), 0);
+        assert_eq!(
+            (
+                all.port_xmit_data,
+                all.port_rcv_data,
+                all.port_xmit_pkts,
+                all.port_rcv_pkts
+            ),
+            (0, 0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn an_extended_set_clears_data_and_packets_with_unicast_as_packets() {
+        let mut c = busy_port();
+        c.clear_selected_extended(extended_counter_select::UNICAST_RCV_PKTS);
+        assert_eq!((c.port_rcv_pkts, c.port_xmit_pkts), (0, 3));
+        c.clear_selected_extended(extended_counter_select::MULTICAST_XMIT_PKTS);
+        assert_eq!(
+            c.port_xmit_pkts, 3,
+            "multicast counters are not the packet counters"
+        );
+        c.clear_selected_extended(extended_counter_select::RCV_DATA);
+        assert_eq!((c.port_rcv_data, c.port_xmit_data), (0, 100));
+        assert_eq!(
+            c.symbol_error_counter, 1,
+            "the extended Set touches no error counter"
+        );
     }
 
     #[test]

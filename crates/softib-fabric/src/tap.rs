@@ -9,7 +9,7 @@
 //!
 //! Link-level flow-control packets (IBA 7.9.4) are not handed to the tap. On the wire a link
 //! packet is told from a data packet by its start delimiter (SLP rather than SDP, IBA
-//! 6.5.3), which `LINKTYPE_INFINIBAND` (LRH first) has no field for: the 6 bytes of an FCP
+//! 6.5.3), which an LRH-first capture format has no field for: the 6 bytes of an FCP
 //! with Op 0 would read as an LRH on VL0 and be decoded as garbage (tshark 4.0's
 //! `infiniband` dissector reports them malformed; its `infiniband_link` dissector is reached
 //! only from ERF's link record type, and fed the 6 bytes through a user DLT it reports

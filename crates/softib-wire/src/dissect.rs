@@ -6,6 +6,7 @@
 
 use std::net::IpAddr;
 
+use crate::erf::{self, ErfType};
 use crate::native::NativePacket;
 use crate::packet::PacketRepr;
 use crate::pcap::LinkType;
@@ -58,6 +59,18 @@ pub fn dissect(linktype: LinkType, frame: &[u8]) -> Result<Dissection<'_>> {
         LinkType::Ethernet => Encapsulation::RoceV2(RoceFrame::parse_ethernet(frame)?),
         LinkType::Raw => Encapsulation::RoceV2(RoceFrame::parse_ip(frame)?),
         LinkType::InfiniBand => Encapsulation::Native(NativePacket::parse(frame)?),
+        LinkType::Erf => {
+            let record = erf::parse(frame)?;
+            match record.ty {
+                ErfType::InfiniBand => Encapsulation::Native(NativePacket::parse(record.packet)?),
+                ErfType::InfiniBandLink => {
+                    return Err(Error::NotInfiniBand("an InfiniBand link packet"))
+                }
+                ErfType::Other(_) => {
+                    return Err(Error::NotInfiniBand("ERF record type is not decoded"))
+                }
+            }
+        }
         LinkType::Other(_) => return Err(Error::NotInfiniBand("link type is not decoded")),
     };
     let transport = match &encapsulation {

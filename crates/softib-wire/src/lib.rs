@@ -19,6 +19,7 @@ pub mod dissect;
 pub mod error;
 
 // Link and network layer (LRH, GRH, Ethernet/IP/UDP, CRCs, encapsulation, pcap).
+pub mod erf;
 pub mod ethernet;
 pub mod flow_control;
 pub mod grh;

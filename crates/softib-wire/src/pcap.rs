@@ -8,11 +8,12 @@
 //! [`LinkType::Other`] so a decoder can skip and count those frames.
 //!
 //! Wireshark 4.0's pcap reader does not map link type 247 to its InfiniBand dissector
-//! ("network type 247 unknown or unsupported"); `softib decode` reads such files itself. To
-//! look at native packets in that Wireshark, write them with `LinkType::Other(147)`
-//! (`LINKTYPE_USER0`) and run it with
+//! ("network type 247 unknown or unsupported"); `softib decode` reads such files itself.
+//! For native packets that Wireshark opens as they are, write `LINKTYPE_ERF` (197) with each
+//! packet in an ERF record of type INFINIBAND ([`crate::erf`]), as the simulator's captures
+//! do. The other way is `LinkType::Other(147)` (`LINKTYPE_USER0`) read with
 //! `-o 'uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0",""'` (the conformance test
-//! `tests/wireshark_encap.rs` does exactly that).
+//! `tests/wireshark_encap.rs` does that).
 //!
 //! A damaged file gives a [`PcapError`] that names the record and what is wrong; the reader
 //! never panics and stops after the first error. Reading is not on the per-packet fast path
@@ -35,6 +36,9 @@ pub enum LinkType {
     Raw,
     /// `LINKTYPE_INFINIBAND` (247): native IB packets, LRH through VCRC.
     InfiniBand,
+    /// `LINKTYPE_ERF` (197): ERF records ([`crate::erf`]); softib writes native IB packets
+    /// as records of type INFINIBAND, which stock Wireshark decodes.
+    Erf,
     /// Any other link type, by number.
     Other(u32),
 }
@@ -46,6 +50,7 @@ impl LinkType {
             LinkType::Ethernet => 1,
             LinkType::Raw => 101,
             LinkType::InfiniBand => 247,
+            LinkType::Erf => 197,
             LinkType::Other(v) => v,
         }
     }
@@ -56,6 +61,7 @@ impl LinkType {
             1 => LinkType::Ethernet,
             101 | 12 | 14 => LinkType::Raw,
             247 => LinkType::InfiniBand,
+            197 => LinkType::Erf,
             other => LinkType::Other(other),
         }
     }

@@ -1,8 +1,13 @@
 //! A pcap of what chosen HCAs receive and of what crosses chosen ports in both directions
-//! (switch ports included; see [`softib_fabric::tap`]), as `LINKTYPE_INFINIBAND`: LRH through VCRC,
-//! with the ICRC and VCRC materialised as the link carried them, timestamped with the
-//! simulated time the packet's last byte crossed the port (nanosecond pcap). `softib
-//! decode` reads it; see `softib_wire::pcap` for Wireshark.
+//! (switch ports included; see [`softib_fabric::tap`]): LRH through VCRC, with the ICRC and
+//! VCRC materialised as the link carried them, timestamped with the simulated time the
+//! packet's last byte crossed the port.
+//!
+//! Each packet is an ERF record of type INFINIBAND in a `LINKTYPE_ERF` pcap
+//! ([`softib_wire::erf`]), because that is what stock Wireshark and tshark 4.0 open as it
+//! is: they map the plain `LINKTYPE_INFINIBAND` (247) to no dissector. The ERF timestamp
+//! keeps the simulated time to 2^-32 s (the pcap record's own, nanoseconds, is the same
+//! instant rounded down). `softib decode` reads it too.
 //!
 //! The capture is kept in memory and written with the report, frames in time order (a port
 //! tap sees a packet it receives only after later packets it sent have been recorded);
@@ -14,6 +19,7 @@ use softib_fabric::hca::{Endpoint, HcaTx};
 use softib_fabric::packet::Packet;
 use softib_fabric::tap::WireTap;
 use softib_fabric::time::Picos;
+use softib_wire::erf::{self, ErfType};
 use softib_wire::pcap::{CaptureWriter, LinkType};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -74,18 +80,31 @@ impl Capture {
         let data = std::mem::take(&mut self.data);
         index.sort_unstable_by_key(|&(at, seq, _, _)| (at, seq));
         let mut w = CaptureWriter::new(
-            Vec::with_capacity(24 + data.len() + 16 * index.len()),
-            LinkType::InfiniBand,
+            Vec::with_capacity(24 + data.len() + 32 * index.len()),
+            LinkType::Erf,
         )
         .expect("writing a pcap header into memory cannot fail");
+        let mut record = Vec::new();
         for (at, _, a, b) in index {
             let ts = Duration::new(
                 at / 1_000_000_000_000,
                 ((at % 1_000_000_000_000) / 1000) as u32,
             );
-            // Frames are at most 8,190 bytes, under the snap length, and simulated time
-            // stays far below the year 2106: this cannot fail.
-            if w.write(ts, &data[a..b]).is_err() {
+            let frame = &data[a..b];
+            // Frames are at most 8,190 bytes, far under ERF's 16-bit record length and the
+            // snap length, and simulated time stays below the year 2106: neither fails.
+            let Some(header) = erf::header(
+                erf::timestamp_from_picos(at),
+                ErfType::InfiniBand,
+                frame.len(),
+            ) else {
+                self.dropped += 1;
+                continue;
+            };
+            record.clear();
+            record.extend_from_slice(&header);
+            record.extend_from_slice(frame);
+            if w.write(ts, &record).is_err() {
                 self.dropped += 1;
             }
         }
