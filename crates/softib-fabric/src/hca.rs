@@ -204,9 +204,10 @@ impl HcaTx<'_> {
         let mut meta = PacketMeta::new(out.dlid, self.lid, out.sl, vl, len);
         meta.flow = flow;
         meta.injected_at = self.now;
-        meta.zero_payload = out
-            .zero_payload
-            .filter(|z| z.offset as usize + z.len as usize <= out.len);
+        // Kept even if it reaches past what was written: the zeros are then written up to
+        // the packet's end when materialised, and the receiving engine, whose parse puts the
+        // payload elsewhere, drops the packet as malformed rather than taking stale bytes.
+        meta.zero_payload = out.zero_payload;
         // Small packets (ACKs) move to a buffer of their size instead of pinning an MTU one.
         let id = if crate::packet::same_class(len, max_len) {
             self.pool.get_mut(big).meta = meta;
@@ -218,7 +219,8 @@ impl HcaTx<'_> {
             match meta.zero_payload {
                 // A described payload's bytes are not worth copying.
                 Some(z) => {
-                    let (start, end) = (z.offset as usize, z.offset as usize + z.len as usize);
+                    let end = (z.offset as usize + z.len as usize).min(out.len);
+                    let start = (z.offset as usize).min(end);
                     to[..start].copy_from_slice(&from[..start]);
                     to[end..].copy_from_slice(&from[end..]);
                 }

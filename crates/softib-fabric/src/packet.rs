@@ -353,6 +353,38 @@ mod tests {
     }
 
     #[test]
+    fn a_described_payload_is_written_exactly_where_it_is_described() {
+        let mut pool = PacketPool::new();
+        let id = pool.alloc(PacketMeta::new(1, 2, 0, 0, 100)).unwrap();
+        let p = pool.get_mut(id);
+        p.bytes_mut().fill(0xEE);
+        p.meta.zero_payload = Some(ZeroSpan {
+            offset: 20,
+            len: 64,
+        });
+        let mut image = Vec::new();
+        crate::crc::wire_image(p, &mut image);
+        p.materialize_payload();
+        assert_eq!(p.meta.zero_payload, None);
+        let b = p.bytes();
+        assert!(b[..20].iter().all(|&x| x == 0xEE));
+        assert!(b[20..84].iter().all(|&x| x == 0));
+        assert!(b[84..].iter().all(|&x| x == 0xEE));
+        // The wire image shows the same zeros (its first byte carries the VL nibble from
+        // `meta`, its last six the CRCs).
+        assert_eq!(image[1..94], b[1..94]);
+        // Twice is once; a span past the end stops at the end.
+        p.materialize_payload();
+        p.meta.zero_payload = Some(ZeroSpan {
+            offset: 90,
+            len: 64,
+        });
+        p.materialize_payload();
+        assert!(p.bytes()[90..].iter().all(|&x| x == 0));
+        assert_eq!(p.bytes()[89], 0xEE);
+    }
+
+    #[test]
     fn rejects_impossible_lengths() {
         let mut pool = PacketPool::new();
         assert!(matches!(
