@@ -3,10 +3,12 @@
 # installs what the oracle needs, builds its guest image with the oracle's own build.sh
 # (about 90 s with downloads; a no-op when /var/tmp/rxe-vm is up to date), then runs the
 # representative subset (interop/run.sh --subset ci: every tool family in both directions,
-# MTU 1024 and 4096, the RC cases with 3 % loss). Any missing piece is an error: the suite
-# never passes without having run.
+# MTU 1024 and 4096, the RC cases with 3 % loss, and rdma_cm both ways: perftest -R, and in
+# the shim pass rping, ucmatose, riostream and rping under loss). Any missing piece is an
+# error: the suite never passes without having run.
 # The full matrix: interop/run.sh --subset full --doc docs/interop.md
-# Measured (2-core machine shared with other jobs): CI subset 7.5 min, full matrix ~10 min.
+# Measured (2-core machine shared with other jobs): CI subset 7.5 min, full matrix ~10 min;
+# the rdma_cm cases add about 2 min over both passes (interop/differences.md, "CI").
 set -euo pipefail
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 cd "$REPO"

@@ -2,7 +2,9 @@
 """report.py OUTDIR [--doc FILE]
 
 Judges every case of an interop/run.sh run and prints the matrix; with --doc, writes it as
-markdown (docs/interop.md). A case passes when both sides exited 0 and both of its captures
+markdown (docs/interop.md). A case passes when both sides exited 0, the rdma_cm tools' outputs show their work
+(work_check: pings verified, perftest iterations, riostream's verified row, ucmatose's
+transfers), and both of its captures
 (softib's --pcap tap and the bridge capture cut per case) hold at least one RoCEv2 packet,
 every one parsed and with a valid ICRC. Exit status 0 only if every case of every group
 passed and no group is missing its results.
@@ -12,7 +14,7 @@ import re
 import sys
 
 GROUP_TEXT = {
-    "base": "IB MTU 1024 (guest NIC MTU 1500), no loss",
+    "base": "IB MTU 1024 (guest NIC MTU 1500), no loss; the -cm, rping, ucmatose and riostream cases connect through rdma_cm",
     "mtu4096": "IB MTU 4096 (guest NIC MTU 4200), no loss",
     "loss": "IB MTU 1024, 3 % of RoCEv2 datagrams dropped each way (netem in the guest, nftables on the host)",
 }
@@ -66,6 +68,72 @@ def figures(name, text):
     if m and u:
         return f"{m.group(1)} Mbit/s, {u.group(1)} us/iter"
     return ""
+
+
+def opt(cmd, flag):
+    """The value after FLAG in a command line, or None."""
+    words = cmd.split()
+    return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+
+def perftest_row(text):
+    """perftest's result row (the line after "#bytes ...") as numbers, or None."""
+    lines = text.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.strip().startswith("#bytes") and i + 1 < len(lines):
+            try:
+                return [float(c) for c in lines[i + 1].split()]
+            except ValueError:
+                return None
+    return None
+
+
+def stream_rows(text):
+    """rstream/riostream result rows: name, bytes, xfers, iters, total, time, Gb/sec, usec/xfer."""
+    rows = []
+    for ln in text.splitlines():
+        c = ln.split()
+        if len(c) == 8 and c[0] != "name":
+            try:
+                rows.append((c[0], float(c[6])))
+            except ValueError:
+                pass
+    return rows
+
+
+def work_check(name, role, gcmd, hcmd, gout, hout):
+    """For the rdma_cm cases: (ok, text) from what the tools say they did, beyond their exit
+    status; (True, "") for the other cases. ROLE is the guest's."""
+    tool = name.split("-")[0]
+    if role == "server":
+        server, client, ccmd = gout, hout, hcmd
+    else:
+        server, client, ccmd = hout, gout, gcmd
+    if tool == "rping":
+        want = int(opt(ccmd, "-C") or 0)
+        pings = len(re.findall(r"^ping data: rdma-ping-", client, re.M))
+        served = len(re.findall(r"^server ping data: rdma-ping-", server, re.M))
+        ok = want > 0 and pings == want and served == want and "data mismatch" not in client
+        return ok, f"{pings}/{want} pings verified, {served} served"
+    if name.endswith("-cm"):
+        size, iters = float(opt(ccmd, "-s")), float(opt(ccmd, "-n"))
+        row = perftest_row(client)
+        ok = bool(row) and len(row) >= 5 and row[0] == size and row[1] == iters and row[3] > 0
+        if not row:
+            return False, "no result row"
+        if "_lat" in name:
+            # #bytes #iterations t_min t_max t_typical ...
+            return ok, f"{int(row[1])}x{int(row[0])} B, t_typical {row[4]} us"
+        return ok, f"{int(row[1])}x{int(row[0])} B, {row[3]} MB/s"
+    if tool == "ucmatose":
+        ok = all("data transfers complete" in t and "return status 0" in t for t in (server, client))
+        return ok, "transfers complete both sides" if ok else "transfers incomplete"
+    if tool == "riostream":
+        rows = [stream_rows(t) for t in (server, client)]
+        bad = any("verification failed" in t for t in (server, client))
+        ok = all(len(r) == 1 and r[0][1] > 0 for r in rows) and not bad
+        return ok, (f"verified, {rows[1][0][1]} Gb/s" if ok else "no verified result row")
+    return True, ""
 
 
 def counter_deltas(vm, tag):
@@ -132,25 +200,31 @@ def main():
                 hrc = read(os.path.join(gdir, tag + ".host.rc")).strip() or "none"
                 hok, htext, _ = decode_verdict(os.path.join(gdir, tag + ".host"))
                 bok, btext, bout = decode_verdict(os.path.join(gdir, "bridge", tag))
-                ok = grc == "0" and hrc == "0" and hok and bok
                 gout = read(os.path.join(vm, tag + ".guest.out"))
                 hout = read(os.path.join(gdir, tag + ".host.out"))
+                wok, wtext = work_check(name, role, gcmd, hcmd, gout, hout)
+                ok = grc == "0" and hrc == "0" and hok and bok and wok
                 attempts.append(dict(grc=grc, hrc=hrc, htext=htext, btext=btext, ok=ok, bout=bout,
-                                     gout=gout, hout=hout, rxe=counter_deltas(vm, tag)))
+                                     gout=gout, hout=hout, rxe=counter_deltas(vm, tag),
+                                     wtext=wtext))
                 k += 1
             if not attempts:
                 attempts.append(dict(grc="none", hrc="none", htext="no capture", btext="no capture",
-                                     ok=False, bout="", gout="", hout="", rxe=""))
+                                     ok=False, bout="", gout="", hout="", rxe="", wtext=""))
             last = attempts[-1]
             ok = last["ok"]
             passed += ok
             allok &= ok
             gtool = gcmd.split()[0] + (" (server)" if role == "server" else " (client)")
-            htool = "softib " + hcmd.split()[0] + (" (client)" if role == "server" else " (server)")
+            hwords = hcmd.split()
+            # "run --addr {SELF} -- TOOL ...": a stock tool through softib run
+            htool = (hwords[hwords.index("--") + 1] + " via softib run" if hwords[0] == "run" and "--" in hwords
+                     else "softib " + hwords[0]) + (" (client)" if role == "server" else " (server)")
             verdict = "PASS" if ok else "**FAIL**"
             if len(attempts) > 1:
                 verdict += f" (attempt {len(attempts)})"
-            md.append(f"| {cid} | `{gtool}` rc={last['grc']} | `{htool}` rc={last['hrc']} | {verdict} | {last['htext']} | {last['btext']} | {naks(last['bout'])} | {figures(name, last['gout'])} | {figures(name, last['hout'])} |")
+            work = f" ({last['wtext']})" if last["wtext"] else ""
+            md.append(f"| {cid} | `{gtool}` rc={last['grc']} | `{htool}` rc={last['hrc']} | {verdict}{work} | {last['htext']} | {last['btext']} | {naks(last['bout'])} | {figures(name, last['gout'])} | {figures(name, last['hout'])} |")
             for i, a in enumerate(attempts[:-1] if ok else attempts, 1):
                 if a["ok"]:
                     continue
@@ -160,24 +234,32 @@ def main():
                             if re.search(r"error|fail|can't|couldn't|exceeded|unable", l, re.I)]
                     if errs:
                         why.append(f"{label}: {errs[-1]}")
+                if a["wtext"]:
+                    why.append(f"work: {a['wtext']}")
                 failures.append(f"- {g}/{cid} attempt {i}: guest rc={a['grc']}, softib rc={a['hrc']}, "
                                 f"softib capture [{a['htext']}], bridge [{a['btext']}]"
                                 + ("; " + "; ".join(f"`{w}`" for w in why) if why else "")
                                 + (f"; rxe counters: {a['rxe']}" if a["rxe"] else ""))
             print(f"{'PASS' if ok else 'FAIL'} {g}/{cid} ({len(attempts)} attempt(s)): guest rc={last['grc']} "
-                  f"softib rc={last['hrc']} softib-pcap[{last['htext']}] bridge-pcap[{last['btext']}]")
+                  f"softib rc={last['hrc']} softib-pcap[{last['htext']}] bridge-pcap[{last['btext']}]"
+                  + (f" work[{last['wtext']}]" if last["wtext"] else ""))
             if not ok:
                 for label, text in (("guest", last["gout"]), ("softib", last["hout"])):
                     tail = "\n      ".join(text.strip().splitlines()[-6:])
                     print(f"    {label}: {tail}")
-        md.append("\nCommands (guest, then softib; the client adds `-p PORT SERVER`, the softib server `--bind 10.99.0.254`):\n")
+        md.append("\nCommands (guest, then softib; the client adds `-p PORT SERVER`, the softib server "
+                  "`--bind 10.99.0.254`; a template with `{PORT}` is run as written, with {SELF} the "
+                  "side's own address and {PEER} the other's):\n")
         seen = set()
         for ln in cases_tsv.splitlines():
             cid, name, port, role, gcmd, hcmd = ln.split("\t")
-            if name in seen:
+            templ = "{PORT}" in gcmd
+            key = (name, role) if templ else name
+            if key in seen:
                 continue
-            seen.add(name)
-            md.append(f"- {name}: `{gcmd}` / `softib {hcmd}`")
+            seen.add(key)
+            label = f"{name} ({'rxe' if role == 'server' else 'softib'} server)" if templ else name
+            md.append(f"- {label}: `{gcmd}` / `softib {hcmd}`")
     print("\n".join(failures))
     print(f"{passed}/{total} runs passed; elapsed {info.get('elapsed', '?')} s")
     if total == 0:

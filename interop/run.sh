@@ -5,11 +5,15 @@
 # (10.99.0.254) and the stock tool (ibv_rc_pingpong, perftest) runs in a qemu guest with
 # rdma_rxe (10.99.0.1); every case runs in both directions (the guest as server, then the
 # guest as client). Groups of cases share one guest boot:
-#   base     IB MTU 1024 (guest NIC MTU 1500): pingpong sizes, every perftest tool
+#   base     IB MTU 1024 (guest NIC MTU 1500): pingpong sizes, every perftest tool, and
+#            rdma_cm both ways (rping, ucmatose, riostream, perftest -R)
 #   mtu4096  IB MTU 4096 (guest NIC MTU 4200)
 #   loss     IB MTU 1024, 3 % of RoCEv2 datagrams dropped in both directions (netem in the
-#            guest, nftables on the host; UDP port 4791 only): the RC cases
-# Each case passes when both sides exit 0 and both its captures (softib's --pcap tap, and
+#            guest, nftables on the host; UDP port 4791 only): the RC cases, and rping
+#            over rdma_cm (its CM MADs are dropped too)
+# Each case passes when both sides exit 0, the tools' outputs show the work done (report.py:
+# rping's pings, perftest's iterations, riostream's rows, ucmatose's completions), and both
+# its captures (softib's --pcap tap, and
 # the guest bridge capture cut per case) decode with `softib decode`: at least one RoCEv2
 # packet, every one parsed, every ICRC valid.
 #
@@ -76,13 +80,39 @@ mkdir -p "$OUT" || die "cannot create $OUT"
 OUT=$(readlink -f "$OUT")
 
 # ------------------------------------------------------------------ cases
-# case GROUP NAME "GUEST TOOL ARGS" "SOFTIB SUBCOMMAND ARGS": both directions.
+# case_ GROUP NAME "GUEST TOOL ARGS" "SOFTIB SUBCOMMAND ARGS": both directions; each side
+# adds "-p PORT" (and the client the server's address, the softib server --bind).
+# cm_case GROUP NAME "GUEST SERVER" "SOFTIB CLIENT" "GUEST CLIENT" "SOFTIB SERVER": the
+# rdma_cm cases, whose tools spell server and client differently. Their commands are
+# templates (guest-side.sh and host-side.sh fill in {PORT}, {SELF}, {PEER} and {PCAP}, and
+# add nothing). A softib command that begins with "run " runs a stock tool through
+# `softib run` (the verbs shim with its librdmacm); such a case runs only in the shim pass
+# (--softib interop/shim-as-softib.sh), as it would be the same in both passes.
 PP="ibv_rc_pingpong -d rxe0 -g 1"
 PT="-d rxe0 -x 1"
 declare -A GROUP_CASES
 case_() {
     local g=$1 name=$2 gcmd=$3 hcmd=$4
-    GROUP_CASES[$g]+="$name"$'\t'"$gcmd"$'\t'"$hcmd"$'\n'
+    GROUP_CASES[$g]+="$name"$'\t'"$gcmd"$'\t'"$hcmd"$'\t'"$gcmd"$'\t'"$hcmd"$'\n'
+}
+cm_case() {
+    local g=$1 name=$2 gserver=$3 hclient=$4 gclient=$5 hserver=$6
+    GROUP_CASES[$g]+="$name"$'\t'"$gserver"$'\t'"$hclient"$'\t'"$gclient"$'\t'"$hserver"$'\n'
+}
+# The stock rdma_cm tools, the same on both sides (the softib side through softib run).
+# cm_tool GROUP NAME "SERVER ARGS" "CLIENT ARGS" (templates as above; TOOL is NAME's first
+# word before "-").
+cm_tool() {
+    local g=$1 name=$2 sargs=$3 cargs=$4 tool=${2%%-*}
+    cm_case "$g" "$name" "$tool $sargs" "run --addr {SELF} -- $tool $cargs" \
+        "$tool $cargs" "run --addr {SELF} -- $tool $sargs"
+}
+# perftest -R: the exchange and the test QPs both connect through rdma_cm.
+# cm_perftest GROUP NAME TOOL "ARGS"
+cm_perftest() {
+    local g=$1 name=$2 tool=$3 a=$4 sub=${3#ib_}
+    cm_case "$g" "$name" "$tool -R -d rxe0 $a -p {PORT}" "${sub//_/-} -R $a -p {PORT} --bind {SELF} --pcap {PCAP} {PEER}" \
+        "$tool -R -d rxe0 $a -p {PORT} {PEER}" "${sub//_/-} -R $a -p {PORT} --bind {SELF} --pcap {PCAP}"
 }
 # base: IB MTU 1024
 for s in 1 4096 65536; do
@@ -118,16 +148,34 @@ case_ loss atomic_bw-cas  "ib_atomic_bw $PT -A CMP_AND_SWAP -n 300"   "atomic-bw
 case_ loss write_lat-rc   "ib_write_lat $PT -s 64 -n 300"             "write-lat -x 1 -s 64 -n 300"
 case_ loss send_lat-rc    "ib_send_lat $PT -s 64 -n 300"              "send-lat -x 1 -s 64 -n 300"
 
+# rdma_cm: the stock rdma_cm programs and perftest -R, in base (no guest boot of their own:
+# CI time). Each checks its data:
+# rping -V compares every ping read back, riostream -T v every byte, ucmatose counts its
+# messages; report.py also counts rping's pings and perftest's iterations.
+cm_tool base rping "-s -a {SELF} -p {PORT} -C 100 -v -V" "-c -a {PEER} -p {PORT} -C 100 -v -V"
+cm_perftest base write_bw-cm ib_write_bw "-s 65536 -n 100"
+cm_perftest base read_bw-cm ib_read_bw "-s 65536 -n 100"
+cm_perftest base send_bw-cm ib_send_bw "-s 65536 -n 100"
+cm_perftest base send_lat-cm ib_send_lat "-s 64 -n 300"
+cm_tool base ucmatose "-b {SELF} -p {PORT} -c 2 -C 20" "-s {PEER} -p {PORT} -c 2 -C 20"
+cm_tool base riostream "-b {SELF} -p {PORT} -S 65536 -C 50 -T v" "-s {PEER} -p {PORT} -S 65536 -C 50 -T v"
+# with loss: CM MADs are lost too (REQ/REP/RTU/DREQ retried on their timers)
+# (20 pings: a lost packet costs rdma_cm's local ACK timeout, 2.1 s)
+cm_tool loss rping-cm "-s -a {SELF} -p {PORT} -C 20 -v -V" "-c -a {PEER} -p {PORT} -C 20 -v -V"
+
 # The CI subset: one case of each tool family, both directions, at each MTU and with loss;
 # loss:read_bw-rc and base:send_bw-uc are left out while they fail now and then
 # (docs/interop.md, "Known failures").
 declare -A SUBSETS
-SUBSETS[ci]='^(base:(pingpong-s4096|write_bw-(rc|uc)|read_bw-rc|send_bw-(rc|ud)|atomic_bw-(fadd|cas)|write_lat-rc|send_lat-rc)|mtu4096:(pingpong-m4096-s65536|write_bw-rc)|loss:(pingpong-s4096|write_bw-rc|send_bw-rc|atomic_bw-fadd))$'
+SUBSETS[ci]='^(base:(pingpong-s4096|write_bw-(rc|uc)|read_bw-rc|send_bw-(rc|ud)|atomic_bw-(fadd|cas)|write_lat-rc|send_lat-rc|rping|(write|read|send)_bw-cm|ucmatose|riostream)|mtu4096:(pingpong-m4096-s65536|write_bw-rc)|loss:(pingpong-s4096|write_bw-rc|send_bw-rc|atomic_bw-fadd|rping-cm))$'
 SUBSETS[full]='.'
 
 declare -A GROUP_MTU=([base]="" [mtu4096]=4200 [loss]="")
 declare -A GROUP_LOSS=([base]=0 [mtu4096]=0 [loss]=3)
 GROUPS_LIST=${GROUPS_ARG:-base,mtu4096,loss}
+# The shim pass (shim-as-softib.sh says so in its --version) runs the "run " cases too.
+HOST_KIND=softib
+"$SOFTIB" --version 2>/dev/null | grep -q '^softib-verbs-shim' && HOST_KIND=shim
 
 # ------------------------------------------------------------------ run
 T0=$(date +%s)
@@ -147,13 +195,15 @@ for g in "${GLIST[@]}"; do
     rm -rf "$gdir"; mkdir -p "$gdir/rundir/vm1"
     port=18515 n=0
     : > "$gdir/cases.tsv"
-    while IFS=$'\t' read -r name gcmd hcmd; do
+    while IFS=$'\t' read -r name gserver hclient gclient hserver; do
         [[ -z $name ]] && continue
         [[ "$g:$name" =~ ${SUBSETS[$SUBSET]} ]] || continue
         [[ -z $ONLY || "$g:$name" =~ $ONLY ]] || continue
+        [[ $hclient == "run "* && $HOST_KIND != shim ]] && continue
         for role in server client; do
             n=$((n + 1))
             dir=$([[ $role == server ]] && echo rxe-server || echo softib-server)
+            if [[ $role == server ]]; then gcmd=$gserver hcmd=$hclient; else gcmd=$gclient hcmd=$hserver; fi
             printf '%02d-%s.%s\t%s\t%d\t%s\t%s\t%s\n' "$n" "$name" "$dir" "$name" "$port" "$role" "$gcmd" "$hcmd" >> "$gdir/cases.tsv"
             port=$((port + 1))
         done

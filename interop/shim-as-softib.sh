@@ -8,6 +8,7 @@
 #       -> ib_<tool> -F ARGS (with -x 1 -> -x 0: the shim's RoCEv2 GID is index 0)
 #   pingpong ARGS -> ibv_rc_pingpong ARGS (with -g 1 -> -g 0)
 #   --bind IP -> SOFTIB_ADDR=IP; --pcap FILE -> SOFTIB_PCAP=FILE; the client's HOST stays.
+#   run ARGS -> softib run --shim SHIM_LIB ARGS (stock rdma_cm tools; see run.sh's cm_case)
 # A client that cannot reach the guest's server yet says "connection refused", which
 # host-side.sh retries. `decode` and `--version` go to the real softib binary
 # (REAL_SOFTIB, default: next to the shim library), which also needs to exist.
@@ -22,6 +23,8 @@ REAL_SOFTIB=${REAL_SOFTIB:-$TARGET/softib}
 case ${1:-} in
     --version) echo "softib-verbs-shim over $("$REAL_SOFTIB" --version) ($SHIM_LIB)"; exit 0 ;;
     decode) exec "$REAL_SOFTIB" "$@" ;;
+    # a stock tool through softib run (the rdma_cm cases); SOFTIB_PCAP comes from host-side.sh
+    run) shift; exec "$REAL_SOFTIB" run --shim "$SHIM_LIB" "$@" ;;
     pingpong) tool=ibv_rc_pingpong ;;
     write-bw|read-bw|send-bw|atomic-bw|write-lat|send-lat|read-lat|atomic-lat)
         tool=ib_${1//-/_} ;;

@@ -112,7 +112,17 @@ impl DeviceArgs {
         for host in
             std::iter::once(v4).chain((2..=32).map(|h| std::net::Ipv4Addr::new(127, 0, 0, h)))
         {
-            match self.open_on(SocketAddr::new(IpAddr::V4(host), ROCE_V2_PORT), mtu) {
+            let addr = SocketAddr::new(IpAddr::V4(host), ROCE_V2_PORT);
+            // A device would share a taken address with its process (softib-net's address
+            // group); the tools want a host of their own, as two machines would be, so an
+            // address another device holds is skipped.
+            if let Err(e) = std::net::UdpSocket::bind(addr) {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    last = Some(anyhow::Error::new(e).context(format!("{addr} is taken")));
+                    continue;
+                }
+            }
+            match self.open_on(addr, mtu) {
                 Ok(c) => return Ok(c),
                 Err(e) if address_in_use(&e) => last = Some(e),
                 Err(e) => return Err(e),

@@ -100,12 +100,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // Held until the program exits (the descriptor is inherited across exec).
     let (addr, _lock) = match args.addr {
         Some(a) => {
-            if let Err(e) = UdpSocket::bind(SocketAddr::new(a, args.port)) {
-                bail!(
+            // In use by another softib process is fine: processes share an address as
+            // they share a kernel device (docs/design/net.md).
+            match UdpSocket::bind(SocketAddr::new(a, args.port)) {
+                Err(e) if e.kind() != std::io::ErrorKind::AddrInUse => bail!(
                     "cannot use --addr {a}: UDP {a}:{} cannot be bound ({e}); it must be an \
-                     address of this host that no other softib device uses",
+                     address of this host",
                     args.port
-                );
+                ),
+                _ => {}
             }
             (a, None)
         }

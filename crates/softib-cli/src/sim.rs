@@ -143,6 +143,9 @@ pub(crate) fn emit(text: &str) -> Result<()> {
 pub(crate) struct Loaded {
     pub(crate) name: String,
     text: String,
+    /// The directory the files the scenario names are relative to (its own file's; the
+    /// current directory for a bundled scenario).
+    dir: std::path::PathBuf,
     pub(crate) scenario: Scenario,
 }
 
@@ -150,7 +153,11 @@ pub(crate) struct Loaded {
 pub(crate) fn load(arg: Option<&str>, seed: Option<u64>, sets: &[String]) -> Result<Loaded> {
     let arg = arg.unwrap_or(DEFAULT_SCENARIO);
     let path = Path::new(arg);
+    let mut dir = std::path::PathBuf::from(".");
     let (name, text, origin) = if path.exists() {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            dir = parent.to_path_buf();
+        }
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read scenario {}", path.display()))?;
         let name = path.file_stem().map_or_else(
@@ -175,13 +182,14 @@ pub(crate) fn load(arg: Option<&str>, seed: Option<u64>, sets: &[String]) -> Res
         .map(|a| parse_assignment(a).map_err(|e| anyhow!("--set {e}")))
         .collect::<Result<Vec<_>>>()?;
     let text = apply_to_text(&text, &sets).map_err(|e| anyhow!("--set in {origin}: {e}"))?;
-    let mut scenario = Scenario::parse(&text).with_context(|| format!("in {origin}"))?;
+    let mut scenario = Scenario::parse_in(&text, &dir).with_context(|| format!("in {origin}"))?;
     if let Some(s) = seed {
         scenario.seed = s;
     }
     Ok(Loaded {
         name,
         text,
+        dir,
         scenario,
     })
 }
@@ -405,12 +413,14 @@ fn run_sweep(args: &SimArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ");
         let text = toml::to_string(&doc).context("writing the variant")?;
-        let scenario = Scenario::parse(&text).map_err(|e| anyhow!("variant {label}: {e}"))?;
+        let scenario =
+            Scenario::parse_in(&text, &base.dir).map_err(|e| anyhow!("variant {label}: {e}"))?;
         loaded.push((
             label,
             Loaded {
                 name: base.name.clone(),
                 text,
+                dir: base.dir.clone(),
                 scenario,
             },
         ));

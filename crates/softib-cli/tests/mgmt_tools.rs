@@ -18,9 +18,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use common::softib;
 use softib_fabric::agents::{node_guid, port_guid, Subnet};
 use softib_fabric::fabric::Fabric;
-use softib_fabric::topology::NodeKind;
+use softib_fabric::link::LinkRate;
+use softib_fabric::topology::{NodeKind, Topology};
 use softib_sim::report::run::{run_and_keep, RunOptions};
 use softib_sim::scenario::Scenario;
+use std::collections::BTreeSet;
 
 const SCENARIO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -36,6 +38,7 @@ fn require_tools() {
         ("smpquery", "infiniband-diags"),
         ("ibroute", "infiniband-diags"),
         ("ibqueryerrors", "infiniband-diags"),
+        ("ibccquery", "infiniband-diags"),
         ("timeout", "coreutils"),
     ] {
         let found = std::env::var_os("PATH")
@@ -66,15 +69,14 @@ fn which(tool: &str) -> PathBuf {
 
 /// The scenario as the server runs it, frozen at its end.
 fn model() -> (Fabric, Subnet) {
-    let s = Scenario::load(Path::new(SCENARIO)).expect("scenario");
-    let (_, fabric) = run_and_keep(
-        &s,
-        "mgmt-fat-tree",
-        &RunOptions::default(),
-        None,
-        &mut |_, _| {},
-    )
-    .expect("run");
+    model_of(Path::new(SCENARIO))
+}
+
+/// Scenario file `path` as the server runs it, frozen at its end.
+fn model_of(path: &Path) -> (Fabric, Subnet) {
+    let s = Scenario::load(path).expect("scenario");
+    let (_, fabric) =
+        run_and_keep(&s, "served", &RunOptions::default(), None, &mut |_, _| {}).expect("run");
     let subnet = Subnet::snapshot(&fabric);
     (fabric, subnet)
 }
@@ -110,13 +112,18 @@ fn serve() -> Served {
 
 /// Serves on abstract sockets of a unique name, or over UDP on 127.0.0.1 at `udp`.
 fn serve_on(udp: Option<u16>) -> Served {
+    serve_scenario(SCENARIO, udp)
+}
+
+/// Serves scenario file `scenario` as [`serve_on`] does.
+fn serve_scenario(scenario: &str, udp: Option<u16>) -> Served {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let sock = format!("softib-test-{}-{n}", std::process::id());
     let dir = std::env::temp_dir().join(&sock);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("mads.log");
     let mut cmd = softib();
-    cmd.args(["sim", SCENARIO, "--serve", "--mad-log"])
+    cmd.args(["sim", scenario, "--serve", "--mad-log"])
         .arg(&log);
     match udp {
         Some(p) => cmd.args(["--udp-port", &p.to_string()]),
@@ -131,10 +138,7 @@ fn serve_on(udp: Option<u16>) -> Served {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert!(
-        line.contains("serving mgmt-fat-tree"),
-        "server said {line:?}"
-    );
+    assert!(line.contains("serving "), "server said {line:?}");
     Served {
         child,
         udp,
@@ -482,6 +486,277 @@ fn perfquery_reset_clears_the_counters_and_the_log_still_replays() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
     assert!(text.contains("identical"), "{text}");
+}
+
+/// A topology as sets, independent of node order: (name, kind, ports, node GUID, first port
+/// GUID) per node, and (end, end, rate) per cable with the ends ordered by name.
+#[allow(clippy::type_complexity)]
+fn fabric_as_sets(
+    t: &Topology,
+    default_rate: LinkRate,
+) -> (
+    BTreeSet<(String, bool, u8, u64, u64)>,
+    BTreeSet<((String, u8), (String, u8), String)>,
+) {
+    let nodes = t
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let (guid, port1) = match &n.guids {
+                Some(g) => (g.node, g.port(n.kind, 1)),
+                None => (node_guid(i), port_guid(i, n.kind, 1)),
+            };
+            (
+                n.name.clone(),
+                n.kind == NodeKind::Switch,
+                n.ports,
+                guid,
+                port1,
+            )
+        })
+        .collect();
+    let links = t
+        .links
+        .iter()
+        .map(|l| {
+            let a = (t.nodes[l.a.node].name.clone(), l.a.port);
+            let b = (t.nodes[l.b.node].name.clone(), l.b.port);
+            let (a, b) = if a <= b { (a, b) } else { (b, a) };
+            (a, b, format!("{:?}", l.rate.unwrap_or(default_rate)))
+        })
+        .collect();
+    (nodes, links)
+}
+
+#[test]
+fn an_ibnetdiscover_dump_read_back_is_the_same_fabric() {
+    require_tools();
+    let s = serve();
+    let dump = ok(&s, &["ibnetdiscover"]);
+    drop(s);
+    let dir = std::env::temp_dir().join(format!("softib-ibnet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    std::fs::write(dir.join("fabric.txt"), &dump).unwrap();
+    // The bundled scenario with its generated fat tree replaced by the dump.
+    let original_text = std::fs::read_to_string(SCENARIO).unwrap();
+    let imported_text = original_text
+        .replace("kind = \"fat-tree-2\"", "ibnetdiscover = \"fabric.txt\"")
+        .replace("switch_ports = 8\n", "")
+        .replace("hosts = 16\n", "");
+    assert_ne!(imported_text, original_text);
+    let imported_path = dir.join("imported.toml");
+    std::fs::write(&imported_path, &imported_text).unwrap();
+
+    let original = Scenario::load(Path::new(SCENARIO)).unwrap();
+    let imported = Scenario::load(&imported_path).expect("the dump reads back");
+    let rate = original.config().unwrap().link_rate;
+    let (a, b) = (
+        fabric_as_sets(&original.topology().unwrap(), rate),
+        fabric_as_sets(&imported.topology().unwrap(), rate),
+    );
+    assert_eq!(a.0, b.0, "nodes (names, kinds, ports, GUIDs)");
+    assert_eq!(a.1, b.1, "cables and their rates");
+    assert_eq!(a.1.len(), 32);
+
+    // Served, the imported fabric answers with the same GUIDs: its own dump, from the same
+    // host, reads back to the same sets again.
+    let s = serve_scenario(imported_path.to_str().unwrap(), None);
+    let (good, again) = tool(&s, Some("h0"), &["ibnetdiscover"]);
+    assert!(good, "{again}");
+    drop(s);
+    std::fs::write(dir.join("again.txt"), &again).unwrap();
+    let again_path = dir.join("again.toml");
+    std::fs::write(
+        &again_path,
+        imported_text.replace("fabric.txt", "again.txt"),
+    )
+    .unwrap();
+    let twice = Scenario::load(&again_path).unwrap();
+    let c = fabric_as_sets(&twice.topology().unwrap(), rate);
+    assert_eq!(a, c);
+    let strip = |d: &str| -> Vec<String> {
+        d.lines()
+            .filter(|l| !l.starts_with("# Topology file: generated on"))
+            .map(|l| {
+                // LIDs are assigned by softib's routing in node order, which the file's
+                // order changes; everything else is the same text.
+                l.split_whitespace()
+                    .scan(false, |after_lid, w| {
+                        let out = if *after_lid { "LID" } else { w };
+                        *after_lid = w == "lid";
+                        Some(out.to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(strip(&dump), strip(&again), "{dump}\n----\n{again}");
+
+    // A damaged dump is refused with the scenario key, the file and its line.
+    let broken = dump.replacen("Switch\t8 ", "Switch\tmany ", 1);
+    std::fs::write(dir.join("fabric.txt"), broken).unwrap();
+    let e = Scenario::load(&imported_path).unwrap_err().to_string();
+    assert!(
+        e.contains("topology.ibnetdiscover")
+            && e.contains("fabric.txt line ")
+            && e.contains("`many`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ibccquery_reads_the_congestion_control_the_fabric_runs_with() {
+    require_tools();
+    // cc-victim (OpenSM CC keys: switch threshold 14, CA timer 60 / increase 1 / trigger 2
+    // on SL 0, a 128-entry CCT), shortened to 1 ms.
+    let dir = std::env::temp_dir().join(format!("softib-cc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/cc-victim.toml"
+    );
+    let text = std::fs::read_to_string(source).unwrap();
+    assert!(text.contains("duration_us = 6000\n"));
+    let path = dir.join("cc-victim.toml");
+    std::fs::write(
+        &path,
+        text.replace("duration_us = 6000\n", "duration_us = 1000\n"),
+    )
+    .unwrap();
+    let (fabric, sub) = model_of(&path);
+    let s = serve_scenario(path.to_str().unwrap(), None);
+    let lid_of = |name: &str| lid(&sub, name).to_string();
+    let h0 = lid_of("h0");
+    let sw1 = lid_of("sw1");
+
+    let out = ok(&s, &["ibccquery", "CongestionInfo", &h0]);
+    assert_eq!(field(&out, "ControlTableCap"), "2", "{out}");
+    let out = ok(&s, &["ibccquery", "CongestionInfo", &sw1]);
+    assert_eq!(field(&out, "ControlTableCap"), "0", "{out}");
+
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &sw1]);
+    assert_eq!(field(&out, "Control_Map"), "0x0000001f", "{out}");
+    assert_eq!(field(&out, "Threshold"), "0x0e", "{out}");
+    assert_eq!(field(&out, "Packet_Size"), "8", "{out}");
+    assert_eq!(field(&out, "Marking_Rate"), "0", "{out}");
+
+    let out = ok(&s, &["ibccquery", "CACongestionSetting", &h0]);
+    assert_eq!(field(&out, "Port_Control"), "0x0000", "per-QP: {out}");
+    assert_eq!(field(&out, "Control_Map"), "0x0001", "{out}");
+    // SL 0's entry comes first.
+    assert_eq!(field(&out, "CCTI_Timer"), "60", "{out}");
+    assert_eq!(field(&out, "CCTI_Increase"), "1", "{out}");
+    assert_eq!(field(&out, "Trigger_Threshold"), "2", "{out}");
+
+    // The table, entry by entry, as the scenario's cc_cct gives it.
+    let cct = sub.cc.as_ref().unwrap().ca.config.cct.clone();
+    let out = ok(&s, &["ibccquery", "CongestionControlTable", &h0]);
+    assert_eq!(field(&out, "CCTI_Limit"), "127", "{out}");
+    let shifts: Vec<&str> = out.lines().filter(|l| l.starts_with("CCT_Shift")).collect();
+    let mults: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("CCT_Multiplier"))
+        .collect();
+    assert_eq!(mults.len(), cct.entries().len(), "{out}");
+    for (i, e) in cct.entries().iter().enumerate() {
+        assert!(
+            shifts[i].ends_with(&format!(".{}", e.shift)),
+            "entry {i}: {}",
+            shifts[i]
+        );
+        assert!(
+            mults[i].ends_with(&format!(".{}", e.multiplier)),
+            "entry {i}: {}",
+            mults[i]
+        );
+    }
+    assert!(
+        cct.entries().iter().any(|e| e.multiplier > 100),
+        "a real table"
+    );
+
+    // The switch's log counts the packets its ports marked.
+    let marked: u64 = (1..=8)
+        .map(|p| fabric.port_counters("sw1", p).unwrap().fecn_marked)
+        .sum();
+    assert!(marked > 0, "sw1 marked nothing");
+    let out = ok(&s, &["ibccquery", "CongestionLog", &sw1]);
+    assert_eq!(field(&out, "LogType"), "1", "{out}");
+    assert_eq!(
+        field(&out, "LogEventsCounter"),
+        marked.min(u16::MAX as u64).to_string(),
+        "{out}"
+    );
+    let out = ok(&s, &["ibccquery", "Timestamp", &h0]);
+    assert_eq!(
+        field(&out, "Timestamp"),
+        (1_000_000 / 1024).to_string(),
+        "{out}"
+    );
+    // A CA's log (its CNP events) is not modelled: refused, not invented.
+    let (good, _) = tool(&s, None, &["ibccquery", "CongestionLog", &h0]);
+    assert!(!good);
+    drop(s);
+
+    // A fabric without congestion control reports the power-on settings.
+    let s = serve();
+    let (_, plain) = model();
+    let out = ok(
+        &s,
+        &[
+            "ibccquery",
+            "SwitchCongestionSetting",
+            &lid(&plain, "leaf0").to_string(),
+        ],
+    );
+    assert_eq!(field(&out, "Control_Map"), "0x00000000", "{out}");
+    assert_eq!(field(&out, "Threshold"), "0x00", "{out}");
+    let out = ok(
+        &s,
+        &[
+            "ibccquery",
+            "CACongestionSetting",
+            &lid(&plain, "h0").to_string(),
+        ],
+    );
+    assert_eq!(field(&out, "Control_Map"), "0x0000", "{out}");
+}
+
+#[test]
+fn ibsims_example_net_files_are_read() {
+    require_tools();
+    let dir = Path::new("/usr/share/doc/ibsim-utils/net-examples");
+    let mut read = 0;
+    for entry in std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (Debian package ibsim-utils)", dir.display()))
+    {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("net") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let headers = text
+            .lines()
+            .filter(|l| l.starts_with("Switch") || l.starts_with("Hca") || l.starts_with("Ca"))
+            .count();
+        let scenario = format!(
+            "duration_us = 1\n[topology]\nibnetdiscover = {:?}\n",
+            path.display().to_string()
+        );
+        let s = Scenario::parse(&scenario).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = s.topology().unwrap();
+        assert_eq!(t.nodes.len(), headers, "{name}");
+        assert!(!t.links.is_empty(), "{name}");
+        read += 1;
+    }
+    assert!(read >= 5, "only {read} net files in {}", dir.display());
 }
 
 #[test]

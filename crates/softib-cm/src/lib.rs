@@ -160,6 +160,8 @@ pub struct Cm {
     /// Passive connections by (peer GID, peer's communication ID), to spot duplicate REQs.
     by_remote: HashMap<(Gid, u32), u32>,
     listeners: BTreeMap<u64, ListenerId>,
+    /// Bumped by every listen and stop: lets a driver notice a change cheaply.
+    listener_changes: u64,
     next_listener: u32,
     half_open: usize,
     id_counter: u32,
@@ -200,6 +202,7 @@ impl Cm {
             conns: BTreeMap::new(),
             by_remote: HashMap::new(),
             listeners: BTreeMap::new(),
+            listener_changes: 0,
             next_listener: 1,
             half_open: 0,
             sidr_out: BTreeMap::new(),
@@ -272,7 +275,18 @@ impl Cm {
         let id = ListenerId(self.next_listener);
         self.next_listener = self.next_listener.wrapping_add(1).max(1);
         self.listeners.insert(service_id, id);
+        self.listener_changes += 1;
         Ok(id)
+    }
+
+    /// The service IDs listened on.
+    pub fn listening_services(&self) -> impl Iterator<Item = u64> + '_ {
+        self.listeners.keys().copied()
+    }
+
+    /// A number that changes whenever the set of listened service IDs may have changed.
+    pub fn listener_changes(&self) -> u64 {
+        self.listener_changes
     }
 
     /// Stops a listener. Connections it already produced are not affected.
@@ -282,6 +296,7 @@ impl Cm {
         if self.listeners.len() == before {
             return Err(CmError::UnknownId(listener.0));
         }
+        self.listener_changes += 1;
         Ok(())
     }
 
@@ -1171,7 +1186,12 @@ impl Cm {
     fn alloc_comm_id(&mut self) -> u32 {
         loop {
             self.id_counter = self.id_counter.wrapping_add(1);
-            let id = self.id_counter.wrapping_mul(0x9E37_79B1) ^ self.id_mask;
+            let mut id = self.id_counter.wrapping_mul(0x9E37_79B1) ^ self.id_mask;
+            if let Some((bits, value)) = self.config.comm_id_prefix {
+                let bits = bits.clamp(1, 16);
+                let shift = 32 - bits;
+                id = (id & ((1 << shift) - 1)) | ((value & ((1 << bits) - 1)) << shift);
+            }
             if id != 0 && !self.conns.contains_key(&id) {
                 return id;
             }

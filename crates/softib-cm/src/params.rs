@@ -28,6 +28,12 @@ pub struct CmConfig {
     pub max_pending_events: usize,
     /// Seeds communication IDs and transaction IDs, so runs repeat exactly.
     pub seed: u64,
+    /// Fixed high bits of every local communication ID and SIDR request ID this CM gives
+    /// out: `(bits, value)`. softib-net puts the slot of the process on a shared address
+    /// there, so a REP, RTU, REJ, DREQ, DREP, MRA or SIDR_REP (which name the receiver's
+    /// ID) reaches the process that owns the connection (docs/design/net.md). `None`: all
+    /// 32 bits are scrambled.
+    pub comm_id_prefix: Option<(u32, u32)>,
 }
 
 impl CmConfig {
@@ -42,6 +48,7 @@ impl CmConfig {
             max_pending_transmits: 4096,
             max_pending_events: 65536,
             seed: 0,
+            comm_id_prefix: None,
         }
     }
 }

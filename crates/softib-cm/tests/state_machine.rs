@@ -733,3 +733,40 @@ fn sidr_resolves_a_ud_service_and_unbound_services_say_not_supported() {
     ));
     assert_eq!(p.a.poll_timeout(), None);
 }
+
+#[test]
+fn comm_ids_carry_the_configured_prefix_and_still_connect() {
+    // softib-net puts the slot of a process sharing an address into the top bits.
+    let mut p = Pair::new();
+    let mut ca = CmConfig::new(A, 0x1111);
+    ca.seed = 1;
+    ca.comm_id_prefix = Some((6, 37));
+    let mut cb = CmConfig::new(B, 0x2222);
+    cb.seed = 2;
+    cb.comm_id_prefix = Some((6, 5));
+    p.a = Cm::new(ca);
+    p.b = Cm::new(cb);
+    let (a, b) = establish(&mut p);
+    assert_eq!(a.0 >> 26, 37, "{:#x}", a.0);
+    assert_eq!(b.0 >> 26, 5, "{:#x}", b.0);
+    let mut ids: Vec<u32> = (0..200)
+        .map(|i| p.a.connect(p.now, &params(0x100 + i)).unwrap().0)
+        .collect();
+    assert!(ids.iter().all(|id| id >> 26 == 37), "{ids:x?}");
+    ids.push(a.0);
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 201, "distinct IDs under one prefix");
+    let s = p.a.sidr_request(
+        p.now,
+        &SidrParams {
+            remote_gid: B,
+            service_id: SERVICE,
+            pkey: 0xffff,
+            timeout: 20,
+            max_retries: 3,
+            private_data: [0; 216],
+        },
+    );
+    assert_eq!(s.0 >> 26, 37, "SIDR request IDs carry it too");
+}

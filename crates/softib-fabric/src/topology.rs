@@ -25,6 +25,36 @@ pub struct NodeSpec {
     pub kind: NodeKind,
     /// Number of physical ports (numbered from 1).
     pub ports: u8,
+    /// GUIDs the node had where the topology came from (an imported `ibnetdiscover` file);
+    /// `None`: the management agents derive them from the node's index
+    /// (`agents::node_guid`).
+    pub guids: Option<NodeGuids>,
+}
+
+/// A node's GUIDs as a real fabric reported them (IBA vol. 1 §14.2.5.3 NodeInfo).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeGuids {
+    /// NodeGUID.
+    pub node: u64,
+    /// SystemImageGUID.
+    pub system_image: u64,
+    /// PortGUID per port number: a switch has one, port 0's, at index 0; an HCA's port `p`
+    /// is at index `p` (index 0 unused). A port missing here gets `node | p`.
+    pub ports: Vec<u64>,
+}
+
+impl NodeGuids {
+    /// The PortGUID of port `p` (a switch's every port answers with port 0's).
+    pub fn port(&self, kind: NodeKind, p: u8) -> u64 {
+        let p = match kind {
+            NodeKind::Switch => 0,
+            NodeKind::Hca => p,
+        };
+        match self.ports.get(p as usize) {
+            Some(&g) if g != 0 => g,
+            _ => self.node | p as u64,
+        }
+    }
 }
 
 /// One end of a link.
@@ -123,6 +153,7 @@ impl Topology {
             name: name.into(),
             kind,
             ports,
+            guids: None,
         });
         self.nodes.len() - 1
     }

@@ -195,6 +195,9 @@ const APP_DRIVES_FOR: Duration = Duration::from_micros(200);
 pub struct Context {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process that opened the device: a forked child holds a copy of this handle
+    /// without the device thread (and possibly with a lock the thread held at the fork).
+    pid: u32,
     local: SocketAddr,
     gid: [u8; 16],
     mtu: Mtu,
@@ -234,6 +237,7 @@ impl Context {
         Ok(Context {
             shared,
             thread: Some(thread),
+            pid: std::process::id(),
             local,
             gid,
             mtu,
@@ -564,6 +568,12 @@ impl Context {
         })
     }
 
+    /// Listens on `service_id` (see [`Driver::listen`]: refused when another process on
+    /// this address listens on it).
+    pub fn cm_listen(&self, service_id: u64) -> Result<softib_cm::ListenerId, softib_cm::CmError> {
+        self.with_driver(|d| d.listen(service_id))
+    }
+
     /// Waits up to `timeout` for the CM's next event, whichever connection, listener or
     /// SIDR request it is for (see [`Context::with_cm`]).
     pub fn wait_cm_event(&self, timeout: Duration) -> Option<softib_cm::CmEvent> {
@@ -755,7 +765,53 @@ impl Context {
 
     /// Destroys a QP.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), VerbsError> {
-        self.with_driver(|d| d.engine_mut().destroy_qp(qpn))
+        self.with_driver(|d| {
+            d.engine_mut().destroy_qp(qpn)?;
+            // Its multicast groups were left in the engine; leave them on the network too.
+            let _ = d.sync_multicast();
+            Ok(())
+        })
+    }
+
+    /// Attaches UD QP `qpn` to the multicast group `gid` (`ibv_attach_mcast`): the engine
+    /// delivers the group's datagrams to it, and the device joins the group on its
+    /// interface when it is the first QP of the device there (`mcast.rs`). IPv6 groups
+    /// are not carried yet: `VerbsError::Unsupported` (EOPNOTSUPP).
+    pub fn attach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            if d.engine_mut().attach_mcast(qpn, gid)? {
+                if let Err((_, e)) = d.sync_multicast() {
+                    // Not joined on the network: undo the attach so nothing half-works.
+                    let _ = d.engine_mut().detach_mcast(qpn, gid);
+                    let _ = d.sync_multicast();
+                    return Err(if e.kind() == std::io::ErrorKind::Unsupported {
+                        VerbsError::Unsupported {
+                            attr: "IPv6 multicast groups",
+                        }
+                    } else {
+                        VerbsError::InvalidAttribute {
+                            attr: "gid",
+                            reason: format!(
+                                "cannot join {} on the network: {e}",
+                                std::net::Ipv6Addr::from(gid)
+                            ),
+                        }
+                    });
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Detaches `qpn` from `gid` (`ibv_detach_mcast`); the device leaves the group when no
+    /// QP of it is left there.
+    pub fn detach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.with_driver(|d| {
+            if d.engine_mut().detach_mcast(qpn, gid)? {
+                let _ = d.sync_multicast();
+            }
+            Ok(())
+        })
     }
 
     /// Destroys a CQ (no QP may still use it).
@@ -894,8 +950,24 @@ pub enum HandshakeError {
     Connect(#[from] VerbsError),
 }
 
+impl Context {
+    /// Whether this handle was opened by the calling process (not inherited through
+    /// `fork()`, whose child has no device thread and must open a device of its own).
+    pub fn opened_by_this_process(&self) -> bool {
+        self.pid == std::process::id()
+    }
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
+        if !self.opened_by_this_process() {
+            // Inherited through fork(): the device thread is not in this process and a lock
+            // it held stays held, so joining or locking would hang. The sockets were
+            // already replaced in the child (sys::ForkGuard); leave the rest alone.
+            std::mem::forget(self.shared.clone());
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.shared.stop.store(true, Ordering::Release);
         self.shared.waker.wake();
         if let Some(t) = self.thread.take() {
@@ -947,7 +1019,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
                 s.activity.notify_all();
             }
             let timeout = Duration::from_nanos(until.saturating_sub(now));
-            woken = crate::driver::wait_on(-1, wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
+            woken = crate::driver::wait_on(&[], wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
             s.sleeping_until.store(0, Ordering::Release);
             continue;
         }
@@ -983,7 +1055,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
         let (fd, wake_fd) = d.wait_fds();
         let timeout = deadline.map(|t| Duration::from_nanos(t.saturating_sub(d.now())));
         drop(d);
-        woken = crate::driver::wait_on(fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
+        woken = crate::driver::wait_on(&fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
         s.sleeping_until.store(0, Ordering::Release);
         s.activity.notify_all();
     }

@@ -22,12 +22,15 @@ use softib_transport::{
 };
 
 use crate::cc::{self, RoceCc};
+use crate::group::{self, AddressGroup, ForwardHeader, GroupCounters, FORWARD_HEADER_LEN};
 use crate::gsi::{Gsi, GSI_DATAGRAM_LEN};
 use crate::inject::{FaultCounters, FaultSpec, Injector};
 use crate::roce::{self, Ipv4IdPolicy, RxCheck, RxCounters, RxDrop, ICRC_LEN};
 use crate::socket::{
-    RoceSocket, RxBatch, SocketConfig, SocketError, SocketStats, TxBatch, ECN_ECT0, ROCE_V2_PORT,
+    RoceSocket, RxBatch, RxDatagram, SocketConfig, SocketError, SocketStats, TxBatch, ECN_ECT0,
+    ROCE_V2_PORT,
 };
+use crate::sys::ForkGuard;
 use crate::tap::PcapTap;
 
 /// Room for the engine's transport packet beyond the path MTU (headers, pad), per the
@@ -180,6 +183,8 @@ pub struct DriverCounters {
     pub cc_link_rate_mbps: u64,
     /// Congestion control: bytes counted per packet beyond the transport packet.
     pub cc_wire_overhead: u64,
+    /// Sharing the address with other processes (`group.rs`).
+    pub group: GroupCounters,
 }
 
 /// What one [`Driver::process`] turn did.
@@ -204,6 +209,23 @@ impl Progress {
 pub struct Driver {
     engine: Device,
     socket: RoceSocket,
+    /// A forked child gets a fresh socket in place of `socket`'s descriptor.
+    socket_guard: ForkGuard,
+    /// How the socket was opened (to bind the port when taking it over).
+    socket_config: SocketConfig,
+    /// The UDP address datagrams leave from: `local`, or the same IP on another port while
+    /// another process on the address owns the port.
+    send_from: SocketAddr,
+    /// Whether this driver's socket holds the device's own UDP port.
+    holds_port: bool,
+    /// The processes sharing this address (`None` on an ephemeral port: nobody can share).
+    group: Option<AddressGroup>,
+    /// When (engine time) to next check for a departed port owner.
+    next_probe: Nanos,
+    /// `Cm::listener_changes` when the listener claims were last synchronised.
+    listener_changes: u64,
+    /// Room for a forwarded or group-received datagram and its header.
+    group_buf: Vec<u8>,
     rx: RxBatch,
     tx: TxBatch,
     check: RxCheck,
@@ -224,6 +246,9 @@ pub struct Driver {
     wake_tx: UnixDatagram,
     /// QP1: management datagrams and the Communication Manager (`gsi.rs`).
     gsi: Gsi,
+    /// Multicast groups joined on the network for the engine's attached QPs (`mcast.rs`).
+    groups: crate::mcast::Groups,
+    ipv4_id_policy: Ipv4IdPolicy,
 }
 
 impl std::fmt::Debug for Driver {
@@ -301,8 +326,36 @@ impl Driver {
         sc.traffic_class = config.traffic_class;
         sc.gso = config.gso && config.inject.is_none();
         sc.gro = config.gro;
-        let socket = RoceSocket::bind(&sc)?;
-        let local = socket.local_addr();
+        // The port may be held by another process on this address: then this one sends
+        // from another port and receives what the owner forwards (group.rs).
+        let (socket, holds_port) = match RoceSocket::bind(&sc) {
+            Ok(s) => (s, true),
+            Err(SocketError::Io { source, .. })
+                if source.kind() == io::ErrorKind::AddrInUse
+                    && config.bind.port() != 0
+                    && group::owner_exists(config.bind, Duration::from_millis(200)) =>
+            {
+                let mut other = sc.clone();
+                other.bind = group::any_port(config.bind);
+                (RoceSocket::bind(&other)?, false)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let send_from = socket.local_addr();
+        let local = if holds_port { send_from } else { config.bind };
+        let mut group = if config.bind.port() != 0 {
+            Some(AddressGroup::join(local).map_err(|source| SocketError::Io {
+                what: "claim a process slot",
+                addr: local,
+                source,
+            })?)
+        } else {
+            None
+        };
+        if let (Some(g), true) = (group.as_mut(), holds_port) {
+            // A previous owner's name still going away: retried at the next probe.
+            let _ = g.become_owner();
+        }
         let max_datagram = mtu.bytes() as usize + TX_HEADROOM;
         let rx = socket.rx_batch(32, max_datagram);
         // With injection, datagrams are not grouped (each carries Identification 0): a
@@ -314,6 +367,7 @@ impl Driver {
         // RoCEv2: UD receive buffers get the IP header in their GRH area, as on Linux.
         engine_config.link_layer = LinkLayer::Ethernet;
         engine_config.cc = cc_config;
+        engine_config.qpn_prefix = group.as_ref().map(|g| group::qpn_prefix(g.slot()));
         let tap = match &config.pcap {
             Some(p) => Some(PcapTap::create(p)?),
             None => None,
@@ -322,16 +376,28 @@ impl Driver {
         wake_rx.set_nonblocking(true).map_err(NetError::Wake)?;
         wake_tx.set_nonblocking(true).map_err(NetError::Wake)?;
         // The CM's IDs come from the device seed too, on a stream of their own.
-        let gsi = Gsi::new(
+        let gsi = Gsi::with_comm_id_prefix(
             roce::gid_from_ip(local.ip()),
             config.seed ^ 0x434d_5f47_5349,
+            group.as_ref().map(|g| (group::SLOT_BITS, g.slot())),
         );
+        let socket_guard = ForkGuard::new(socket.raw_fd(), family_of(local));
         Ok(Driver {
             gsi,
+            groups: crate::mcast::Groups::default(),
+            ipv4_id_policy: config.ipv4_id_policy,
             engine: Device::new(engine_config, config.seed),
             check: RxCheck::new(local, config.ipv4_id_policy),
             injector: config.inject.map(|s| Injector::new(s, max_datagram)),
             socket,
+            socket_guard,
+            socket_config: sc,
+            send_from,
+            holds_port,
+            group,
+            next_probe: 0,
+            listener_changes: u64::MAX,
+            group_buf: vec![0; FORWARD_HEADER_LEN + MAX_ROCE_DATAGRAM + 1],
             rx,
             tx,
             tap,
@@ -416,6 +482,11 @@ impl Driver {
                 .as_ref()
                 .map(|i| i.counters())
                 .unwrap_or_default(),
+            group: self
+                .group
+                .as_ref()
+                .map(|g| g.counters())
+                .unwrap_or_default(),
             ..self.counters
         }
     }
@@ -434,10 +505,15 @@ impl Driver {
     /// the injector's held datagram.
     pub fn next_deadline(&self) -> Option<Nanos> {
         let inj = self.injector.as_ref().and_then(|i| i.poll_timeout());
-        [self.engine.poll_timeout(), inj, self.gsi.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.engine.poll_timeout(),
+            inj,
+            self.gsi.poll_timeout(),
+            self.probe_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether datagrams wait in the send batch because the socket buffer was full.
@@ -457,7 +533,8 @@ impl Driver {
         // and what the turn does (receive a batch, fire timers, send) takes microseconds.
         let now = self.now();
         self.last_now = now;
-        progress.received = self.receive(now)?;
+        self.probe_owner(now);
+        progress.received = self.receive(now)? + self.receive_from_group(now);
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
@@ -477,10 +554,16 @@ impl Driver {
     }
 
     fn receive(&mut self, now: Nanos) -> io::Result<usize> {
-        let n = self.socket.recv(&mut self.rx)?;
-        if n == 0 {
-            return Ok(0);
-        }
+        let mut n = self.socket.recv(&mut self.rx)?;
+        let mut parts = RxParts {
+            check: &mut self.check,
+            tap: &mut self.tap,
+            gsi: &mut self.gsi,
+            engine: &mut self.engine,
+        };
+        // Only the port owner forwards: what reaches another process's own port was sent
+        // to it by address and port, so it is its own.
+        let mut group = self.group.as_mut().filter(|g| g.is_owner());
         for d in self.rx.iter() {
             self.counters.rx_datagrams += 1;
             self.counters.rx_bytes += d.payload.len() as u64;
@@ -488,40 +571,124 @@ impl Driver {
                 self.counters.rx_oversize += 1;
                 continue;
             }
-            match self.check.check(&d) {
-                Ok(r) => {
-                    if let Some(tap) = self.tap.as_mut() {
-                        if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
-                            self.counters.pcap_errors += 1;
-                        }
-                    }
-                    // QP1 is the GSI's, not the engine's (IBA 13.5.1).
-                    if Gsi::is_for_gsi(r.transport) {
-                        self.gsi.handle_packet(now, r.sgid, r.transport);
-                        continue;
-                    }
-                    let meta = RxMeta {
-                        slid: 0,
-                        sl: 0,
-                        grh: Some(RxGrh {
-                            sgid: r.sgid,
-                            dgid: r.dgid,
-                            traffic_class: r.tos,
-                            flow_label: 0,
-                            // The socket does not report the TTL; Linux senders use 64.
-                            hop_limit: 64,
-                        }),
-                        ecn_ce: r.ecn_ce,
-                    };
-                    self.engine.handle_packet(now, &meta, r.transport);
-                }
-                Err(RxDrop::Icrc) => self.engine.count_driver_drop(DriverDrop::Icrc),
-                Err(RxDrop::Runt) | Err(RxDrop::WrongFamily) => {
-                    self.engine.count_driver_drop(DriverDrop::Format)
+            if let Some(g) = group.as_mut() {
+                let header = ForwardHeader {
+                    source: d.source,
+                    tos: d.tos,
+                    gro_index: d.gro_index,
+                };
+                let route = group::route_datagram(d.payload);
+                if g.forward(route, &header, d.payload, &mut self.group_buf) {
+                    continue;
                 }
             }
+            parts.deliver(now, &d, &mut self.counters);
+        }
+        if !self.groups.joined.is_empty() {
+            n += receive_groups(
+                now,
+                &mut self.groups,
+                &mut self.scratch,
+                RxTargets {
+                    tap: &mut self.tap,
+                    gsi: &mut self.gsi,
+                    engine: &mut self.engine,
+                    counters: &mut self.counters,
+                },
+            );
         }
         Ok(n)
+    }
+
+    /// Joins and leaves multicast groups on the network so that they are the engine's
+    /// (after `attach_mcast`, `detach_mcast` or `destroy_qp`). A group that cannot be
+    /// joined is reported with the OS error; the others are still brought in line.
+    pub fn sync_multicast(&mut self) -> Result<(), ([u8; 16], io::Error)> {
+        let wanted = self.engine.mcast_groups();
+        let fd = self.socket_fd();
+        self.groups
+            .sync(&wanted, self.local, fd, self.ipv4_id_policy)
+    }
+
+    /// Handles what the port owner forwarded to this process (its slot and listener
+    /// sockets). Returns the datagrams received.
+    fn receive_from_group(&mut self, now: Nanos) -> usize {
+        let Some(g) = self.group.as_mut() else {
+            return 0;
+        };
+        let mut parts = RxParts {
+            check: &mut self.check,
+            tap: &mut self.tap,
+            gsi: &mut self.gsi,
+            engine: &mut self.engine,
+        };
+        let mut n = 0;
+        // A bounded batch per turn, like the socket's, so timers and sends still run.
+        while n < 64 {
+            let Some((h, len)) = g.recv(&mut self.group_buf) else {
+                break;
+            };
+            n += 1;
+            self.counters.rx_datagrams += 1;
+            self.counters.rx_bytes += len as u64;
+            if len > MAX_ROCE_DATAGRAM {
+                self.counters.rx_oversize += 1;
+                continue;
+            }
+            let d = RxDatagram {
+                source: h.source,
+                tos: h.tos,
+                payload: &self.group_buf[..len],
+                gro_index: h.gro_index,
+            };
+            parts.deliver(now, &d, &mut self.counters);
+        }
+        n
+    }
+
+    /// When the next owner probe is due, if this driver needs one.
+    fn probe_deadline(&self) -> Option<Nanos> {
+        let g = self.group.as_ref()?;
+        (!self.holds_port || !g.is_owner()).then_some(self.next_probe)
+    }
+
+    /// A process that does not own the port checks, every [`group::PROBE_INTERVAL`],
+    /// whether the owner left: it binds the port if it can (and becomes the owner), and
+    /// otherwise points its sockets at the current owner (which may be new).
+    fn probe_owner(&mut self, now: Nanos) {
+        let Some(due) = self.probe_deadline() else {
+            return;
+        };
+        if now < due {
+            return;
+        }
+        self.next_probe = now + group::PROBE_INTERVAL.as_nanos() as Nanos;
+        let Some(g) = self.group.as_mut() else {
+            return;
+        };
+        if self.holds_port {
+            // The port is ours but the forwarding name was still the old owner's.
+            let _ = g.become_owner();
+            return;
+        }
+        let mut sc = self.socket_config.clone();
+        sc.bind = self.local;
+        match RoceSocket::bind(&sc) {
+            Ok(socket) => {
+                // Datagrams still queued for the old socket go out from it first.
+                let _ = self.socket.send(&mut self.tx);
+                let max_datagram = self.mtu.bytes() as usize + TX_HEADROOM;
+                self.rx = socket.rx_batch(32, max_datagram);
+                self.tx = TxBatch::new(64 * max_datagram.max(1024), 64, socket.stats().gso);
+                self.socket_guard = ForkGuard::new(socket.raw_fd(), family_of(self.local));
+                self.send_from = socket.local_addr();
+                self.socket = socket;
+                self.holds_port = true;
+                g.count_takeover();
+                let _ = g.become_owner();
+            }
+            Err(_) => g.reconnect(),
+        }
     }
 
     /// The UDP destination and TOS of a transmit, or `None` if it cannot be routed.
@@ -530,11 +697,16 @@ impl Driver {
     }
 
     fn flush_at(&mut self, now: Nanos) -> io::Result<(usize, bool)> {
+        self.sync_listeners();
         let max = self.mtu.bytes() as usize + TX_HEADROOM;
         let mut queued = 0;
         if let Some(inj) = self.injector.as_mut() {
-            let (tx, tap, counters, local) =
-                (&mut self.tx, &mut self.tap, &mut self.counters, self.local);
+            let (tx, tap, counters, local) = (
+                &mut self.tx,
+                &mut self.tap,
+                &mut self.counters,
+                self.send_from,
+            );
             let default_tos = self.default_tos;
             inj.handle_timeout(now, &mut |dest, tos, bytes| {
                 queue_copy(tx, tap, counters, local, default_tos, dest, tos, bytes);
@@ -568,6 +740,40 @@ impl Driver {
         }
     }
 
+    /// Listens on `service_id` (rdma_cm: bind + listen): in the CM, and at the address, so
+    /// that the port owner sends its REQs here. A service ID another process on the address
+    /// listens on is refused (`ServiceIdInUse`), as the kernel refuses a bound port
+    /// (EADDRINUSE).
+    pub fn listen(&mut self, service_id: u64) -> Result<softib_cm::ListenerId, softib_cm::CmError> {
+        let listener = self.gsi.cm_mut().listen(service_id)?;
+        self.sync_listeners();
+        if self
+            .group
+            .as_ref()
+            .is_some_and(|g| !g.holds_service(service_id))
+        {
+            let _ = self.gsi.cm_mut().stop_listening(listener);
+            self.sync_listeners();
+            return Err(softib_cm::CmError::ServiceIdInUse(service_id));
+        }
+        Ok(listener)
+    }
+
+    /// Claims the service IDs the CM listens on at this address, so the port owner sends
+    /// their REQs here (`group.rs`); done before the listen's caller gets control back.
+    fn sync_listeners(&mut self) {
+        let Some(g) = self.group.as_mut() else {
+            return;
+        };
+        let changes = self.gsi.cm().listener_changes();
+        if changes == self.listener_changes {
+            return;
+        }
+        self.listener_changes = changes;
+        let listening: Vec<u64> = self.gsi.cm().listening_services().collect();
+        g.sync_services(&listening);
+    }
+
     /// Queues QP1's datagrams (CM MADs). They bypass the fault injector: CM loss is tested
     /// on the sans-IO CM with a virtual clock.
     fn flush_gsi(&mut self) -> io::Result<usize> {
@@ -594,7 +800,12 @@ impl Driver {
                 continue;
             }
             let dest = SocketAddr::new(ip, self.peer_ports.get(ip));
-            let (local, tos) = (self.local, self.default_tos);
+            let (local, tos) = (self.send_from, self.default_tos);
+            if self.forward_own_mad(dest, &mut datagram, t.len) {
+                self.counters.tx_datagrams += 1;
+                queued += 1;
+                continue;
+            }
             let mut sealed = 0;
             let pushed = self.tx.push_with(dest, None, max, |slot, oracle| {
                 let ident = oracle.ipv4_ident(t.len + ICRC_LEN);
@@ -626,12 +837,36 @@ impl Driver {
         }
     }
 
+    /// A CM MAD the port owner sends to another process on its own address goes straight
+    /// to that process's socket, not through the UDP port: a process often exits right
+    /// after its last MAD (a REJ, a DREP), and a datagram still in the owner's own receive
+    /// queue would die with it. `false`: send it as usual.
+    fn forward_own_mad(&mut self, dest: SocketAddr, datagram: &mut [u8], len: usize) -> bool {
+        let Some(g) = self.group.as_mut().filter(|g| g.is_owner()) else {
+            return false;
+        };
+        if dest != self.local {
+            return false;
+        }
+        let tos = self.default_tos;
+        let Some(n) = roce::seal(self.send_from, dest, tos, 0, datagram, len) else {
+            return false;
+        };
+        let route = group::route_datagram(&datagram[..n]);
+        let header = ForwardHeader {
+            source: self.send_from,
+            tos: Some(tos),
+            gro_index: 0,
+        };
+        g.forward(route, &header, &datagram[..n], &mut self.group_buf)
+    }
+
     /// Lets the engine write one packet straight into the send batch. `None` when the
     /// engine has nothing more to send.
     fn transmit_direct(&mut self, now: Nanos, max: usize) -> Option<usize> {
         let mut engine_empty = false;
         let mut unroutable = false;
-        let local = self.local;
+        let local = self.send_from;
         let default_tos = self.default_tos;
         let ecn_capable = self.ecn_capable;
         let (engine, tap, peer_ports) = (&mut self.engine, &mut self.tap, &self.peer_ports);
@@ -684,12 +919,16 @@ impl Driver {
             self.counters.tx_unroutable += 1;
             return Some(0);
         };
-        let Some(len) = roce::seal(self.local, dest, tos, 0, &mut self.scratch, t.len) else {
+        let Some(len) = roce::seal(self.send_from, dest, tos, 0, &mut self.scratch, t.len) else {
             self.counters.tx_unroutable += 1;
             return Some(0);
         };
-        let (tx, tap, counters, local) =
-            (&mut self.tx, &mut self.tap, &mut self.counters, self.local);
+        let (tx, tap, counters, local) = (
+            &mut self.tx,
+            &mut self.tap,
+            &mut self.counters,
+            self.send_from,
+        );
         let before = counters.tx_datagrams;
         let default_tos = self.default_tos;
         let tos_opt = (tos != default_tos).then_some(tos);
@@ -711,7 +950,8 @@ impl Driver {
     /// nanoseconds) passes; `None` sleeps until one of the first two.
     pub fn wait(&mut self, deadline: Option<Nanos>) -> io::Result<()> {
         let timeout = deadline.map(|d| Duration::from_nanos(d.saturating_sub(self.now())));
-        let (_, woken) = crate::sys::poll_two(self.socket_fd(), self.wake_rx.as_raw_fd(), timeout)?;
+        let (fds, wake) = self.wait_fds();
+        let (_, woken) = crate::sys::poll_set(&fds, wake, timeout)?;
         if woken {
             self.drain_wake();
         }
@@ -724,8 +964,17 @@ impl Driver {
 
     /// The socket and wake-up descriptors, for a thread that waits without holding the
     /// driver (see [`wait_on`]).
-    pub(crate) fn wait_fds(&self) -> (std::os::fd::RawFd, std::os::fd::RawFd) {
-        (self.socket_fd(), self.wake_rx.as_raw_fd())
+    pub(crate) fn wait_fds(&self) -> (Vec<std::os::fd::RawFd>, std::os::fd::RawFd) {
+        let mut fds = vec![self.socket_fd()];
+        if let Some(g) = &self.group {
+            fds.extend(g.fds());
+        }
+        // With multicast groups joined, datagrams also arrive on their sockets, gathered
+        // in one epoll set (readable when any of them is).
+        if let Some(ep) = self.groups.wait_fd() {
+            fds.push(ep);
+        }
+        (fds, self.wake_rx.as_raw_fd())
     }
 
     /// Empties the wake-up channel after a wake-up.
@@ -744,14 +993,118 @@ impl Driver {
     }
 }
 
+/// Where a multicast group socket's datagrams go (borrowed apart from the group sockets
+/// and their checks).
+struct RxTargets<'a> {
+    tap: &'a mut Option<PcapTap>,
+    gsi: &'a mut Gsi,
+    engine: &'a mut Device,
+    counters: &'a mut DriverCounters,
+}
+
+/// Receives what waits on the multicast group sockets (a few datagrams per group and
+/// turn, so one busy group cannot starve the device socket). Returns how many.
+fn receive_groups(
+    now: Nanos,
+    groups: &mut crate::mcast::Groups,
+    buf: &mut [u8],
+    to: RxTargets<'_>,
+) -> usize {
+    const PER_GROUP: usize = 16;
+    let mut n = 0;
+    for g in &mut groups.joined {
+        let mut parts = RxParts {
+            check: &mut g.check,
+            tap: &mut *to.tap,
+            gsi: &mut *to.gsi,
+            engine: &mut *to.engine,
+        };
+        for _ in 0..PER_GROUP {
+            let Ok((len, source)) = g.socket.recv_from(buf) else {
+                break;
+            };
+            n += 1;
+            to.counters.rx_datagrams += 1;
+            to.counters.rx_bytes += len as u64;
+            if len > MAX_ROCE_DATAGRAM {
+                to.counters.rx_oversize += 1;
+                continue;
+            }
+            let d = RxDatagram {
+                source,
+                tos: None,
+                payload: &buf[..len],
+                gro_index: 0,
+            };
+            parts.deliver(now, &d, to.counters);
+        }
+    }
+    n
+}
+
 /// Waits on the descriptors of [`Driver::wait_fds`] for at most `timeout` (`None`: no
 /// limit); returns (datagram waiting, woken).
 pub(crate) fn wait_on(
-    fd: std::os::fd::RawFd,
+    fds: &[std::os::fd::RawFd],
     wake_fd: std::os::fd::RawFd,
     timeout: Option<Duration>,
 ) -> io::Result<(bool, bool)> {
-    crate::sys::poll_two(fd, wake_fd, timeout)
+    crate::sys::poll_set(fds, wake_fd, timeout)
+}
+
+fn family_of(addr: SocketAddr) -> i32 {
+    if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    }
+}
+
+/// The parts of a [`Driver`] a received datagram goes through, borrowed apart from the
+/// receive batch it is read from.
+struct RxParts<'a> {
+    check: &'a mut RxCheck,
+    tap: &'a mut Option<PcapTap>,
+    gsi: &'a mut Gsi,
+    engine: &'a mut Device,
+}
+
+impl RxParts<'_> {
+    /// Checks one datagram's ICRC and hands its transport packet to QP1 or the engine.
+    fn deliver(&mut self, now: Nanos, d: &RxDatagram<'_>, counters: &mut DriverCounters) {
+        match self.check.check(d) {
+            Ok(r) => {
+                if let Some(tap) = self.tap.as_mut() {
+                    if tap.record(&r.ip, &r.udp, r.datagram).is_err() {
+                        counters.pcap_errors += 1;
+                    }
+                }
+                // QP1 is the GSI's, not the engine's (IBA 13.5.1).
+                if Gsi::is_for_gsi(r.transport) {
+                    self.gsi.handle_packet(now, r.sgid, r.transport);
+                    return;
+                }
+                let meta = RxMeta {
+                    slid: 0,
+                    sl: 0,
+                    grh: Some(RxGrh {
+                        sgid: r.sgid,
+                        dgid: r.dgid,
+                        traffic_class: r.tos,
+                        flow_label: 0,
+                        // The socket does not report the TTL; Linux senders use 64.
+                        hop_limit: 64,
+                    }),
+                    ecn_ce: r.ecn_ce,
+                };
+                self.engine.handle_packet(now, &meta, r.transport);
+            }
+            Err(RxDrop::Icrc) => self.engine.count_driver_drop(DriverDrop::Icrc),
+            Err(RxDrop::Runt) | Err(RxDrop::WrongFamily) => {
+                self.engine.count_driver_drop(DriverDrop::Format)
+            }
+        }
+    }
 }
 
 /// UDP ports of peers that do not listen on 4791, by address. Looked up for every packet

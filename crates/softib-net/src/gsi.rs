@@ -84,8 +84,15 @@ const MAX_ANSWERS: usize = 256;
 impl Gsi {
     /// QP1 for a device with this GID; the CM is seeded with `seed`.
     pub fn new(gid: Gid, seed: u64) -> Gsi {
+        Gsi::with_comm_id_prefix(gid, seed, None)
+    }
+
+    /// QP1 whose CM puts `prefix` (`(bits, value)`) into the high bits of its communication
+    /// IDs (the process slot on a shared address, `group.rs`).
+    pub fn with_comm_id_prefix(gid: Gid, seed: u64, prefix: Option<(u32, u32)>) -> Gsi {
         let mut config = CmConfig::new(gid, node_guid_of(gid));
         config.seed = seed;
+        config.comm_id_prefix = prefix;
         Gsi {
             cm: Cm::new(config),
             inbox: Inbox::default(),

@@ -48,6 +48,22 @@ pub fn ib_mtu_for_interface(interface_mtu: u32) -> Option<u32> {
         .find(|&m| m <= room)
 }
 
+/// Whether `ip`, another address than the device's, is an address configured on the
+/// interface the device at `device` is on: the host's own address on the device's netdev,
+/// which the kernel's rdma_cm resolves to that device (rdma_translate_ip finds the netdev,
+/// and a loopback address resolves to the local device, cma_resolve_loopback). A softib
+/// device at 127.77.0.1 is on `lo`, so 127.0.0.1 (configured on `lo`) names it, while
+/// 127.0.0.3 (routed to `lo` but configured nowhere) is another softib host.
+pub fn is_host_address_on_device_interface(device: IpAddr, ip: IpAddr) -> bool {
+    if ip == device || ip.is_unspecified() {
+        return false;
+    }
+    let Ok(Some(name)) = crate::sys::interface_of(ip) else {
+        return false;
+    };
+    interface_mtu(device).is_ok_and(|(device_if, _)| device_if == name)
+}
+
 /// The interface holding `ip` and its MTU (from `/sys/class/net/NAME/mtu`), as rxe reads
 /// its netdev's MTU.
 pub fn interface_mtu(ip: IpAddr) -> std::io::Result<(String, u32)> {

@@ -180,6 +180,14 @@ impl RoceSocket {
             .map_err(io("IP_TOS"))?;
         }
         socket.bind(&addr.into()).map_err(io("bind"))?;
+        if let std::net::IpAddr::V4(v4) = addr.ip() {
+            // UD multicast (`mcast.rs`): datagrams to a group leave through the interface
+            // of the device's own address (lo for 127.x), not the default route, and come
+            // back to local members (IP_MULTICAST_LOOP is on by default).
+            socket
+                .set_multicast_if_v4(&v4)
+                .map_err(io("IP_MULTICAST_IF"))?;
+        }
         let local = socket
             .local_addr()
             .map_err(io("getsockname"))?

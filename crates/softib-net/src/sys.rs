@@ -136,6 +136,57 @@ impl RawAddr {
     }
 }
 
+/// An epoll instance: one descriptor that is readable when any descriptor added to it is,
+/// so a thread can wait on a set that changes (the device socket plus its multicast group
+/// sockets) through one stable descriptor.
+#[derive(Debug)]
+pub(crate) struct Epoll(std::os::fd::OwnedFd);
+
+impl Epoll {
+    /// A new, empty epoll instance (close-on-exec).
+    pub(crate) fn new() -> io::Result<Epoll> {
+        // SAFETY: no pointers; the kernel returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        Ok(Epoll(unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        }))
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `ev` is a live local the kernel reads during the call only.
+        let rc =
+            unsafe { libc::epoll_ctl(std::os::fd::AsRawFd::as_raw_fd(&self.0), op, fd, &mut ev) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Watches `fd` for readability.
+    pub(crate) fn add(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd)
+    }
+
+    /// Stops watching `fd` (before it is closed).
+    pub(crate) fn remove(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd)
+    }
+
+    /// The epoll descriptor, to `poll` on.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+}
+
 /// Sets an `int`-valued socket option.
 pub(crate) fn set_int_opt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: the option value pointer refers to a live local `int` and the length passed
@@ -487,6 +538,127 @@ pub(crate) fn poll_two(
         let err = io::Error::last_os_error();
         if err.kind() != io::ErrorKind::Interrupted {
             return Err(err);
+        }
+    }
+}
+
+/// Waits until one of `data` or `wake` is readable or `timeout` passes (`None`: no limit);
+/// returns (a `data` descriptor is readable, `wake` is readable). Negative descriptors are
+/// ignored, as ppoll(2) does.
+pub(crate) fn poll_set(
+    data: &[RawFd],
+    wake: RawFd,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<(bool, bool)> {
+    let mut pfds: Vec<libc::pollfd> = data
+        .iter()
+        .chain(std::iter::once(&wake))
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    loop {
+        // SAFETY: pfds is a live Vec and the count passed is its length; ts_ptr is null or
+        // points to the live local `ts`; a null signal mask leaves it unchanged.
+        let rc = unsafe {
+            libc::ppoll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                ts_ptr,
+                std::ptr::null(),
+            )
+        };
+        if rc >= 0 {
+            let (last, rest) = pfds.split_last().unwrap_or((&pfds[0], &[]));
+            return Ok((rest.iter().any(|p| p.revents != 0), last.revents != 0));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Descriptors a forked child must not keep: the device's sockets (see [`ForkGuard`]).
+const FORK_GUARDS: usize = 256;
+/// Each entry is `family << 32 | fd`, or -1 when free: one atomic, so the fork handler never
+/// sees a descriptor with another entry's family.
+static FORK_FDS: [std::sync::atomic::AtomicI64; FORK_GUARDS] =
+    [const { std::sync::atomic::AtomicI64::new(-1) }; FORK_GUARDS];
+
+/// Runs in the child of every `fork()`: replaces each guarded socket by a fresh unbound
+/// socket of its family under the same descriptor number. The child has no device thread
+/// and must open a device of its own; a copy of the parent's sockets would keep the
+/// parent's UDP port and abstract names bound after the parent closes them (no other
+/// process could take over the port, a listener's service ID would stay claimed), and a
+/// read from them would steal the parent's datagrams. The number stays valid, so the
+/// inherited objects that still refer to it close a descriptor of their own. Only
+/// async-signal-safe calls (socket, dup2, close) and atomics, as a fork handler needs.
+extern "C" fn release_guarded_in_child() {
+    use std::sync::atomic::Ordering;
+    for entry in FORK_FDS.iter() {
+        let entry = entry.load(Ordering::Relaxed);
+        if entry < 0 {
+            continue;
+        }
+        let (fd, family) = (entry as i32, (entry >> 32) as i32);
+        // SAFETY: descriptor calls on numbers this process holds; if socket() fails the
+        // inherited descriptor stays as it was.
+        unsafe {
+            let fresh = libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            if fresh >= 0 {
+                libc::dup2(fresh, fd);
+                libc::close(fresh);
+            }
+        }
+    }
+}
+
+/// While alive, a forked child gets a fresh unbound socket in place of descriptor `fd`
+/// (see [`release_guarded_in_child`]). Drop it before the socket closes. Guards beyond
+/// [`FORK_GUARDS`] are not kept (the descriptor is then inherited as before).
+#[derive(Debug)]
+pub(crate) struct ForkGuard(Option<usize>);
+
+impl ForkGuard {
+    /// Guards `fd`, a socket of address family `family` (`libc::AF_*`).
+    pub(crate) fn new(fd: RawFd, family: i32) -> ForkGuard {
+        use std::sync::atomic::Ordering;
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: the handler is a plain function of this crate, which is linked into
+            // the program (or a preloaded library that is never unloaded).
+            unsafe { libc::pthread_atfork(None, None, Some(release_guarded_in_child)) };
+        });
+        if fd < 0 {
+            return ForkGuard(None);
+        }
+        let entry = (i64::from(family) << 32) | i64::from(fd);
+        for (i, slot) in FORK_FDS.iter().enumerate() {
+            if slot
+                .compare_exchange(-1, entry, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return ForkGuard(Some(i));
+            }
+        }
+        ForkGuard(None)
+    }
+}
+
+impl Drop for ForkGuard {
+    fn drop(&mut self) {
+        if let Some(i) = self.0 {
+            FORK_FDS[i].store(-1, std::sync::atomic::Ordering::Release);
         }
     }
 }

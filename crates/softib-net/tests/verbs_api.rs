@@ -104,6 +104,40 @@ fn owned_regions_carry_write_read_and_atomics_and_give_their_buffer_back() {
 }
 
 #[test]
+fn atomic_write_stores_8_bytes_at_the_peer_over_udp() {
+    let (a, b) = (side("127.0.0.1:0"), side("127.0.0.2:0"));
+    let la = a.pd.register(vec![0u8; 64]).unwrap();
+    // REMOTE_WRITE is the right ATOMIC WRITE needs (no REMOTE_ATOMIC on this region).
+    let rb =
+        b.pd.register_with_access(
+            vec![0xEEu8; 64],
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    let (qa, _qb, _, eb) = connect(&a, &b, QpType::Rc, &[], &[rb.remote()]);
+    let remote = eb.regions[0];
+    la.write()[..8].copy_from_slice(b"softib!!");
+    la.write()[8..16].copy_from_slice(&[7; 8]);
+    qa.post_send(&[
+        SendRequest::atomic_write(1, la.slice(..8), remote.slice(8..16)),
+        SendRequest::atomic_write(2, la.slice(8..16), remote.slice(16..24)).inline(),
+    ])
+    .unwrap();
+    // The inline one took its bytes at the post.
+    la.write()[8..16].copy_from_slice(&[0; 8]);
+    let wcs = wait_n(&a.cq, 2);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.opcode)).collect::<Vec<_>>(),
+        [(1, WcOpcode::AtomicWrite), (2, WcOpcode::AtomicWrite)]
+    );
+    let got = rb.read();
+    assert_eq!(&got[8..16], b"softib!!");
+    assert_eq!(got[16..24], [7; 8]);
+    assert_eq!(got[..8], [0xEE; 8]);
+    assert_eq!(got[24..32], [0xEE; 8]);
+}
+
+#[test]
 fn slices_outside_a_region_are_refused_without_posting() {
     let a = side("127.0.0.1:0");
     let mr = a.pd.allocate(100).unwrap();

@@ -29,6 +29,9 @@ const TESTED: &[&str] = &[
     "07-atomic-hotspot",
     "08-vl-starvation",
     "09-rc-vs-ud-scale",
+    "10-psn-mismatch",
+    "11-fence-atomics",
+    "12-atomics-over-uc",
 ];
 
 #[test]
@@ -74,6 +77,33 @@ fn case_08_vl_starvation() {
 #[test]
 fn case_09_rc_vs_ud_scale() {
     run_case("09-rc-vs-ud-scale");
+}
+
+#[test]
+fn case_10_psn_mismatch() {
+    run_case("10-psn-mismatch");
+}
+
+#[test]
+fn case_11_fence_atomics() {
+    run_case("11-fence-atomics");
+}
+
+#[test]
+fn case_12_atomics_over_uc() {
+    run_case("12-atomics-over-uc");
+}
+
+#[test]
+fn a_run_of_another_case_is_found_where_that_case_keeps_it() {
+    for case in cases::all() {
+        for r in case.runs {
+            let path = format!("{}/../../{}", env!("CARGO_MANIFEST_DIR"), case.path(r.role));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {path}: {e}", case.slug));
+            assert_eq!(text, r.text, "{}: {path} is not the run's text", case.slug);
+        }
+    }
 }
 
 #[test]

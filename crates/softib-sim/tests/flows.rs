@@ -318,6 +318,75 @@ fn flow_keys_are_checked_with_key_and_line() {
     assert!(e.starts_with("line 6: flow[0].pattern"), "{e}");
 }
 
+#[test]
+fn lead_fence_and_psn_keys_are_checked_with_key_and_line() {
+    let base = "[topology]\nkind = \"single-switch\"\nhosts = 3\n[[flow]]\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\n";
+    let err = |extra: &str| {
+        Scenario::parse(&format!("{base}{extra}"))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("op = \"write\"\nservice = \"uc\"\nfence = true\n");
+    assert!(
+        e.starts_with("line 10: flow[0].fence: applies to RC"),
+        "{e}"
+    );
+    let e = err("op = \"atomic\"\nlead_count = 4\n");
+    assert!(
+        e.starts_with("line 9: flow[0].lead_count: needs lead_op"),
+        "{e}"
+    );
+    let e = err("op = \"atomic\"\nlead_op = \"read\"\nlead_count = 65\n");
+    assert!(e.starts_with("line 10: flow[0].lead_count: 65"), "{e}");
+    let e = err("op = \"atomic\"\nlead_op = \"atomic\"\nlead_size = 16\n");
+    assert!(
+        e.starts_with("line 10: flow[0].lead_size: atomic leads"),
+        "{e}"
+    );
+    let e = err("op = \"atomic\"\nlead_op = \"write\"\n");
+    assert!(e.contains("line 9") && e.contains("lead_op"), "{e}");
+    let e = err("op = \"send\"\nsq_psn_offset = 16777216\n");
+    assert!(
+        e.starts_with("line 9: flow[0].sq_psn_offset: 16777216"),
+        "{e}"
+    );
+    // Accepted: the whole PSN space either way, and leads before a fenced atomic.
+    for ok in [
+        "op = \"send\"\nsq_psn_offset = -16777215\n",
+        "op = \"atomic\"\nlead_op = \"read\"\nlead_count = 64\nlead_size = 4096\nfence = true\n",
+    ] {
+        Scenario::parse(&format!("{base}{ok}")).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+}
+
+/// A fenced FetchAdd behind 4 READs leaves only when their responses are back: about one
+/// round trip (the FetchAdd alone) later than without the fence.
+#[test]
+fn a_fence_behind_reads_costs_one_round_trip() {
+    let run = |extra: &str| {
+        let r = run_text(&format!(
+            "duration_us = 2000\n[topology]\nkind = \"single-switch\"\nhosts = 2\n[[flow]]\nop = \"atomic\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\ntx_depth = 1\niterations = 50\n{extra}"
+        ));
+        assert_eq!(r.summary.flows[0].messages, 50);
+        assert_eq!(r.summary.flows[0].error_completions, 0);
+        r.summary.flows[0].latency.p50_us
+    };
+    let alone = run("");
+    let behind = run("lead_op = \"read\"\nlead_count = 4\n");
+    let fenced = run("lead_op = \"read\"\nlead_count = 4\nfence = true\n");
+    let cost = fenced - behind;
+    assert!(
+        (0.8 * alone..=1.2 * alone).contains(&cost),
+        "alone {alone} us, behind 4 READs {behind} us, fenced {fenced} us"
+    );
+    // A fence with nothing outstanding costs nothing.
+    let alone_fenced = run("fence = true\n");
+    assert!(
+        (alone_fenced - alone).abs() <= 0.02 * alone,
+        "{alone} vs {alone_fenced}"
+    );
+}
+
 fn slow_responder(timeout: u8, extra: &str) -> Report {
     // h1's engine sees each packet 100-150 us after it arrived; local_ack_timeout 4 is
     // 65.5 us, 10 is 4.19 ms.

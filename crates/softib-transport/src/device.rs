@@ -16,11 +16,12 @@ use crate::counters::{DeviceCounters, DriverDrop, QpCounters};
 use crate::cq::CompletionQueue;
 use crate::error::VerbsError;
 use crate::events::AsyncEvent;
+use crate::mcast::{McastRefusal, McastTable, MULTICAST_QPN};
 use crate::memory::{Memory, MrTable};
 use crate::qp::recv_queue::RecvWqe;
 use crate::qp::send_queue::{SendWqe, UdTarget};
 use crate::qp::{Qp, TimerKind};
-use crate::qpn::{QpnAllocation, QpnMap, SLOT_BITS};
+use crate::qpn::{QpnAllocation, QpnMap};
 use crate::srq::SharedRecvQueue;
 use crate::time::Nanos;
 use crate::verbs::{
@@ -92,6 +93,9 @@ pub struct DeviceConfig {
     /// How QPs are numbered: sequential for the simulator, scrambled on real networks so a
     /// third host cannot guess a live QPN (qpn.rs).
     pub qpn_allocation: QpnAllocation,
+    /// Fixed high bits of every QPN (qpn.rs): softib-net puts the slot of the process on a
+    /// shared address there. `None`: all 22 bits are the allocation's.
+    pub qpn_prefix: Option<crate::qpn::QpnPrefix>,
 }
 
 /// How an RC requester resends once it must go back (IBA 9.7.5.1.3 and 9.7.6.1.3 say from
@@ -136,6 +140,7 @@ impl Default for DeviceConfig {
             cc: crate::cc::CcConfig::default(),
             resend: ResendPolicy::Paced,
             qpn_allocation: QpnAllocation::Sequential,
+            qpn_prefix: None,
         }
     }
 }
@@ -284,17 +289,46 @@ pub struct Device {
     ready: VecDeque<u32>,
     /// (deadline, QP index, timer kind); entries may be stale (lazy invalidation).
     timers: BinaryHeap<Reverse<(Nanos, u32, u8)>>,
+    /// UD multicast groups and the QPs attached to them (`mcast.rs`).
+    mcast: McastTable,
 }
 
 fn unknown(kind: &'static str, value: u32) -> VerbsError {
     VerbsError::UnknownHandle { kind, value }
 }
 
+fn mcast_error(r: McastRefusal, gid: &[u8; 16]) -> VerbsError {
+    use crate::mcast::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
+    let gid = std::net::Ipv6Addr::from(*gid);
+    match r {
+        McastRefusal::NotMulticast => VerbsError::InvalidAttribute {
+            attr: "gid",
+            reason: format!("{gid} is no multicast address"),
+        },
+        McastRefusal::NotAttached => VerbsError::InvalidAttribute {
+            attr: "gid",
+            reason: format!("the QP is not attached to {gid}"),
+        },
+        McastRefusal::TooManyGroups => VerbsError::LimitReached {
+            limit: "max_mcast_grp",
+            max: MAX_MCAST_GRP,
+        },
+        McastRefusal::GroupFull => VerbsError::LimitReached {
+            limit: "max_mcast_qp_attach",
+            max: MAX_MCAST_QP_ATTACH,
+        },
+        McastRefusal::TooManyAttachments => VerbsError::LimitReached {
+            limit: "max_total_mcast_qp_attach",
+            max: MAX_TOTAL_MCAST_QP_ATTACH,
+        },
+    }
+}
+
 impl Device {
     /// A device with `config`; `seed` drives the only randomness (key bytes, initial PSNs).
     pub fn new(config: DeviceConfig, seed: u64) -> Device {
         Device {
-            qpn_map: QpnMap::new(config.qpn_allocation, seed),
+            qpn_map: QpnMap::with_prefix(config.qpn_allocation, seed, config.qpn_prefix),
             sh: Shared {
                 config,
                 mrs: MrTable::default(),
@@ -315,6 +349,7 @@ impl Device {
             rng: ChaCha8Rng::seed_from_u64(seed),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
+            mcast: McastTable::default(),
         }
     }
 
@@ -945,7 +980,7 @@ impl Device {
     /// The QPN the next QP gets (its slot is the table's end), or `LimitReached`.
     fn next_qpn(&self) -> Result<u32, VerbsError> {
         let cfg = &self.sh.config;
-        if self.qps.len() as u32 >= cfg.max_qp.min(1 << SLOT_BITS) {
+        if self.qps.len() as u32 >= cfg.max_qp.min(self.qpn_map.capacity()) {
             return Err(VerbsError::LimitReached {
                 limit: "max_qp",
                 max: cfg.max_qp,
@@ -1101,6 +1136,8 @@ impl Device {
     /// Destroys a QP (its outstanding WRs vanish without completions, as in ibv_destroy_qp).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        // The kernel's uverbs detaches a QP's multicast groups before destroying it.
+        self.mcast.detach_everywhere(qpn);
         let qp = self.qps[i].take().expect("index checked");
         self.retired.accumulate(&qp.counters);
         for cq in [qp.send_cq, qp.recv_cq] {
@@ -1115,6 +1152,39 @@ impl Device {
             }
         }
         Ok(())
+    }
+
+    /// Attaches UD QP `qpn` to the multicast group `gid` (`ibv_attach_mcast`; IBA 10.5,
+    /// 11.3.1): datagrams to the multicast QPN with that destination GID then reach it.
+    /// Returns true when the group is new on this device, so the driver joins it on the
+    /// network. As the kernel: only UD QPs (EINVAL otherwise), only multicast GIDs; the
+    /// LID is not used on RoCE. Attaching twice is no error.
+    pub fn attach_mcast(&mut self, qpn: u32, gid: [u8; 16]) -> Result<bool, VerbsError> {
+        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let qp_type = self.qps[i].as_ref().expect("index checked").qp_type;
+        if qp_type != QpType::Ud {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "qp",
+                reason: format!("only UD QPs join multicast groups, QP {qpn:#x} is {qp_type:?}"),
+            });
+        }
+        self.mcast
+            .attach(qpn, gid)
+            .map_err(|r| mcast_error(r, &gid))
+    }
+
+    /// Detaches `qpn` from `gid` (`ibv_detach_mcast`). Returns true when no QP of the device
+    /// is left in the group, so the driver leaves it. A QP not attached there: EINVAL.
+    pub fn detach_mcast(&mut self, qpn: u32, gid: [u8; 16]) -> Result<bool, VerbsError> {
+        self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        self.mcast
+            .detach(qpn, gid)
+            .map_err(|r| mcast_error(r, &gid))
+    }
+
+    /// The multicast groups at least one QP of the device is attached to.
+    pub fn mcast_groups(&self) -> Vec<[u8; 16]> {
+        self.mcast.groups().copied().collect()
     }
 
     /// Posts a send WR. Malformed WRs are refused here; protection problems of the SGEs
@@ -1162,7 +1232,9 @@ impl Device {
             });
         }
         let supported = match qp.qp_type {
-            QpType::Rc | QpType::XrcSend => true,
+            QpType::Rc => true,
+            // IBA 1.5 defines ATOMIC WRITE on RC; rxe offers it there only.
+            QpType::XrcSend => wr.opcode != WrOpcode::AtomicWrite,
             // IBA Annex A14: a target QP has no send queue.
             QpType::XrcRecv => false,
             // Local operations run on RC and UC send queues (rxe's opcode table).
@@ -1223,8 +1295,15 @@ impl Device {
                 wr.opcode.name()
             )));
         }
+        if wr.opcode == WrOpcode::AtomicWrite && length != 8 {
+            return Err(invalid(format!(
+                "ATOMIC_WRITE carries exactly 8 bytes, got {length}"
+            )));
+        }
         let inline = wr.flags.contains(SendFlags::INLINE);
-        if inline {
+        // An ATOMIC WRITE's 8 bytes are part of the WQE (rxe keeps them in
+        // wqe->dma.atomic_wr), not inline data: max_inline_data does not bound them.
+        if inline && wr.opcode != WrOpcode::AtomicWrite {
             if !matches!(
                 wr.opcode,
                 WrOpcode::Send
@@ -1487,10 +1566,38 @@ impl Device {
     /// Everything after the parse of an arriving packet.
     fn handle_parsed(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
         let dest = pkt.bth.dest_qp;
+        if dest == MULTICAST_QPN {
+            self.handle_multicast(now, meta, pkt);
+            return;
+        }
         let Some(i) = self.qp_index(dest) else {
             self.sh.counters.unknown_qp_drops += 1;
             return;
         };
+        self.deliver(now, meta, pkt, i);
+    }
+
+    /// A datagram to the multicast QPN (IBA 9.8.4): every UD QP attached to its destination
+    /// GID gets it, each through its own checks. A multicast packet of any other service, or
+    /// one whose GID no QP is attached to, is dropped and counted as for an unknown QP.
+    fn handle_multicast(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
+        let members = match (pkt.bth.opcode.service(), meta.grh) {
+            (Service::Ud, Some(grh)) => self.mcast.members(&grh.dgid).to_vec(),
+            _ => Vec::new(),
+        };
+        if members.is_empty() {
+            self.sh.counters.unknown_qp_drops += 1;
+            return;
+        }
+        for qpn in members {
+            if let Some(i) = self.qp_index(qpn) {
+                self.deliver(now, meta, pkt, i);
+            }
+        }
+    }
+
+    /// Hands a parsed packet to QP slot `i`, after the checks every QP applies.
+    fn deliver(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>, i: usize) {
         let qp = self.qps[i].as_mut().expect("index checked");
         let service_ok = matches!(
             (qp.qp_type, pkt.bth.opcode.service()),

@@ -21,6 +21,7 @@ mod emit;
 pub mod error;
 pub mod events;
 pub mod harness;
+pub mod mcast;
 pub mod memory;
 pub mod mw;
 pub mod psn;

@@ -24,6 +24,14 @@ pub trait Memory: Send {
     fn compare_swap(&mut self, offset: usize, compare: u64, swap: u64) -> u64;
     /// 8-byte fetch-and-add, little-endian in memory, wrapping. Returns the original value.
     fn fetch_add(&mut self, offset: usize, add: u64) -> u64;
+    /// Stores the 8 bytes of an ATOMIC WRITE at `offset` (8-byte aligned in the region's
+    /// address space) as one indivisible store, so a CPU reading the word sees the old or
+    /// the new value, never a mix (IBA 1.5 ATOMIC WRITE). Memory only the engine touches
+    /// keeps the default, a plain copy; memory shared with application threads overrides
+    /// it with a CPU atomic store.
+    fn atomic_store(&mut self, offset: usize, value: [u8; 8]) {
+        self.write(offset, &value);
+    }
     /// True when `len` bytes at `offset` (inside the region) can be read, and written when
     /// `write`, right now. Memory that is always there (a buffer, a pinned registration)
     /// keeps the default; memory that may be absent inside its bounds (an on-demand-paging

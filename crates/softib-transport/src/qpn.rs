@@ -6,6 +6,12 @@
 //! `p` is a keyed permutation of the 22-bit slot space (a four-round Feistel network), so
 //! numbers never repeat, look unrelated to each other, and map back to their slot in O(1)
 //! without a table. The key comes from the device's seed, so a seeded run is repeatable.
+//!
+//! A device may also keep fixed high bits of the offset ([`QpnPrefix`]): softib-net gives
+//! each process sharing one device address a slot and puts it there, so the process that
+//! owns the UDP port finds the process a datagram's DestQP belongs to without a table
+//! (docs/design/net.md, "Several processes on one address"). The permutation then runs
+//! over the remaining bits only.
 
 /// How a device numbers its QPs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -19,19 +25,46 @@ pub enum QpnAllocation {
 
 /// Bits of the slot space: 2^22 QPs, so `FIRST_QPN + slot` stays below 2^24 (BTH DestQP).
 pub const SLOT_BITS: u32 = 22;
-const HALF_BITS: u32 = SLOT_BITS / 2;
-const HALF_MASK: u32 = (1 << HALF_BITS) - 1;
 const ROUNDS: usize = 4;
+
+/// Fixed high bits of every QPN offset a device gives out: `value` in the top `bits` of the
+/// [`SLOT_BITS`]-bit offset. `bits` must be even and below `SLOT_BITS` (the permutation
+/// splits the rest into two equal halves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QpnPrefix {
+    /// How many high bits are fixed.
+    pub bits: u32,
+    /// Their value (`< 2^bits`).
+    pub value: u32,
+}
+
+impl QpnPrefix {
+    /// The prefix of `offset` (the fixed bits' value), if `offset` is in the slot space.
+    pub fn of_offset(bits: u32, offset: u32) -> Option<u32> {
+        (offset >> SLOT_BITS == 0).then(|| offset >> (SLOT_BITS - bits))
+    }
+}
 
 /// The bijection between QP slots (creation order) and the offsets above `FIRST_QPN`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpnMap {
     round_keys: Option<[u64; ROUNDS]>,
+    /// Bits below the prefix: the space the slots are numbered in.
+    free_bits: u32,
+    /// The prefix, already shifted into place.
+    prefix: u32,
 }
 
 impl QpnMap {
     /// The map for `allocation`, keyed from `seed` (ignored for sequential numbers).
     pub fn new(allocation: QpnAllocation, seed: u64) -> QpnMap {
+        QpnMap::with_prefix(allocation, seed, None)
+    }
+
+    /// The map for `allocation` whose offsets all carry `prefix` in their high bits.
+    /// A prefix with an odd or too large bit count, or a value that does not fit, is
+    /// clamped into range (the fixed bits are then fewer than asked, never wrong).
+    pub fn with_prefix(allocation: QpnAllocation, seed: u64, prefix: Option<QpnPrefix>) -> QpnMap {
         let round_keys = match allocation {
             QpnAllocation::Sequential => None,
             QpnAllocation::Scrambled => {
@@ -39,40 +72,61 @@ impl QpnMap {
                 Some(std::array::from_fn(|_| splitmix64(&mut state)))
             }
         };
-        QpnMap { round_keys }
-    }
-
-    /// The offset above `FIRST_QPN` of the QP in `slot` (`slot < 2^SLOT_BITS`).
-    pub fn offset_of_slot(&self, slot: u32) -> u32 {
-        let Some(keys) = self.round_keys else {
-            return slot;
-        };
-        let (mut left, mut right) = (slot >> HALF_BITS, slot & HALF_MASK);
-        for key in keys {
-            (left, right) = (right, left ^ round(right, key));
+        let (bits, value) = prefix.map_or((0, 0), |p| {
+            let bits = (p.bits & !1).min(SLOT_BITS - 2);
+            (bits, p.value & ((1 << bits) - 1))
+        });
+        let free_bits = SLOT_BITS - bits;
+        QpnMap {
+            round_keys,
+            free_bits,
+            prefix: value << free_bits,
         }
-        (left << HALF_BITS) | right
     }
 
-    /// The slot whose QP has `offset` above `FIRST_QPN`, if `offset` is in the slot space.
+    /// How many QPs the map numbers (`2^(SLOT_BITS - prefix bits)`).
+    pub fn capacity(&self) -> u32 {
+        1 << self.free_bits
+    }
+
+    /// The offset above `FIRST_QPN` of the QP in `slot` (`slot < capacity()`).
+    pub fn offset_of_slot(&self, slot: u32) -> u32 {
+        let slot = slot & (self.capacity() - 1);
+        let Some(keys) = self.round_keys else {
+            return self.prefix | slot;
+        };
+        let half = self.free_bits / 2;
+        let mask = (1 << half) - 1;
+        let (mut left, mut right) = (slot >> half, slot & mask);
+        for key in keys {
+            (left, right) = (right, left ^ round(right, key, mask));
+        }
+        self.prefix | (left << half) | right
+    }
+
+    /// The slot whose QP has `offset` above `FIRST_QPN`, if `offset` is in the slot space
+    /// and carries this map's prefix.
     pub fn slot_of_offset(&self, offset: u32) -> Option<u32> {
-        if offset >> SLOT_BITS != 0 {
+        if offset >> SLOT_BITS != 0 || offset & !(self.capacity() - 1) != self.prefix {
             return None;
         }
+        let offset = offset & (self.capacity() - 1);
         let Some(keys) = self.round_keys else {
             return Some(offset);
         };
-        let (mut left, mut right) = (offset >> HALF_BITS, offset & HALF_MASK);
+        let half = self.free_bits / 2;
+        let mask = (1 << half) - 1;
+        let (mut left, mut right) = (offset >> half, offset & mask);
         for key in keys.into_iter().rev() {
-            (left, right) = (right ^ round(left, key), left);
+            (left, right) = (right ^ round(left, key, mask), left);
         }
-        Some((left << HALF_BITS) | right)
+        Some((left << half) | right)
     }
 }
 
-fn round(half: u32, key: u64) -> u32 {
+fn round(half: u32, key: u64, mask: u32) -> u32 {
     let mut state = key ^ u64::from(half);
-    (splitmix64(&mut state) as u32) & HALF_MASK
+    (splitmix64(&mut state) as u32) & mask
 }
 
 /// SplitMix64 (Steele, Lea and Flood 2014): a fast, well-mixed 64-bit step.
@@ -110,6 +164,25 @@ mod tests {
             assert_eq!(m.slot_of_offset(off), Some(slot));
         }
         assert_eq!(m.slot_of_offset(1 << SLOT_BITS), None);
+    }
+
+    #[test]
+    fn prefixed_numbers_keep_their_prefix_and_map_back() {
+        for allocation in [QpnAllocation::Sequential, QpnAllocation::Scrambled] {
+            let prefix = QpnPrefix { bits: 6, value: 37 };
+            let m = QpnMap::with_prefix(allocation, 9, Some(prefix));
+            assert_eq!(m.capacity(), 1 << 16);
+            let mut seen = std::collections::HashSet::new();
+            for slot in (0..3000).chain([(1 << 16) - 1]) {
+                let off = m.offset_of_slot(slot);
+                assert_eq!(QpnPrefix::of_offset(6, off), Some(37), "{off:#x}");
+                assert!(seen.insert(off), "offset {off:#x} given twice");
+                assert_eq!(m.slot_of_offset(off), Some(slot));
+            }
+            // Another prefix's numbers are not this map's.
+            let other = QpnMap::with_prefix(allocation, 9, Some(QpnPrefix { bits: 6, value: 36 }));
+            assert_eq!(m.slot_of_offset(other.offset_of_slot(5)), None);
+        }
     }
 
     #[test]

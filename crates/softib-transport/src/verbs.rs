@@ -243,6 +243,8 @@ pub enum WcOpcode {
     CompSwap,
     /// A fetch-and-add completed.
     FetchAdd,
+    /// An ATOMIC WRITE completed (`IBV_WC_ATOMIC_WRITE`, IBA 1.5).
+    AtomicWrite,
     /// A receive WR consumed by an incoming SEND.
     Recv,
     /// A receive WR consumed by an incoming RDMA WRITE with immediate.
@@ -364,6 +366,14 @@ pub enum WrOpcode {
     AtomicCmpAndSwp,
     /// 8-byte fetch-and-add (RC only).
     AtomicFetchAndAdd,
+    /// 8-byte ATOMIC WRITE (RC only; IBA vol. 1 release 1.5, `IBV_WR_ATOMIC_WRITE`): the
+    /// gather list's exactly 8 bytes are stored at `remote_addr` (8-byte aligned, an R_Key
+    /// with REMOTE_WRITE) as one indivisible store, after every earlier request of the QP
+    /// has been carried out at the responder. Like READs and atomics it takes a responder
+    /// resource (max_rd_atomic) and completes on the responder's answer. The bytes are
+    /// usually posted INLINE (libibverbs' `ibv_wr_atomic_write` copies them at the call);
+    /// INLINE here is not bounded by `max_inline_data`, as the 8 bytes live in the WQE.
+    AtomicWrite,
     /// Binds a memory window (RC and UC; a local operation, nothing goes on the wire;
     /// IBA 10.6.7.2). The details are in `SendWr::bind_mw`.
     BindMw,
@@ -384,13 +394,27 @@ impl WrOpcode {
             WrOpcode::RdmaRead => "RDMA_READ",
             WrOpcode::AtomicCmpAndSwp => "ATOMIC_CMP_AND_SWP",
             WrOpcode::AtomicFetchAndAdd => "ATOMIC_FETCH_AND_ADD",
+            WrOpcode::AtomicWrite => "ATOMIC_WRITE",
             WrOpcode::BindMw => "BIND_MW",
             WrOpcode::LocalInv => "LOCAL_INV",
         }
     }
 
-    /// True for the operations that need responder resources (max_rd_atomic).
+    /// True for the operations that need responder resources (max_rd_atomic) and
+    /// complete only on the responder's answer: READ, the atomics and ATOMIC WRITE.
     pub fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::AtomicWrite
+        )
+    }
+
+    /// True for the operations whose answer lands in the local buffers (READ and the
+    /// AtomicETH atomics), which therefore need LOCAL_WRITE there.
+    pub fn writes_local(self) -> bool {
         matches!(
             self,
             WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
@@ -419,6 +443,7 @@ impl WrOpcode {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
             WrOpcode::BindMw => WcOpcode::BindMw,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
         }

@@ -314,9 +314,11 @@ pub const IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: u32 = 1;
 pub const IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: u32 = 2;
 pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
 // enum ibv_wc_opcode values the extended API adds to the classic list
+pub const IBV_WC_ATOMIC_WRITE: u32 = 9;
 
 /// The constants above, by C name, for `tests/layout.rs`.
 pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
+    ("IBV_WC_ATOMIC_WRITE", IBV_WC_ATOMIC_WRITE as i64),
     ("IBV_QP_INIT_ATTR_PD", IBV_QP_INIT_ATTR_PD as i64),
     ("IBV_QP_INIT_ATTR_XRCD", IBV_QP_INIT_ATTR_XRCD as i64),
     (

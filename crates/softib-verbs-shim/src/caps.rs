@@ -54,9 +54,15 @@ pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_RC_RNR_NAK_GEN
 pub const MW_CAP_FLAGS: u32 =
     IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 
-/// `device_cap_flags_ex` bits above bit 31 (raw scatter FCS, PCI write end padding, ...):
-/// none.
-pub const DEVICE_CAP_FLAGS_EX_HIGH: u64 = 0;
+/// `device_cap_flags_ex` bits above bit 31: ATOMIC WRITE (IBA 1.5; the engine's
+/// `rc/responder.rs`), as rxe sets it on 64-bit hosts. Not raw scatter FCS or PCI write end
+/// padding (no raw packet QPs, no PCI).
+pub const DEVICE_CAP_FLAGS_EX_HIGH: u64 = DEVICE_ATOMIC_WRITE;
+
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (rdma-core's kernel-headers/rdma/ib_user_verbs.h): the
+/// device carries out `IBV_WR_ATOMIC_WRITE`. libibverbs 44 has no `IBV_DEVICE_*` name for
+/// it; the kernel passes the bit through in `device_cap_flags_ex`.
+pub const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 
 /// XRC domains, XRC SRQs and XRC initiator/target QPs (`IBV_DEVICE_XRC`): the engine's
 /// `rc/xrc.rs` (branch `engine`), the shim's `ffi/xrc.rs`.
@@ -148,9 +154,10 @@ pub fn device_attr(s: &Shared) -> ibv_device_attr {
         max_mw: clamp(l.max_mw),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
-        max_mcast_grp: 0,
-        max_mcast_qp_attach: 0,
-        max_total_mcast_qp_attach: 0,
+        // UD multicast (`softib_transport::mcast`), with rxe's limits.
+        max_mcast_grp: clamp(softib_transport::mcast::MAX_MCAST_GRP),
+        max_mcast_qp_attach: clamp(softib_transport::mcast::MAX_MCAST_QP_ATTACH),
+        max_total_mcast_qp_attach: clamp(softib_transport::mcast::MAX_TOTAL_MCAST_QP_ATTACH),
         max_ah: clamp(l.max_ah),
         max_fmr: 0,
         max_map_per_fmr: 0,

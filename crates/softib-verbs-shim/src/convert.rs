@@ -245,7 +245,7 @@ pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
 }
 
 /// The engine opcode of an `enum ibv_wr_opcode`: Err(EOPNOTSUPP) for the opcodes softib
-/// does not implement (TSO, DRIVER1, ATOMIC_WRITE), Err(EINVAL) for
+/// does not implement (TSO, DRIVER1), Err(EINVAL) for
 /// values verbs.h does not define.
 pub fn wr_opcode_from_c(v: u32) -> Result<WrOpcode, i32> {
     Ok(match v {
@@ -259,7 +259,8 @@ pub fn wr_opcode_from_c(v: u32) -> Result<WrOpcode, i32> {
         IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv,
         IBV_WR_LOCAL_INV => WrOpcode::LocalInv,
         IBV_WR_BIND_MW => WrOpcode::BindMw,
-        IBV_WR_TSO | IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE => return Err(libc::EOPNOTSUPP),
+        IBV_WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
+        IBV_WR_TSO | IBV_WR_DRIVER1 => return Err(libc::EOPNOTSUPP),
         _ => return Err(libc::EINVAL),
     })
 }
@@ -333,6 +334,7 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
             WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
             WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
             WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
+            WcOpcode::AtomicWrite => crate::abi_ex::IBV_WC_ATOMIC_WRITE,
             WcOpcode::Recv => IBV_WC_RECV,
             WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
             WcOpcode::BindMw => IBV_WC_BIND_MW,
@@ -413,7 +415,10 @@ mod tests {
         assert_eq!(wr_opcode_from_c(IBV_WR_BIND_MW), Ok(WrOpcode::BindMw));
         assert_eq!(wr_opcode_from_c(IBV_WR_LOCAL_INV), Ok(WrOpcode::LocalInv));
         assert_eq!(wr_opcode_from_c(IBV_WR_TSO), Err(libc::EOPNOTSUPP));
-        assert_eq!(wr_opcode_from_c(IBV_WR_ATOMIC_WRITE), Err(libc::EOPNOTSUPP));
+        assert_eq!(
+            wr_opcode_from_c(IBV_WR_ATOMIC_WRITE),
+            Ok(WrOpcode::AtomicWrite)
+        );
         assert_eq!(wr_opcode_from_c(77), Err(libc::EINVAL));
         assert_eq!(wr_opcode_from_c(IBV_WR_RDMA_READ), Ok(WrOpcode::RdmaRead));
         let a = ibv_qp_attr::default();

@@ -95,7 +95,6 @@ impl Drop for Shared {
     /// context closes: the quickest way to see retransmissions, drops or RNR NAKs behind a
     /// slow or failing application.
     fn drop(&mut self) {
-        crate::sys::track_device_socket(None, true);
         if !self.config.debug {
             return;
         }
@@ -157,44 +156,22 @@ static OPEN: Mutex<Weak<Shared>> = Mutex::new(Weak::new());
 /// without closing its device, and its capture is what shows why).
 pub fn flush_open_capture() {
     let open = OPEN.lock().unwrap_or_else(|p| p.into_inner()).upgrade();
-    if let Some(s) = open {
+    if let Some(s) = open.filter(|s| s.net.opened_by_this_process()) {
         s.net.flush_capture();
     }
 }
 
 /// The shared device of the process, opened on first use and closed when the last context
 /// goes.
-/// How long an open waits for a device address another process still holds.
-const ADDRESS_IN_USE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Opens the device, waiting up to [`ADDRESS_IN_USE_WAIT`] while its address is in use: a
-/// process that held it (a test's child just terminated, a program restarted at once) may
-/// still be exiting, and its socket goes with it. An address a live process keeps is still
-/// refused, after the wait.
-fn open_retrying_while_in_use(
-    nc: NetConfig,
-    mode: WaitMode,
-) -> Result<Context, softib_net::driver::NetError> {
-    let deadline = std::time::Instant::now() + ADDRESS_IN_USE_WAIT;
-    loop {
-        match Context::open(nc.clone(), mode) {
-            Err(softib_net::driver::NetError::Socket(softib_net::socket::SocketError::Io {
-                source,
-                ..
-            })) if source.kind() == std::io::ErrorKind::AddrInUse
-                && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => return other,
-        }
-    }
-}
-
 pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
     let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(s) = open.upgrade() {
-        return Ok(s);
+        if s.net.opened_by_this_process() {
+            return Ok(s);
+        }
+        // A forked child: the parent's device (no thread here) is not ours to use or to
+        // close; the child opens its own, which shares the address (softib-net group.rs).
+        std::mem::forget(s);
     }
     let bind = SocketAddr::new(config.addr, config.port);
     let mut nc = NetConfig::new(bind);
@@ -211,11 +188,12 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
             spin: std::time::Duration::from_micros(config.spin_us),
         }
     };
-    let net = open_retrying_while_in_use(nc, mode).map_err(|e| OpenError {
+    // Other processes may hold the address too: the device then shares it with them.
+    let net = Context::open(nc, mode).map_err(|e| OpenError {
         errno: libc::ENODEV,
         message: format!(
             "softib verbs shim: cannot open {} on {bind}: {e} (set SOFTIB_ADDR to an address \
-             of this host that no other softib process uses, e.g. 127.0.0.2)",
+             of this host, e.g. 127.0.0.2)",
             config.name
         ),
     })?;
@@ -235,11 +213,8 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
         notifier: OnceLock::new(),
     });
     *open = Arc::downgrade(&shared);
-    // A forked child inherits the bound socket; see sys::release_device_socket_in_child.
-    crate::sys::track_device_socket(
-        crate::sys::find_bound_udp_socket(shared.net.local_addr()),
-        bind.is_ipv4(),
-    );
+    // A forked child inherits the device's sockets: softib-net's fork handler replaces
+    // them in the child (docs/design/net.md, "Several processes on one address").
     if config.pcap.is_some() {
         crate::ffi::flush_capture_at_exit();
     }

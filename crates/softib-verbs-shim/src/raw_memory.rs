@@ -95,6 +95,26 @@ impl Memory for RawMemory {
             |old| old.wrapping_add(add),
         )
     }
+
+    /// ATOMIC WRITE: a release store of the word when the address is 8-byte aligned, so
+    /// the application's threads see the old or the new value and every earlier write of
+    /// the engine before it (IBA 1.5 orders the ATOMIC WRITE after prior operations);
+    /// otherwise a plain copy (the responder refuses misaligned VAs before this point).
+    fn atomic_store(&mut self, offset: usize, value: [u8; 8]) {
+        if !self.fits(offset, 8) {
+            return;
+        }
+        // SAFETY: offset + 8 <= len (checked above).
+        let p = unsafe { self.base.add(offset) };
+        if (p as usize) % 8 == 0 {
+            // SAFETY: `p` is 8-byte aligned and inside the mapped region; the bytes are
+            // stored as given (native order of the bytes in memory, not a number).
+            let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+            a.store(u64::from_ne_bytes(value), Ordering::Release);
+        } else {
+            self.write(offset, &value);
+        }
+    }
 }
 
 impl RawMemory {
@@ -153,5 +173,27 @@ mod tests {
         assert_eq!(&buf[..8], &[0; 8]);
         assert_eq!(&buf[24..], &[0; 8]);
         assert_eq!(buf[16], 42);
+    }
+
+    #[test]
+    fn atomic_store_writes_the_bytes_as_given_and_stays_inside_the_region() {
+        let mut buf = vec![0u64; 4];
+        // SAFETY: `buf` outlives `m` and is not touched while `m` is used.
+        let mut m = unsafe { RawMemory::new(buf.as_mut_ptr().cast::<u8>().wrapping_add(8), 16) };
+        m.atomic_store(8, [1, 2, 3, 4, 5, 6, 7, 8]);
+        let mut word = [0u8; 8];
+        m.read(8, &mut word);
+        assert_eq!(word, [1, 2, 3, 4, 5, 6, 7, 8], "bytes as given");
+        m.atomic_store(12, [0xFF; 8]); // would leave the region: ignored
+        let _ = m;
+        assert_eq!(buf[2].to_ne_bytes(), [1, 2, 3, 4, 5, 6, 7, 8]);
+        // SAFETY: as above.
+        let mut m = unsafe { RawMemory::new(buf.as_mut_ptr().cast::<u8>().wrapping_add(8), 16) };
+        m.atomic_store(3, [7; 8]); // unaligned: a plain copy
+        let _ = m;
+        assert_eq!(buf[2].to_ne_bytes(), [7, 7, 7, 4, 5, 6, 7, 8]);
+        assert_eq!(buf[1].to_ne_bytes(), [0, 0, 0, 7, 7, 7, 7, 7]);
+        assert_eq!(buf[3], 0);
+        assert_eq!(buf[0], 0);
     }
 }

@@ -81,7 +81,8 @@ pub fn send_op_bit(opcode: u32) -> u64 {
 }
 
 /// The `send_ops_flags` softib's engine carries out, per service, as rxe's provider
-/// grants them (RC: everything but TSO and atomic write; UC: no READ, atomics or local
+/// grants them (RC: everything but TSO, ATOMIC WRITE included (IBA 1.5, rxe since Linux
+/// 6.2); XRC initiators: RC's set without ATOMIC WRITE, which rxe has on RC only; UC: no READ, atomics or local
 /// invalidate, IBA 9.8 / o9-1; UD: SEND only, IBA 9.8.3).
 pub fn supported_send_ops(qp_type: u32) -> u64 {
     let uc = IBV_QP_EX_WITH_RDMA_WRITE
@@ -96,6 +97,7 @@ pub fn supported_send_ops(qp_type: u32) -> u64 {
                 | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
                 | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
                 | IBV_QP_EX_WITH_LOCAL_INV
+                | IBV_QP_EX_WITH_ATOMIC_WRITE
         }
         IBV_QPT_UC => uc,
         IBV_QPT_UD => IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM,
@@ -201,6 +203,32 @@ impl WrBatch {
             bind_mw: [0; 6],
             remote_srqn: 0,
         });
+    }
+
+    /// `ibv_wr_atomic_write`: an ATOMIC WRITE of the 8 bytes the caller passed, copied
+    /// now (the application may reuse its buffer when the call returns, as with rxe, whose
+    /// provider copies them into the WQE). They travel as the WR's inline payload, which
+    /// `max_inline_data` does not bound (they are part of the WQE, not inline data).
+    pub fn begin_atomic_write(
+        &mut self,
+        limits: &BuildLimits,
+        wr_id: u64,
+        wr_flags: u32,
+        rkey: u32,
+        remote_addr: u64,
+        value: [u8; 8],
+    ) {
+        self.begin(
+            limits,
+            wr_id,
+            wr_flags,
+            IBV_WR_ATOMIC_WRITE,
+            0,
+            rdma_wr(rkey, remote_addr),
+        );
+        if let Some(w) = self.wrs.last_mut() {
+            w.inline = Some(value.to_vec());
+        }
     }
 
     /// `ibv_wr_bind_mw`: a BIND_MW WR (no gather list).
@@ -426,10 +454,57 @@ mod tests {
         );
         assert_ne!(supported_send_ops(IBV_QPT_RC) & IBV_QP_EX_WITH_BIND_MW, 0);
         assert_eq!(supported_send_ops(IBV_QPT_UC) & IBV_QP_EX_WITH_LOCAL_INV, 0);
-        assert_eq!(
+        // IBA 1.5 ATOMIC WRITE: RC only, as rxe.
+        assert_ne!(
             supported_send_ops(IBV_QPT_RC) & IBV_QP_EX_WITH_ATOMIC_WRITE,
             0
         );
+        for t in [IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_XRC_SEND] {
+            assert_eq!(
+                supported_send_ops(t) & IBV_QP_EX_WITH_ATOMIC_WRITE,
+                0,
+                "{t}"
+            );
+        }
+        assert_eq!(supported_send_ops(IBV_QPT_RC) & IBV_QP_EX_WITH_TSO, 0);
+    }
+
+    #[test]
+    fn an_atomic_write_carries_its_8_bytes_inline_in_rdma_layout() {
+        let l = BuildLimits {
+            send_ops: IBV_QP_EX_WITH_ATOMIC_WRITE,
+            max_inline_data: 0,
+            ..LIMITS
+        };
+        let mut b = WrBatch::default();
+        b.start();
+        b.begin_atomic_write(
+            &l,
+            9,
+            IBV_SEND_SIGNALED,
+            0x1234,
+            0xdead_beef_0008,
+            *b"8 bytes!",
+        );
+        let wrs = b.finish().unwrap();
+        let mut store = Vec::new();
+        let w = wrs[0].to_send_wr(&mut store);
+        assert_eq!(w.opcode, IBV_WR_ATOMIC_WRITE);
+        assert_eq!(w.send_flags, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+        assert_eq!(
+            (w.wr.remote_addr(), w.wr.rdma_rkey()),
+            (0xdead_beef_0008, 0x1234)
+        );
+        assert_eq!(w.num_sge, 1);
+        assert_eq!(store[0].length, 8);
+        let inline = wrs[0].inline.as_deref().unwrap();
+        assert_eq!(inline, b"8 bytes!");
+        assert_eq!(store[0].addr, inline.as_ptr() as u64);
+        // A QP created without the flag refuses it.
+        let mut b = WrBatch::default();
+        b.start();
+        b.begin_atomic_write(&LIMITS, 1, 0, 1, 0, [0; 8]);
+        assert_eq!(b.finish().unwrap_err().0, libc::EINVAL);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! (`../shared/testdata/pyverbs-tests-v44.0` next to the repository, or `SOFTIB_PYVERBS_SUITE`)
 //! and never copied here. `tests/pyverbs/driver.py` (ours) loads it as its `run_tests.py`
 //! does and reports each test's outcome as JSON. What is asserted:
-//! - no test fails or errors, but the few [`KNOWN_ERRORS`] (each with its reason);
+//! - no test fails or errors (the rdma_cm module's forked pairs on one address included);
 //! - at least [`MIN_PASSED`] pass;
 //! - every test that passes on Linux rxe (`tests/pyverbs/rxe-passes.txt`, measured in the
 //!   oracle VM; the file says how) passes here too;
@@ -21,9 +21,10 @@ use std::sync::OnceLock;
 
 mod common;
 
-/// The fewest passing tests accepted: issue 13's acceptance (130). With huge pages
-/// allocated (`.ci/run` does) softib passes 132 plus the rdma_cm module.
-const MIN_PASSED: usize = 130;
+/// The fewest passing tests accepted. With huge pages allocated (`.ci/run` does) softib
+/// passes 140 of 273 (the rdma_cm module's 7 included, 133 skipped; 2026-12-01); a few
+/// `_ex` tests choose their options at random, hence the margin. Issue 13 asks for 130.
+const MIN_PASSED: usize = 136;
 /// The device address of this test's shim (its own 127.77.x block, apart from the other
 /// shim tests).
 const DEVICE_ADDR: &str = "127.77.200.1";
@@ -118,32 +119,14 @@ fn outcomes() -> &'static BTreeMap<String, Outcome> {
     })
 }
 
-/// Tests that error on softib for a reason outside the verbs layer. Every one of them must
-/// still error (a test that starts to pass must leave this list, so it cannot go stale);
-/// any other failure or error fails the suite.
-///
-/// pyverbs' rdma_cm tests fork a passive and an active process that both use the one
-/// device address (`AddrInfo(src=addr, dst=addr)`): one host, one device, two processes.
-/// A kernel device is shared by every process of a host; a softib device lives in its
-/// process and owns its address's RoCEv2 socket, so the second process cannot open it
-/// (docs/verbs-shim.md, "RDMA-CM"). Between two processes with two addresses the same
-/// rdma_cm calls work (tests/rdmacm_api.rs, tests/rdmacm_tools.rs).
-const KNOWN_ERRORS: &[&str] = &[
-    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_read",
-    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_reject_traffic",
-    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_traffic",
-    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_traffic_external_qp",
-    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_udp_traffic",
-    "tests.test_rdmacm.CMTestCase.test_rdmacm_async_write",
-    "tests.test_rdmacm.CMTestCase.test_rdmacm_sync_traffic",
-];
-
 #[test]
-fn pyverbs_suite_has_no_failure_or_error_but_the_known_ones() {
+fn pyverbs_suite_has_no_failure_or_error() {
+    // The rdma_cm tests fork a passive and an active process on the one device address,
+    // as on a kernel device every process of a host shares: softib-net's address group
+    // (docs/design/net.md, "Several processes on one address") is what makes them pass.
     let bad: Vec<String> = outcomes()
         .values()
         .filter(|o| !matches!(o.outcome.as_str(), "ok" | "skip"))
-        .filter(|o| !KNOWN_ERRORS.contains(&o.id.as_str()))
         .map(|o| format!("{} {}:\n{}", o.outcome, o.id, o.detail))
         .collect();
     assert!(
@@ -151,15 +134,6 @@ fn pyverbs_suite_has_no_failure_or_error_but_the_known_ones() {
         "{} tests did not pass:\n{}",
         bad.len(),
         bad.join("\n")
-    );
-    let now_passing: Vec<&str> = KNOWN_ERRORS
-        .iter()
-        .copied()
-        .filter(|id| outcomes().get(*id).is_none_or(|o| o.outcome != "error"))
-        .collect();
-    assert!(
-        now_passing.is_empty(),
-        "no longer erroring (take them out of KNOWN_ERRORS): {now_passing:?}"
     );
 }
 

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{args, binary, run_pair_ready, Pair, Ready};
+use common::{args, binary, run_pair_on_one_address, run_pair_ready, Pair, Ready};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -58,6 +58,27 @@ fn rping_100_validated_pings() {
         .count();
     assert_eq!(served, 100, "server pings:\n{}", p.dump());
     // The client disconnects; the server sees DISCONNECTED.
+    assert!(p.server.output.contains("DISCONNECT EVENT"), "{}", p.dump());
+}
+
+/// rping's server and client as two processes on one device address, as on one host with
+/// one kernel device: the client's device shares the address with the server's (which owns
+/// the UDP port and forwards to it by QPN and CM communication ID).
+#[test]
+fn rping_server_and_client_processes_share_one_address() {
+    let slot = 168;
+    let addr = format!("127.77.{slot}.1");
+    let p = run_pair_on_one_address(
+        slot,
+        &rdmacm_utils("rping"),
+        &args(&["-s", "-a", &addr, "-p", "7168", "-v"]),
+        &args(&["-c", "-p", "7168", "-C", "50", "-v", "-V", "-a"]),
+        DEADLINE,
+        LISTENING,
+    );
+    both_ok(&p, "rping on one address");
+    let pings = p.client.output.matches("ping data: rdma-ping-").count();
+    assert_eq!(pings, 50, "client pings:\n{}", p.dump());
     assert!(p.server.output.contains("DISCONNECT EVENT"), "{}", p.dump());
 }
 

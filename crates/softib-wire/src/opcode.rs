@@ -13,6 +13,10 @@
 //! - XRC *requests* carry an XRCETH right after the BTH (IBA Annex A14);
 //! - RETH on RDMA WRITE First/Only(+Imm) and RDMA READ Request (IBA 9.3.3);
 //! - AtomicETH on CmpSwap/FetchAdd (IBA 9.3.4);
+//! - RETH and an 8-byte payload on RC ATOMIC WRITE (0x1D, added by IBA vol. 1 release 1.5
+//!   with the "ATOMIC WRITE" operation of ch. 9; the Linux kernel's `IB_OPCODE_RC_ATOMIC_WRITE`, rxe since
+//!   Linux 6.2). IBA 1.5 defines it for RC only here, as rxe does; its response is an
+//!   RDMA READ response Only with no payload;
 //! - AETH on Acknowledge, ATOMIC Acknowledge and READ response First/Last/Only (IBA 9.3.5);
 //! - AtomicAckETH on ATOMIC Acknowledge (IBA 9.3.6);
 //! - ImmDt on the "with Immediate" SEND/WRITE opcodes (IBA 9.3.7);
@@ -118,6 +122,9 @@ pub enum Operation {
     SendLastInv,
     /// SEND Only with Invalidate (0x17).
     SendOnlyInv,
+    /// ATOMIC WRITE (0x1D, IBA 1.5): writes its 8-byte payload at the RETH's VA as one
+    /// indivisible store, after every earlier request to the QP has been carried out.
+    AtomicWrite,
     /// Congestion notification (the whole of opcode 0x81).
     Cnp,
 }
@@ -150,6 +157,7 @@ impl Operation {
             Operation::Resync => 0x15,
             Operation::SendLastInv => 0x16,
             Operation::SendOnlyInv => 0x17,
+            Operation::AtomicWrite => 0x1D,
             Operation::Cnp => 0x01,
         }
     }
@@ -177,6 +185,7 @@ const WRITE: u32 = 1 << 17;
 const READ_RESPONSE: u32 = 1 << 18;
 const RESPONSE: u32 = 1 << 19;
 const ATOMIC: u32 = 1 << 20;
+const ATOMIC_WRITE: u32 = 1 << 21;
 
 /// Extension-header lengths in bytes (IBA 9.3; XRCETH Annex A14; CNP body Annex A17).
 pub(crate) const RDETH_LEN: usize = 4;
@@ -216,6 +225,7 @@ const fn operation_flags(op: Operation) -> u32 {
         Operation::Acknowledge => RESPONSE | AETH,
         Operation::AtomicAcknowledge => RESPONSE | AETH | ATOMIC_ACK_ETH,
         Operation::CompareSwap | Operation::FetchAdd => ATOMIC | ATOMIC_ETH,
+        Operation::AtomicWrite => ATOMIC_WRITE | RETH | PAYLOAD,
         Operation::Resync => 0,
         Operation::Cnp => CNP_BODY,
     }
@@ -370,7 +380,8 @@ impl Opcode {
     pub const fn has_xrceth(self) -> bool {
         self.has(XRCETH)
     }
-    /// A RETH follows (RDMA WRITE First/Only, RDMA READ Request, IBA 9.3.3).
+    /// A RETH follows (RDMA WRITE First/Only, RDMA READ Request, IBA 9.3.3; ATOMIC WRITE,
+    /// IBA 1.5).
     pub const fn has_reth(self) -> bool {
         self.has(RETH)
     }
@@ -399,7 +410,8 @@ impl Opcode {
     pub const fn has_cnp_body(self) -> bool {
         self.has(CNP_BODY)
     }
-    /// The packet may carry payload (SEND, RDMA WRITE and READ response packets). Other
+    /// The packet may carry payload (SEND, RDMA WRITE, READ response and ATOMIC WRITE
+    /// packets). Other
     /// opcodes carry none: their packet ends with their last extension header.
     pub const fn has_payload(self) -> bool {
         self.has(PAYLOAD)
@@ -483,6 +495,12 @@ impl Opcode {
     pub const fn is_atomic(self) -> bool {
         self.has(ATOMIC)
     }
+    /// ATOMIC WRITE (IBA 1.5): RETH plus an 8-byte payload, never segmented, answered by
+    /// an RDMA READ response Only without payload. Not [`Opcode::is_atomic`] (which means
+    /// the AtomicETH operations) and not [`Opcode::is_write`].
+    pub const fn is_atomic_write(self) -> bool {
+        self.has(ATOMIC_WRITE)
+    }
     /// Sent by the responder: READ responses, Acknowledge, ATOMIC Acknowledge
     /// (IBA 9.7: the responder's packets). Everything else except the CNP is a request.
     pub const fn is_response(self) -> bool {
@@ -539,6 +557,8 @@ opcodes! {
     RC_FETCH_ADD = 0x14, Rc, FetchAdd, "RC FETCH_ADD", Some("Reliable Connection (RC) - FetchAdd");
     RC_SEND_LAST_INV = 0x16, Rc, SendLastInv, "RC SEND_LAST_INV", Some("Reliable Connection (RC) - SEND Last with Invalidate");
     RC_SEND_ONLY_INV = 0x17, Rc, SendOnlyInv, "RC SEND_ONLY_INV", Some("Reliable Connection (RC) - SEND Only with Invalidate");
+    // Wireshark 4.0 predates IBA 1.5 and has no name for 0x1D.
+    RC_ATOMIC_WRITE = 0x1D, Rc, AtomicWrite, "RC ATOMIC_WRITE", None;
 
     UC_SEND_FIRST = 0x20, Uc, SendFirst, "UC SEND_FIRST", Some("Unreliable Connection (UC) - SEND First");
     UC_SEND_MIDDLE = 0x21, Uc, SendMiddle, "UC SEND_MIDDLE", Some("Unreliable Connection (UC) - SEND Middle");
@@ -613,9 +633,12 @@ mod tests {
     #[test]
     fn exactly_the_table_38_opcodes_and_cnp_are_known() {
         let known = (0..=255u8).filter(|&v| Opcode::from_u8(v).is_ok()).count();
-        // RC 23 + UC 12 + RD 22 + UD 2 + XRC 23 + CNP 1.
-        assert_eq!(known, 83);
-        assert_eq!(Opcode::ALL.len(), 83);
+        // RC 24 (23 of IBA 1.4 + ATOMIC WRITE) + UC 12 + RD 22 + UD 2 + XRC 23 + CNP 1.
+        assert_eq!(known, 84);
+        assert_eq!(Opcode::ALL.len(), 84);
+        assert_eq!(Opcode::from_u8(0x1C), Err(Error::UnknownOpcode(0x1C)));
+        assert_eq!(Opcode::from_u8(0x3D), Err(Error::UnknownOpcode(0x3D)));
+        assert_eq!(Opcode::from_u8(0xBD), Err(Error::UnknownOpcode(0xBD)));
         assert_eq!(Opcode::from_u8(0x15), Err(Error::UnknownOpcode(0x15)));
         assert_eq!(Opcode::from_u8(0x2C), Err(Error::UnknownOpcode(0x2C)));
         assert_eq!(Opcode::from_u8(0x80), Err(Error::UnknownOpcode(0x80)));
@@ -674,6 +697,14 @@ mod tests {
         assert!(o.has_reth() && !o.has_payload() && !o.starts_message());
         assert!(Opcode::CNP.has_cnp_body() && !Opcode::CNP.has_payload());
         assert_eq!(Opcode::CNP.ext_headers_len(), 16);
+        // IBA 1.5 ATOMIC WRITE: RETH, then the 8-byte payload; a request, not an AtomicETH op.
+        let o = Opcode::RC_ATOMIC_WRITE;
+        assert_eq!(o.value(), 0x1D);
+        assert!(o.has_reth() && o.has_payload() && o.is_atomic_write());
+        assert!(!o.is_atomic() && !o.is_write() && !o.is_response() && !o.has_atomic_eth());
+        assert_eq!(o.ext_headers_len(), 16);
+        assert_eq!(Opcode::new(Service::Uc, Operation::AtomicWrite), None);
+        assert_eq!(Opcode::new(Service::Xrc, Operation::AtomicWrite), None);
     }
 
     #[test]

@@ -307,7 +307,7 @@ fn tshark_reads_every_opcode_in_every_encapsulation_as_we_wrote_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let payload: Vec<u8> = (0..64u8).collect();
     let packets = build_all(&payload);
-    // RC 22 + UC 12 + UD 2 + XRC 23 opcodes (IBA 9.2, table 38).
+    // RC 23 (with IBA 1.5's ATOMIC WRITE) + UC 12 + UD 2 + XRC 23 opcodes (IBA 9.2, table 38).
     assert!(
         packets.len() >= 50,
         "every RC/UC/UD/XRC opcode: {}",
@@ -351,6 +351,13 @@ fn tshark_reads_every_opcode_in_every_encapsulation_as_we_wrote_it() {
             if e.opcode >> 5 == 5 {
                 // XRC (0xA0..): Wireshark 4.0 names the opcode but shows everything after the
                 // BTH as "Vendor Specific or Unknown Header Sequence", so only the BTH compares.
+                continue;
+            }
+            if e.opcode == Opcode::RC_ATOMIC_WRITE.value() {
+                // IBA 1.5's ATOMIC WRITE (0x1D) is newer than Wireshark 4.0: it reads the BTH
+                // (compared above) and nothing after it. Assert that, so this test says when
+                // a newer Wireshark starts decoding the RETH and the comparison can be added.
+                assert_eq!(opt(row, "infiniband.reth.r_key"), None, "{ctx}: R_Key");
                 continue;
             }
             if e.dma_len.is_some() {

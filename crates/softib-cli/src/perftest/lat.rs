@@ -154,8 +154,11 @@ fn spin_until(
                 // without a closing exchange): its leaving ends our run too.
                 // (Its deadline is ours within the start-up skew of a few milliseconds; a
                 // peer that leaves earlier than a second before ours vanished.)
-                Err(softib_net::oob::OobError::Closed { .. })
-                    if deadline.is_some_and(|d| {
+                Err(e)
+                    if matches!(
+                        e.downcast_ref::<softib_net::oob::OobError>(),
+                        Some(softib_net::oob::OobError::Closed { .. })
+                    ) && deadline.is_some_and(|d| {
                         d.saturating_duration_since(Instant::now()) < Duration::from_secs(1)
                     }) =>
                 {

@@ -7,30 +7,34 @@
 //! (N before the QPs are connected, N + 1 after, and one more before for the READ, WRITE
 //! and atomic latency tests), then the test with the tool's synchronisation points, then
 //! the reports and the closing handshake. `bw` and `lat` run the tests; `report` prints
-//! perftest's tables.
+//! perftest's tables. With `-R` the exchange and the QPs connect through rdma_cm instead
+//! (`exchange` is the channel either way, `rdma_cm` the connections), as perftest's `-R`.
 
 pub mod bw;
+pub mod exchange;
 pub mod lat;
+pub mod rdma_cm;
 pub mod report;
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use softib_net::context::{ConnectOptions, Context, MemoryRegion};
 use softib_net::oob::endpoint::Endpoint;
 use softib_net::oob::perftest::{
-    i32_msg, parse_i32_msg, MtuMsg, PerftestDest, PerftestVersion, KEY_MSG_LEN_GID, PERFTEST_DONE,
-    VERSION_MSG_LEN,
+    i32_msg, parse_i32_msg, MtuMsg, PerftestDest, PerftestVersion, VERSION_MSG_LEN,
 };
 use softib_net::oob::stream::OobStream;
 use softib_net::oob::DEFAULT_OOB_PORT;
+use softib_net::verbs::{CmConnection, CompletionQueue, Hca, ProtectionDomain};
 use softib_transport::{
     AccessFlags, AhAttr, AhHandle, CqHandle, GlobalRoute, Mtu, PdHandle, QpCap, QpInitAttr, QpType,
     WorkCompletion,
 };
 
 use crate::device::{DeviceArgs, Publisher};
+use exchange::Exchange;
 use report::BwUnit;
 
 /// The operation a tool measures.
@@ -161,8 +165,9 @@ pub struct PerfArgs {
     #[arg(short = 'o', long = "outs", default_value_t = 16)]
     pub outs: u16,
     /// Local ACK timeout exponent: 4.096 us x 2^N (IBA 9.7.6.1.3; 14 = 67 ms).
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
-    pub qp_timeout: u8,
+    /// Default 14; with -R, rdma_cm's (19: the kernel's RoCE packet life time 18, plus one).
+    #[arg(short = 'u', long = "qp-timeout")]
+    pub qp_timeout: Option<u8>,
     /// GID index (accepted for compatibility; a softib device has one GID).
     #[arg(short = 'x', long = "gid-index")]
     pub gid_index: Option<u32>,
@@ -172,6 +177,11 @@ pub struct PerfArgs {
     /// IB device name (accepted for compatibility; the device is the one on --bind).
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
+    /// Connect the exchange and the test QPs with rdma_cm (IB CM over QP1) instead of TCP,
+    /// as perftest's -R: pairs with `ib_write_bw -R` etc. The server needs --bind (the
+    /// device rdma_cm listens on); the port (-p) is an rdma_cm port.
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,
@@ -216,12 +226,16 @@ pub struct Params {
     pub tool: String,
     /// Local ACK timeout exponent.
     pub qp_timeout: u8,
+    /// Exchange and QPs over rdma_cm (`-R`).
+    pub rdma_cm: bool,
 }
 
 /// Largest message `-a` runs (`MAX_SIZE`).
 const MAX_SIZE: u64 = 1 << 23;
 /// GRH room a UD receive buffer needs in front of the payload (IBA 11.4.1.2).
 const GRH_LEN: u64 = 40;
+/// The local ACK timeout rdma_cm gives a RoCE QP (4.096 us x 2^19 = 2.1 s).
+pub(crate) const RDMA_CM_ACK_TIMEOUT: u8 = 19;
 /// perftest's Q_Key (`DEF_QKEY`).
 const PERFTEST_QKEY: u32 = 0x1111_1111;
 
@@ -236,6 +250,12 @@ impl Params {
         }
         if a.conn == Conn::Uc && matches!(verb, Verb::Read | Verb::Atomic) {
             bail!("-c UC has no RDMA READ or atomics (IBA 9.8.2); use -c RC");
+        }
+        if a.rdma_cm && a.conn == Conn::Uc {
+            bail!("-R with -c UC: UC is not supported in librdmacm (perftest refuses it too)");
+        }
+        if a.rdma_cm && a.conn == Conn::Ud {
+            bail!("-R with -c UD is not supported: softib's tools connect only RC QPs through rdma_cm (UD ids need SIDR); use -c RC");
         }
         if a.qps == 0 || a.qps > 1024 {
             bail!("-q {}: the number of QPs must be 1..=1024", a.qps);
@@ -301,8 +321,13 @@ impl Params {
         let cq_mod = a.cq_mod.clamp(1, tx_depth);
         let rx_depth = a.rx_depth.clamp(1, 8192);
         let inline = a.inline_size.unwrap_or(0).min(1024);
-        if a.qp_timeout > 31 {
-            bail!("-u {}: the timeout exponent is 0..=31", a.qp_timeout);
+        // perftest -R leaves the QPs' attributes to rdma_cm, which gives RoCE QPs a local
+        // ACK timeout of packet life time + 1 (kernel cma.c: CMA_IBOE_PACKET_LIFETIME 18).
+        let qp_timeout = a
+            .qp_timeout
+            .unwrap_or(if a.rdma_cm { RDMA_CM_ACK_TIMEOUT } else { 14 });
+        if qp_timeout > 31 {
+            bail!("-u {qp_timeout}: the timeout exponent is 0..=31");
         }
         if a.outs == 0 || a.outs > 16 {
             bail!("-o {}: outstanding reads/atomics must be 1..=16", a.outs);
@@ -329,7 +354,8 @@ impl Params {
             inline,
             out_reads: a.outs,
             tool: tool.to_string(),
-            qp_timeout: a.qp_timeout,
+            qp_timeout,
+            rdma_cm: a.rdma_cm,
         })
     }
 
@@ -338,12 +364,24 @@ impl Params {
     }
 }
 
+/// A tool's device: the verbs-level handle (which rdma_cm's connections need), used as
+/// the [`Context`] it wraps.
+pub struct Device(Hca);
+
+impl std::ops::Deref for Device {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        self.0.context()
+    }
+}
+
 /// An established test: exchange connection, device, buffers, connected QPs.
 pub struct Session {
+    /// The test QPs' rdma_cm connections (`-R`; empty otherwise). First, so that they are
+    /// dropped before the exchange and the device.
+    pub cm_conns: Vec<CmConnection>,
     /// The exchange connection.
-    pub oob: OobStream,
-    /// The device.
-    pub ctx: Context,
+    pub oob: Exchange,
     /// Protection domain.
     pub pd: PdHandle,
     /// The one CQ of every QP, send and receive.
@@ -366,6 +404,10 @@ pub struct Session {
     pub publisher: Publisher,
     /// Silence limit.
     pub timeout: Duration,
+    /// The verbs objects behind `pd` and `cq` (kept alive with the session).
+    _verbs: (ProtectionDomain, CompletionQueue),
+    /// The device (last: everything above lives on it).
+    pub ctx: Device,
 }
 
 impl Session {
@@ -381,10 +423,7 @@ impl Session {
 
     /// One key-message handshake (perftest's `ctx_hand_shake`) with QP `i`'s keys.
     pub fn handshake(&mut self, i: usize) -> anyhow::Result<PerftestDest> {
-        let mine = self.my[i].to_bytes();
-        let mut theirs = [0u8; KEY_MSG_LEN_GID];
-        self.oob.exchange("exchange QP keys", &mine, &mut theirs)?;
-        Ok(PerftestDest::parse(&theirs)?)
+        self.oob.keys(&self.my[i])
     }
 
     /// Waits for the peer's next exchange message while RDMA traffic may still be running:
@@ -437,12 +476,18 @@ impl Session {
     /// connection with data in flight; a peer that closed first is not an error.
     pub fn close(&mut self) -> anyhow::Result<()> {
         self.handshake(0)?;
-        self.oob.write_msg("send done", PERFTEST_DONE)?;
-        let mut done = [0u8; PERFTEST_DONE.len()];
-        if self.oob.read_msg("receive done", &mut done).is_ok() {
-            softib_net::oob::perftest::parse_done(&done)?;
+        self.oob.send_done()
+    }
+
+    /// `-R`: disconnects the test QPs and then the exchange (DREQs, as perftest's
+    /// `destroy_ctx`); a peer that disconnected first is fine.
+    pub fn disconnect(&mut self) {
+        for c in &mut self.cm_conns {
+            let _ = c.disconnect(&[], Duration::from_secs(1));
         }
-        Ok(())
+        if let Exchange::Cm(x) = &mut self.oob {
+            x.disconnect();
+        }
     }
 
     /// Takes completions, failing on an error status with the verbs text.
@@ -507,6 +552,7 @@ pub fn run(verb: Verb, kind: Kind, tool: &str, args: &PerfArgs) -> anyhow::Resul
         Kind::Bw => bw::run(&mut s, &p),
         Kind::Lat => lat::run(&mut s, &p),
     };
+    s.disconnect();
     let state = if result.is_ok() { "finished" } else { "failed" };
     let published = s.publisher.write(&s.ctx, state);
     result?;
@@ -517,37 +563,15 @@ pub fn run(verb: Verb, kind: Kind, tool: &str, args: &PerfArgs) -> anyhow::Resul
 /// prints perftest's test information.
 fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
     let timeout = args.dev.timeout();
-    let bind = args.dev.bind_addr()?;
-    let oob = match &args.host {
-        Some(host) => OobStream::connect(host, args.port, timeout).with_context(|| {
-            format!("cannot reach the {} server at {host}:{}", p.tool, args.port)
-        })?,
-        None => {
-            let ip = bind.map(|b| b.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
-            let listener = TcpListener::bind(SocketAddr::new(ip, args.port))
-                .with_context(|| format!("cannot listen on {ip} port {}", args.port))?;
-            println!();
-            println!("************************************");
-            println!("* Waiting for client to connect... *");
-            println!("************************************");
-            let (stream, _) = listener.accept().context("accept the client")?;
-            OobStream::from_stream(stream, softib_net::oob::stream::Role::Server, timeout)?
-        }
+    let (mut oob, ctx) = if p.rdma_cm {
+        open_cm_exchange(p, args, timeout)?
+    } else {
+        open_tcp_exchange(p, args, timeout)?
     };
-    let local_ip = oob.local_addr()?.ip();
-    let local_ip = match local_ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    };
-    let ctx = args.dev.open(local_ip, p.mtu)?;
     let publisher = Publisher::new(
         args.dev.counters.clone(),
         format!("{} {}", p.tool, if p.client { "client" } else { "server" }),
     );
-    let mut oob = oob;
 
     // Versions, system data, MTU (perftest: exchange_versions, check_sys_data, check_mtu).
     let mut v = [0u8; VERSION_MSG_LEN];
@@ -594,9 +618,10 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
                 p.max_size()
             )
         })?;
-    let pd = ctx.alloc_pd();
+    let verbs_pd = ctx.0.alloc_pd();
     let depth = (p.tx_depth + p.rx_depth + 16) * p.qps as u32;
-    let cq = ctx.create_cq(depth)?;
+    let verbs_cq = ctx.0.create_cq().set_entries(depth).build()?;
+    let (pd, cq) = (verbs_pd.handle(), verbs_cq.handle());
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
@@ -604,7 +629,45 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
     let mr = ctx.reg_mr(pd, total as usize, access)?;
     let mut qpns = Vec::new();
     let mut my = Vec::new();
+    let mut cm_conns = Vec::new();
+    if p.rdma_cm {
+        // perftest's create_rdma_cm_connection: a handshake, the test connections through
+        // rdma_cm to the exchange's port, another handshake.
+        let blank = PerftestDest {
+            lid: 0,
+            out_reads: 0,
+            qpn: 0,
+            psn: 0,
+            rkey: 0,
+            vaddr: 0,
+            gid: Some([0; 16]),
+            srqn: 0,
+        };
+        oob.keys(&blank)?;
+        cm_conns = if p.client {
+            let server = SocketAddr::new(oob.peer_ip(), args.port);
+            rdma_cm::connect_test_qps(&verbs_pd, &verbs_cq, p, mtu, server, timeout)?
+        } else {
+            rdma_cm::accept_test_qps(&ctx.0, &verbs_pd, &verbs_cq, p, mtu, args.port, timeout)?
+        };
+        oob.keys(&blank)?;
+    }
     for i in 0..p.qps {
+        if let Some(c) = cm_conns.get(i) {
+            let qpn = c.qp().qpn();
+            qpns.push(qpn);
+            my.push(PerftestDest {
+                lid: 0,
+                out_reads: p.out_reads,
+                qpn,
+                psn: ctx.random_psn(),
+                rkey: mr.keys.rkey,
+                vaddr: mr.addr + (p.qps + i) as u64 * slot,
+                gid: Some(ctx.gid()),
+                srqn: 0,
+            });
+            continue;
+        }
         let qpn = ctx.create_qp(
             pd,
             QpInitAttr {
@@ -635,8 +698,8 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
         });
     }
     let mut s = Session {
+        cm_conns,
         oob,
-        ctx,
         pd,
         cq,
         mr,
@@ -648,6 +711,8 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
         mtu,
         publisher,
         timeout,
+        _verbs: (verbs_pd, verbs_cq),
+        ctx,
     };
     print_test_info(p, &s, args);
 
@@ -659,9 +724,11 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
         let r = s.handshake(i)?;
         s.rem.push(r);
     }
-    let peer_ip = s.oob.peer_addr().ip();
-    for i in 0..p.qps {
-        connect_qp(&mut s, p, i, peer_ip)?;
+    let peer_ip = s.oob.peer_ip();
+    if !p.rdma_cm {
+        for i in 0..p.qps {
+            connect_qp(&mut s, p, i, peer_ip)?;
+        }
     }
     for i in 0..p.qps {
         print_dest("local", &s.my[i], p.verb);
@@ -674,6 +741,94 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
     s.handshake(0)?;
     s.publisher.tick(&s.ctx);
     Ok(s)
+}
+
+/// perftest's TCP exchange connection, then the device on `--bind` or on the
+/// connection's local address.
+fn open_tcp_exchange(
+    p: &Params,
+    args: &PerfArgs,
+    timeout: Duration,
+) -> anyhow::Result<(Exchange, Device)> {
+    let bind = args.dev.bind_addr()?;
+    let oob = match &args.host {
+        Some(host) => OobStream::connect(host, args.port, timeout).with_context(|| {
+            format!("cannot reach the {} server at {host}:{}", p.tool, args.port)
+        })?,
+        None => {
+            let ip = bind.map(|b| b.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+            let listener = TcpListener::bind(SocketAddr::new(ip, args.port))
+                .with_context(|| format!("cannot listen on {ip} port {}", args.port))?;
+            println!();
+            println!("************************************");
+            println!("* Waiting for client to connect... *");
+            println!("************************************");
+            let (stream, _) = listener.accept().context("accept the client")?;
+            OobStream::from_stream(stream, softib_net::oob::stream::Role::Server, timeout)?
+        }
+    };
+    let local_ip = match oob.local_addr()?.ip() {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    };
+    let ctx = args.dev.open(local_ip, p.mtu)?;
+    Ok((Exchange::Tcp(oob), Device(Hca::from_context(ctx))))
+}
+
+/// `-R`: the device first (the server's on `--bind`; the client's on `--bind` or on the
+/// address the host routes to the server from, as rdma_resolve_addr picks its source),
+/// then the exchange connection through rdma_cm.
+fn open_cm_exchange(
+    p: &Params,
+    args: &PerfArgs,
+    timeout: Duration,
+) -> anyhow::Result<(Exchange, Device)> {
+    let bind = args.dev.bind_addr()?;
+    match &args.host {
+        Some(host) => {
+            let server = (host.as_str(), args.port)
+                .to_socket_addrs()
+                .with_context(|| format!("cannot resolve {host}"))?
+                .next()
+                .ok_or_else(|| anyhow!("{host} has no address"))?;
+            let local_ip = match bind {
+                Some(b) => b.ip(),
+                None => route_source(server.ip())?,
+            };
+            let ctx = Device(Hca::from_context(args.dev.open(local_ip, p.mtu)?));
+            let x = rdma_cm::CmExchange::connect(&ctx.0, server, timeout)?;
+            Ok((Exchange::Cm(Box::new(x)), ctx))
+        }
+        None => {
+            let b = bind.ok_or_else(|| {
+                anyhow!("-R as a server needs --bind ADDR: rdma_cm listens on a device, and a softib device has one address")
+            })?;
+            let ctx = Device(Hca::from_context(args.dev.open(b.ip(), p.mtu)?));
+            println!();
+            println!("************************************");
+            println!("* Waiting for client to connect... *");
+            println!("************************************");
+            let x = rdma_cm::CmExchange::accept(&ctx.0, args.port, timeout)?;
+            Ok((Exchange::Cm(Box::new(x)), ctx))
+        }
+    }
+}
+
+/// The local address the host's routing table picks towards `peer` (a connected UDP
+/// socket sends nothing).
+fn route_source(peer: IpAddr) -> anyhow::Result<IpAddr> {
+    let any: IpAddr = if peer.is_ipv4() {
+        IpAddr::from([0u8; 4])
+    } else {
+        IpAddr::from([0u16; 8])
+    };
+    let sock = UdpSocket::bind(SocketAddr::new(any, 0)).context("route lookup socket")?;
+    sock.connect(SocketAddr::new(peer, 4791))
+        .with_context(|| format!("no route to {peer}"))?;
+    Ok(sock.local_addr().context("route lookup")?.ip())
 }
 
 /// Moves QP `i` to RTS towards the peer's keys (UD: also creates the address handle).
@@ -781,8 +936,13 @@ fn print_test_info(p: &Params, s: &Session, args: &PerfArgs) {
     } else {
         println!(" Max inline data : {}[B]", p.inline);
     }
-    println!(" rdma_cm QPs\t : OFF");
-    println!(" Data ex. method : Ethernet");
+    if p.rdma_cm {
+        println!(" rdma_cm QPs\t : ON");
+        println!(" Data ex. method : rdma_cm");
+    } else {
+        println!(" rdma_cm QPs\t : OFF");
+        println!(" Data ex. method : Ethernet");
+    }
     println!("{}", report::RESULT_LINE);
 }
 

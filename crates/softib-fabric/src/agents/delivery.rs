@@ -6,7 +6,7 @@
 //! for the caller to count.
 
 use super::mad::{self, class, method, Header, Mad, DR_INITIAL_PATH, DR_RETURN_PATH, MAX_HOPS};
-use super::{pma, sma, Subnet};
+use super::{cca, pma, sma, Subnet};
 use crate::routing::{LidOwner, NO_ROUTE};
 use crate::topology::{NodeKind, PortAddr};
 
@@ -69,6 +69,10 @@ pub fn deliver(
         class::PERF_MGT => {
             let (node, in_port) = lid_route(subnet, from, dlid).ok_or(Dropped::NoRoute)?;
             pma::answer(subnet, node, in_port, &mut r)
+        }
+        cca::CLASS_CONGESTION_CONTROL => {
+            let (node, _) = lid_route(subnet, from, dlid).ok_or(Dropped::NoRoute)?;
+            cca::answer(subnet, node, &mut r)
         }
         c => return Err(Dropped::NoAgent(c)),
     };

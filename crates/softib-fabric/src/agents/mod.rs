@@ -9,12 +9,16 @@
 //! An SM's Sets (PortInfo LID/state/SM LID, SwitchInfo LinearFDBTop, LFT blocks) change the
 //! snapshot, so an SM sees what it wrote; they do not reach the simulated data plane.
 //!
-//! GUIDs are not in a topology, so they are derived from it ([`node_guid`]): node `i` (its
-//! index in the topology) has node GUID `GUID_BASE | (i + 1) << 8`; an HCA's port `p` has port
-//! GUID `node GUID | p`; a switch has one port GUID (port 0's) equal to its node GUID; the
-//! system image GUID is the node GUID. The same topology always gets the same GUIDs.
+//! A topology imported from a real fabric (`ibnetdiscover`) carries its nodes' GUIDs
+//! ([`crate::topology::NodeGuids`]) and the agents answer with those. Otherwise they are
+//! derived from the topology ([`node_guid`]): node `i` (its index in the topology) has node
+//! GUID `GUID_BASE | (i + 1) << 8`; an HCA's port `p` has port GUID `node GUID | p`; a
+//! switch has one port GUID (port 0's) equal to its node GUID; the system image GUID is the
+//! node GUID. The same topology always gets the same GUIDs. [`Subnet::node_guid`] and
+//! [`Subnet::port_guid`] give whichever applies.
 #![forbid(unsafe_code)]
 
+pub mod cca;
 pub mod delivery;
 pub mod mad;
 pub mod pma;
@@ -103,6 +107,9 @@ pub struct Subnet {
     pub at: Picos,
     /// MasterSMLID an SM set in PortInfo (`None`: the first HCA's LID).
     pub sm_lid: Option<u16>,
+    /// The congestion control the fabric runs with (the scenario's OpenSM keys), for the
+    /// congestion control agent ([`cca`]); `None`: none configured.
+    pub cc: Option<crate::cc_switch::OpensmCc>,
 }
 
 impl Subnet {
@@ -168,6 +175,7 @@ impl Subnet {
             xmit_wait_tick_ps: cfg.xmit_wait_tick_ps,
             at: fabric.now(),
             sm_lid: None,
+            cc: fabric.ca_congestion_control().cloned(),
         }
     }
 
@@ -184,9 +192,34 @@ impl Subnet {
                 NodeKind::Switch => 0..=0,
                 NodeKind::Hca => 1..=n.ports.len().saturating_sub(1) as u8,
             };
-            (node_guid(i) == guid || ports.into_iter().any(|p| port_guid(i, n.kind, p) == guid))
+            (self.node_guid(i) == guid || ports.into_iter().any(|p| self.port_guid(i, p) == guid))
                 .then_some(i)
         })
+    }
+
+    /// The NodeGUID of node `node`: the imported one, else the derived [`node_guid`].
+    pub fn node_guid(&self, node: usize) -> u64 {
+        match &self.topology.nodes[node].guids {
+            Some(g) => g.node,
+            None => node_guid(node),
+        }
+    }
+
+    /// The SystemImageGUID of node `node` (the NodeGUID unless imported).
+    pub fn system_image_guid(&self, node: usize) -> u64 {
+        match &self.topology.nodes[node].guids {
+            Some(g) => g.system_image,
+            None => node_guid(node),
+        }
+    }
+
+    /// The PortGUID of port `port` of node `node` (a switch's is port 0's on every port).
+    pub fn port_guid(&self, node: usize, port: u8) -> u64 {
+        let n = &self.topology.nodes[node];
+        match &n.guids {
+            Some(g) => g.port(n.kind, port),
+            None => port_guid(node, n.kind, port),
+        }
     }
 
     /// The node a client attaches to when it names none: the first HCA (ibsim's default is

@@ -8,7 +8,7 @@
 //! the snapshot; Sets of other attributes get status 0x0C.
 
 use super::mad::{data_mut, method, put_u16, put_u32, put_u64, status, Header, Mad};
-use super::{node_guid, port_guid, Subnet, VENDOR_ID};
+use super::{Subnet, VENDOR_ID};
 use crate::link::{LinkSpeed, LinkWidth};
 use crate::routing::NO_ROUTE;
 use crate::topology::NodeKind;
@@ -112,7 +112,7 @@ pub fn answer(subnet: &mut Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16
                 status::INVALID_FIELD
             } else {
                 let p = if switch { 0 } else { in_port };
-                put_u64(&mut out, 0, port_guid(node, n.kind, p));
+                put_u64(&mut out, 0, subnet.port_guid(node, p));
                 status::OK
             }
         }
@@ -214,12 +214,12 @@ fn node_info(subnet: &Subnet, node: usize, in_port: u8, out: &mut [u8; 64]) {
     out[1] = 1; // ClassVersion
     out[2] = if switch { 2 } else { 1 };
     out[3] = (n.ports.len() - 1) as u8;
-    put_u64(out, 4, node_guid(node));
-    put_u64(out, 12, node_guid(node));
+    put_u64(out, 4, subnet.system_image_guid(node));
+    put_u64(out, 12, subnet.node_guid(node));
     put_u64(
         out,
         20,
-        port_guid(node, n.kind, if switch { 0 } else { in_port }),
+        subnet.port_guid(node, if switch { 0 } else { in_port }),
     );
     put_u16(out, 28, PARTITION_CAP);
     put_u16(out, 30, 0x5EF1); // DeviceID

@@ -123,9 +123,7 @@ impl CmListener {
     /// Fails if the port already has a listener on this device.
     pub fn bind(hca: &Hca, port: u16) -> Result<CmListener, CmApiError> {
         let service_id = rdma_cm::service_id(PortSpace::Tcp, port);
-        let listener = hca
-            .context()
-            .with_driver(|d| d.gsi_mut().cm_mut().listen(service_id))?;
+        let listener = hca.context().cm_listen(service_id)?;
         Ok(CmListener {
             hca: hca.clone(),
             listener,

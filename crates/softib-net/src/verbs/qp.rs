@@ -407,6 +407,19 @@ impl QueuePair {
             .modify_qp(self.inner.qpn, attr, mask)
     }
 
+    /// Attaches this UD QP to the multicast group `gid` (an IPv4-mapped IPv4 multicast
+    /// address for an IPv4 device; `ibv_attach_mcast`, IBA 10.5): datagrams sent to the
+    /// multicast QPN `softib_transport::mcast::MULTICAST_QPN` with that destination GID
+    /// reach it, if their Q_Key is this QP's.
+    pub fn attach_multicast(&self, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.inner.pd.context().attach_mcast(self.inner.qpn, gid)
+    }
+
+    /// Detaches this QP from `gid` (`ibv_detach_mcast`).
+    pub fn detach_multicast(&self, gid: [u8; 16]) -> Result<(), VerbsError> {
+        self.inner.pd.context().detach_mcast(self.inner.qpn, gid)
+    }
+
     /// The QP's counters.
     pub fn counters(&self) -> Option<QpCounters> {
         self.inner.pd.context().qp_counters(self.inner.qpn)
@@ -482,6 +495,15 @@ impl<'a> SendRequest<'a> {
         r.wr.compare_add = compare;
         r.wr.swap = swap;
         r
+    }
+
+    /// ATOMIC WRITE of the 8 bytes of `local` to the 8-byte aligned `remote` (RC only;
+    /// IBA vol. 1 release 1.5, as rxe since Linux 6.2): one indivisible store at the peer,
+    /// after every earlier request of this QP; `remote` needs REMOTE_WRITE. Completes as
+    /// `WcOpcode::AtomicWrite` once the peer answered. With [`SendRequest::inline`] the
+    /// bytes are taken at post time, whatever the QP's `max_inline_data`.
+    pub fn atomic_write(wr_id: u64, local: LocalSlice<'a>, remote: RemoteSlice) -> Self {
+        Self::new(wr_id, WrOpcode::AtomicWrite, &[local]).remote(remote)
     }
 
     /// Adds immediate data: SEND becomes SEND_WITH_IMM, RDMA WRITE becomes

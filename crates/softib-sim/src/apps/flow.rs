@@ -59,6 +59,8 @@ pub(crate) struct Requester {
     pub(crate) qpn: u32,
     /// The work request posted every time (only `wr_id` and, unreliable, `imm_data` change).
     pub(crate) wr: SendWr,
+    /// Unsignaled work requests posted just before each message, and how many.
+    pub(crate) lead: Option<(SendWr, u32)>,
     /// Payload bytes a message counts for.
     pub(crate) size: u32,
     pub(crate) tx_depth: u32,
@@ -331,6 +333,14 @@ impl FlowHost {
                 && op.posted_total < allowed
             {
                 let seq = op.posted_total as u32;
+                if let Some((lead, count)) = op.lead.as_mut() {
+                    // Errors of a lead complete (signaled or not) under the message's wr_id.
+                    lead.wr_id = wr_id(index, op.posted_total);
+                    if (0..*count).any(|_| dev.post_send(now, op.qpn, lead).is_err()) {
+                        op.failed = true;
+                        break;
+                    }
+                }
                 op.wr.wr_id = wr_id(index, op.posted_total);
                 if op.counted_at_receiver {
                     op.wr.imm_data = Some(seq);

@@ -30,7 +30,8 @@ impl Scale {
 /// One scenario of a case.
 #[derive(Clone, Copy, Debug)]
 pub struct CaseRun {
-    /// Its role, also its file stem (`problem`, `fix`, ...).
+    /// Its role, also its file stem (`problem`, `fix`, ...); `<slug>/<stem>` names a
+    /// scenario of another case that this one shows again (a look-alike).
     pub role: &'static str,
     /// What it shows, for tables and plots.
     pub label: &'static str,
@@ -191,9 +192,13 @@ impl Case {
             .unwrap_or(0)
     }
 
-    /// The path of a run's scenario, relative to the repository root.
+    /// The path of a run's scenario, relative to the repository root (a role
+    /// `<slug>/<stem>` is another case's scenario).
     pub fn path(&self, role: &str) -> String {
-        format!("scenarios/cases/{}/{role}.toml", self.slug)
+        match role.split_once('/') {
+            Some((slug, stem)) => format!("scenarios/cases/{slug}/{stem}.toml"),
+            None => format!("scenarios/cases/{}/{role}.toml", self.slug),
+        }
     }
 
     /// The overrides of `scale` for run `role`, as (key, value) strings. A quick key

@@ -17,10 +17,13 @@ pub mod measure;
 
 mod ack_timeout_storm;
 mod atomic_hotspot;
+mod atomics_over_uc;
 mod cc_slope;
 mod credit_starvation;
 mod credits_or_cc;
+mod fence_atomics;
 mod mtu_credits;
+mod psn_mismatch;
 mod rc_vs_ud;
 mod receiver_not_ready;
 mod vl_starvation;
@@ -44,6 +47,9 @@ static CASES: &[Case] = &[
     atomic_hotspot::CASE,
     vl_starvation::CASE,
     rc_vs_ud::CASE,
+    psn_mismatch::CASE,
+    fence_atomics::CASE,
+    atomics_over_uc::CASE,
 ];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is

@@ -194,7 +194,12 @@ pub fn run_and_keep(
     let meta = RunMeta {
         name: name.to_string(),
         seed: s.seed,
-        topology: kind_name(s.topology.kind).to_string(),
+        topology: s
+            .topology
+            .kind
+            .as_ref()
+            .map_or("ibnetdiscover", |k| kind_name(*k.get_ref()))
+            .to_string(),
     };
     let mut report = Report::build(&fabric, &recorder.borrow(), &meta);
     if !engine_hosts.is_empty() {

@@ -28,6 +28,8 @@
 //! rnr_retry = 7             # RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 = forever
 //! rnr_timer = 12            # the responder's min_rnr_timer code (12 = 0.64 ms)
 //! max_rd_atomic = 16        # READs/atomics in flight per QP (both ends), 1..=16
+//! sq_psn_offset = 0         # the requester's sq_psn at RTS minus the responder's rq_psn
+//!                           #   at RTR (mod 2^24): nonzero is a set-up mistake (case 10)
 //! start_us = 0
 //! stagger_us = 0            # pair k of the table starts k x stagger_us after start_us
 //! # op = "atomic":
@@ -35,6 +37,13 @@
 //! add = 1                   #   counter at its responder; fetch_add adds `add`,
 //! compare = 0               #   cmp_swap swaps in `swap` where it finds `compare`
 //! swap = 1
+//! # before each message, leads (RC): unsignaled READs or atomics posted just ahead of
+//! # it, so that they are outstanding when it starts (case 11)
+//! lead_op = "read"          # or "atomic" (a FetchAdd of 1 on the table's counter)
+//! lead_count = 4            # leads per message, 1..=64
+//! lead_size = 64            # bytes of each READ lead
+//! fence = false             # IBV_SEND_FENCE on the message: it starts only once every
+//!                           #   earlier READ and atomic completed (IBA 10.8.3.3)
 //! # op = "send": the receiving application
 //! rq_depth = 512            # receive WRs it keeps posted (the SRQ's depth with srq)
 //! srq = false               # post to one shared receive queue per host and table
@@ -116,6 +125,27 @@ pub enum AtomicKind {
     CmpSwap,
 }
 
+/// The operation of a flow's leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LeadOp {
+    /// RDMA READ of `lead_size` bytes from the responder's buffer.
+    Read,
+    /// FetchAdd of 1 on the table's counter at the responder.
+    Atomic,
+}
+
+/// Work requests posted (unsignaled) just before each message of a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeadPlan {
+    /// Their operation.
+    pub op: LeadOp,
+    /// How many per message.
+    pub count: u32,
+    /// Bytes of each READ lead.
+    pub size: u32,
+}
+
 /// A `[[flow]]` table.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -158,6 +188,9 @@ pub struct FlowEntry {
     pub rnr_timer: Option<Spanned<u8>>,
     /// READs and atomics in flight per QP, 1..=16 (default 16).
     pub max_rd_atomic: Option<Spanned<u8>>,
+    /// The requester's sq_psn at RTS minus the responder's rq_psn at RTR, modulo 2^24
+    /// (default 0, a correct exchange): reproduces a PSN mismatch at set-up.
+    pub sq_psn_offset: Option<Spanned<i64>>,
     /// Start time, microseconds.
     pub start_us: Option<Spanned<f64>>,
     /// Start offset between consecutive QP pairs of the table, microseconds (pair k
@@ -171,6 +204,14 @@ pub struct FlowEntry {
     pub compare: Option<Spanned<u64>>,
     /// CmpSwap swap value (default 1).
     pub swap: Option<Spanned<u64>>,
+    /// Leads: the operation posted before each message (RC).
+    pub lead_op: Option<Spanned<LeadOp>>,
+    /// Leads per message (default 1 with `lead_op`).
+    pub lead_count: Option<Spanned<u32>>,
+    /// Bytes of each READ lead (default 64).
+    pub lead_size: Option<Spanned<u32>>,
+    /// IBV_SEND_FENCE on each message (RC; default false).
+    pub fence: Option<Spanned<bool>>,
     /// Receive WRs the receiving application keeps posted (default 512, perftest's).
     pub rq_depth: Option<Spanned<u32>>,
     /// Receive through one shared receive queue per responder host and table.
@@ -224,6 +265,9 @@ pub struct QpPlan {
     pub rnr_timer: u8,
     /// READs/atomics in flight (requester) and accepted (responder).
     pub max_rd_atomic: u8,
+    /// Added (mod 2^24) to the requester's sq_psn at RTS; the responder's rq_psn at RTR
+    /// stays the agreed one. Zero unless a scenario reproduces a set-up mistake.
+    pub sq_psn_offset: u32,
 }
 
 /// One QP pair of a flow table, resolved against the topology.
@@ -241,6 +285,10 @@ pub struct FlowPlan {
     pub service: Service,
     /// Operands of an atomic flow.
     pub atomic: Option<AtomicPlan>,
+    /// Work requests posted before each message.
+    pub lead: Option<LeadPlan>,
+    /// Each message carries IBV_SEND_FENCE.
+    pub fence: bool,
     /// Requester host.
     pub src: String,
     /// Responder host.
@@ -370,6 +418,7 @@ fn table_plan(
     let mut qp = qp_keys(e, mtu, &keys)?;
     refuse_foreign_keys(e, op, receives, &keys)?;
     let atomic = atomic_plan(e, op);
+    let (lead, fence) = lead_plan(e, service, &keys)?;
     let recv = recv_plan(e, receives, service, &keys)?;
     qp.sl = sl_key(src, &keys.name("sl"), &e.sl)?;
     let start_ps = start_key(src, &keys.name("start_us"), &e.start_us)?;
@@ -423,6 +472,8 @@ fn table_plan(
         op,
         service,
         atomic,
+        lead,
+        fence,
         src: String::new(),
         dst: String::new(),
         size,
@@ -566,6 +617,19 @@ fn qp_keys(e: &FlowEntry, mtu: Mtu, keys: &TableKeys<'_>) -> Result<QpPlan, Scen
         16,
         "the device allows",
     )?;
+    // PSNs are 24 bits (IBA 9.7.1); an offset is taken modulo 2^24, so more than one turn
+    // is a mistake in the scenario, not a different PSN.
+    let sq_psn_offset = match &e.sq_psn_offset {
+        Some(o) if o.get_ref().unsigned_abs() >= 1 << 24 => {
+            return Err(keys.error(
+                "sq_psn_offset",
+                o.span(),
+                format!("{}: PSNs are 24 bits, |offset| < 2^24", o.get_ref()),
+            ))
+        }
+        Some(o) => (*o.get_ref()).rem_euclid(1 << 24) as u32,
+        None => 0,
+    };
     Ok(QpPlan {
         mtu,
         sl: 0,
@@ -574,6 +638,7 @@ fn qp_keys(e: &FlowEntry, mtu: Mtu, keys: &TableKeys<'_>) -> Result<QpPlan, Scen
         rnr_retry,
         rnr_timer,
         max_rd_atomic,
+        sq_psn_offset,
     })
 }
 
@@ -632,6 +697,77 @@ fn atomic_plan(e: &FlowEntry, op: FlowOp) -> Option<AtomicPlan> {
             },
         }
     })
+}
+
+/// Most leads per message.
+const MAX_LEADS: u32 = 64;
+
+/// The leads and the fence of a flow: RC only (UC and UD have no READ or atomic to wait
+/// for; IBA 10.8.3.3 fences order a send queue's READs and atomics).
+fn lead_plan(
+    e: &FlowEntry,
+    service: Service,
+    keys: &TableKeys<'_>,
+) -> Result<(Option<LeadPlan>, bool), ScenarioError> {
+    let fence = e.fence.as_ref().is_some_and(|f| *f.get_ref());
+    if service != Service::Rc {
+        let rc_only = [
+            ("lead_op", e.lead_op.as_ref().map(|v| v.span())),
+            ("lead_count", e.lead_count.as_ref().map(|v| v.span())),
+            ("lead_size", e.lead_size.as_ref().map(|v| v.span())),
+            ("fence", e.fence.as_ref().map(|v| v.span())),
+        ];
+        if let Some((k, Some(span))) = rc_only.into_iter().find(|(_, s)| s.is_some()) {
+            return Err(keys.error(
+                k,
+                span,
+                "applies to RC flows: a fence orders READs and atomics, which only RC has here"
+                    .into(),
+            ));
+        }
+    }
+    let Some(op) = &e.lead_op else {
+        for (k, v) in [("lead_count", &e.lead_count), ("lead_size", &e.lead_size)] {
+            if let Some(v) = v {
+                return Err(keys.error(k, v.span(), "needs lead_op".into()));
+            }
+        }
+        return Ok((None, fence));
+    };
+    let count = match &e.lead_count {
+        Some(c) if *c.get_ref() == 0 || *c.get_ref() > MAX_LEADS => {
+            return Err(keys.error(
+                "lead_count",
+                c.span(),
+                format!("{}: must be 1..={MAX_LEADS}", c.get_ref()),
+            ))
+        }
+        Some(c) => *c.get_ref(),
+        None => 1,
+    };
+    let size = match (&e.lead_size, op.get_ref()) {
+        (Some(s), LeadOp::Atomic) => {
+            return Err(keys.error("lead_size", s.span(), "atomic leads work on 8 bytes".into()))
+        }
+        (Some(s), _) if *s.get_ref() == 0 || *s.get_ref() > MAX_SIZE => {
+            return Err(keys.error(
+                "lead_size",
+                s.span(),
+                format!("{} bytes: must be 1..={MAX_SIZE}", s.get_ref()),
+            ))
+        }
+        (Some(s), _) => *s.get_ref(),
+        (None, LeadOp::Atomic) => 8,
+        (None, LeadOp::Read) => 64,
+    };
+    Ok((
+        Some(LeadPlan {
+            op: *op.get_ref(),
+            count,
+            size,
+        }),
+        fence,
+    ))
 }
 
 /// The receiving application of a flow whose messages consume receives.

@@ -16,6 +16,7 @@
 //! routing_engine = "ftree"    # OpenSM engine name: minhop (default) or ftree
 //! [topology]
 //! kind = "single-switch"      # back-to-back, single-switch, fat-tree-2, fat-tree-3, explicit
+//!                             # (or, instead of kind: ibnetdiscover = "fabric.txt")
 //! hosts = 8
 //! switch_ports = 36
 //! [qos]                       # OpenSM keys, see softib_fabric::qos
@@ -30,7 +31,8 @@
 //!
 //! One child module per table, each owning its schema (the serde structs) and its plan (what
 //! the table means once checked against the topology): [`fabric`] `[fabric]`, [`topology`]
-//! `[topology]`, [`congestion`] `[congestion_control]` (`[qos]` is
+//! `[topology]` (with [`ibnetdiscover`], a real fabric's `ibnetdiscover` dump read in),
+//! [`congestion`] `[congestion_control]` (`[qos]` is
 //! [`softib_fabric::qos::QosOptions`] as it stands), [`streams`] `[[stream]]` raw packet
 //! streams, data or VL15 management, [`flows`] `[[flow]]` perftest-like traffic on the
 //! transport engine, [`hosts`] `[[host]]` an engine host's receive processing, [`faults`]
@@ -44,6 +46,7 @@ pub mod fabric;
 pub mod faults;
 pub mod flows;
 pub mod hosts;
+pub mod ibnetdiscover;
 pub mod overrides;
 pub mod pattern;
 pub mod source;
@@ -109,10 +112,19 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Parses a scenario from TOML text.
+    /// Parses a scenario from TOML text; files it names (`[topology] ibnetdiscover`) are
+    /// relative to the current directory.
     pub fn parse(text: &str) -> Result<Self, ScenarioError> {
+        Self::parse_in(text, std::path::Path::new("."))
+    }
+
+    /// Parses a scenario from TOML text whose file lives in `dir`: the files it names are
+    /// relative to `dir`.
+    pub fn parse_in(text: &str, dir: &std::path::Path) -> Result<Self, ScenarioError> {
         let mut s: Scenario = toml::from_str(text)?;
         s.source = Source::new(text);
+        let default_rate = s.config()?.link_rate;
+        s.topology.import(dir, default_rate, &s.source)?;
         // Build once to surface semantic errors at load time.
         s.topology()?;
         s.config()?;
@@ -130,7 +142,7 @@ impl Scenario {
             path: path.display().to_string(),
             source,
         })?;
-        Self::parse(&text)
+        Self::parse_in(&text, path.parent().unwrap_or(std::path::Path::new(".")))
     }
 
     /// The text this scenario was parsed from, for errors found after parsing.

@@ -1,6 +1,7 @@
 //! The `[topology]` table: a generated shape (back-to-back, single switch, 2- and 3-level
-//! fat trees) or explicit nodes and links, with per-link overrides of rate, cable, receive
-//! buffers and bit error rate, as a [`softib_fabric::topology::Topology`].
+//! fat trees), explicit nodes and links, or a real fabric read from an `ibnetdiscover` file
+//! ([`super::ibnetdiscover`]), with per-link overrides of rate, cable, receive buffers and
+//! bit error rate, as a [`softib_fabric::topology::Topology`].
 
 use super::source::{ScenarioError, Source};
 use serde::Deserialize;
@@ -80,8 +81,14 @@ pub struct LinkEntry {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopologySection {
-    /// Shape.
-    pub kind: TopologyKind,
+    /// Shape (absent when the fabric comes from `ibnetdiscover`).
+    pub kind: Option<Spanned<TopologyKind>>,
+    /// An `ibnetdiscover` output (or ibsim net) file to read the fabric from, relative to
+    /// the scenario file's directory.
+    pub ibnetdiscover: Option<Spanned<String>>,
+    /// The fabric read from `ibnetdiscover` ([`TopologySection::import`]).
+    #[serde(skip)]
+    pub imported: Option<Topology>,
     /// Number of hosts (single-switch, fat-tree-2).
     pub hosts: Option<Spanned<usize>>,
     /// Switch radix (single-switch default 36, fat trees required).
@@ -117,6 +124,37 @@ pub fn parse_port_ref(topo: &Topology, text: &str) -> Result<(String, u8), Strin
 }
 
 impl TopologySection {
+    /// Reads the `ibnetdiscover` file, if the table names one, relative to `base_dir`; a
+    /// cable that gives only its width takes its speed from `default_rate`. Errors name the
+    /// key and its line, and the file's line at fault.
+    pub fn import(
+        &mut self,
+        base_dir: &std::path::Path,
+        default_rate: LinkRate,
+        src: &Source,
+    ) -> Result<(), ScenarioError> {
+        let Some(file) = &self.ibnetdiscover else {
+            return Ok(());
+        };
+        let path = base_dir.join(file.get_ref());
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            src.error_at(
+                "topology.ibnetdiscover",
+                file.span(),
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        let topo = super::ibnetdiscover::parse(&text, default_rate).map_err(|e| {
+            src.error_at(
+                "topology.ibnetdiscover",
+                file.span(),
+                format!("{} {e}", path.display()),
+            )
+        })?;
+        self.imported = Some(topo);
+        Ok(())
+    }
+
     /// The topology this table describes. `config` gives the `[fabric]` defaults a link
     /// override starts from; it is asked only when a link overrides its rate or adds delay
     /// to the default cable.
@@ -126,6 +164,26 @@ impl TopologySection {
         src: &Source,
     ) -> Result<Topology, ScenarioError> {
         let t = self;
+        let kind = match (&t.kind, &t.ibnetdiscover) {
+            (Some(k), None) => Some(*k.get_ref()),
+            (None, Some(_)) => None,
+            (Some(k), Some(_)) => {
+                return src.invalid(
+                    "topology.kind",
+                    k.span(),
+                    "give either kind or ibnetdiscover, not both".into(),
+                )
+            }
+            (None, None) => {
+                return src.invalid(
+                    "topology.kind",
+                    0..0,
+                    "missing: a shape (back-to-back, single-switch, fat-tree-2, fat-tree-3, \
+                     explicit) or ibnetdiscover = \"FILE\""
+                        .into(),
+                )
+            }
+        };
         let hosts = |def: Option<usize>| -> Result<(usize, std::ops::Range<usize>), ScenarioError> {
             match (&t.hosts, def) {
                 (Some(h), _) => Ok((*h.get_ref(), h.span())),
@@ -133,7 +191,10 @@ impl TopologySection {
                 (None, None) => src.invalid(
                     "topology.hosts",
                     0..0,
-                    format!("required for kind {:?}", t.kind),
+                    format!(
+                        "required for kind {}",
+                        kind.map_or_else(String::new, |k| format!("{k:?}"))
+                    ),
                 ),
             }
         };
@@ -144,42 +205,57 @@ impl TopologySection {
                 (None, None) => src.invalid(
                     "topology.switch_ports",
                     0..0,
-                    format!("required for kind {:?}", t.kind),
+                    format!(
+                        "required for kind {}",
+                        kind.map_or_else(String::new, |k| format!("{k:?}"))
+                    ),
                 ),
             }
         };
-        let mut topo = match t.kind {
-            TopologyKind::BackToBack => Topology::back_to_back(),
-            TopologyKind::SingleSwitch => {
-                let (h, hs) = hosts(None)?;
-                let (p, _) = radix(Some(36))?;
-                Topology::single_switch(h, p)
-                    .or_else(|e| shape_error(src, "topology.hosts", hs, e))?
-            }
-            TopologyKind::FatTree2 => {
-                let (p, ps) = radix(None)?;
-                let (h, _) = hosts(Some(p as usize * (p as usize / 2)))?;
-                Topology::fat_tree_2(p, h)
-                    .or_else(|e| shape_error(src, "topology.switch_ports", ps, e))?
-            }
-            TopologyKind::FatTree3 => {
-                let (p, ps) = radix(None)?;
-                Topology::fat_tree_3(p)
-                    .or_else(|e| shape_error(src, "topology.switch_ports", ps, e))?
-            }
-            TopologyKind::Explicit => {
-                let mut topo = Topology::new();
-                for n in &t.nodes {
-                    let (kind, def) = match n.kind {
-                        NodeKindEntry::Hca => (NodeKind::Hca, 1),
-                        NodeKindEntry::Switch => (NodeKind::Switch, 36),
-                    };
-                    topo.add_node(n.name.clone(), kind, n.ports.unwrap_or(def));
+        let mut topo = match kind {
+            None => match &t.imported {
+                Some(topo) => topo.clone(),
+                None => {
+                    return src.invalid(
+                        "topology.ibnetdiscover",
+                        t.ibnetdiscover.as_ref().map_or(0..0, |f| f.span()),
+                        "the file was not read (a scenario parsed without a directory)".into(),
+                    )
                 }
-                topo
-            }
+            },
+            Some(kind) => match kind {
+                TopologyKind::BackToBack => Topology::back_to_back(),
+                TopologyKind::SingleSwitch => {
+                    let (h, hs) = hosts(None)?;
+                    let (p, _) = radix(Some(36))?;
+                    Topology::single_switch(h, p)
+                        .or_else(|e| shape_error(src, "topology.hosts", hs, e))?
+                }
+                TopologyKind::FatTree2 => {
+                    let (p, ps) = radix(None)?;
+                    let (h, _) = hosts(Some(p as usize * (p as usize / 2)))?;
+                    Topology::fat_tree_2(p, h)
+                        .or_else(|e| shape_error(src, "topology.switch_ports", ps, e))?
+                }
+                TopologyKind::FatTree3 => {
+                    let (p, ps) = radix(None)?;
+                    Topology::fat_tree_3(p)
+                        .or_else(|e| shape_error(src, "topology.switch_ports", ps, e))?
+                }
+                TopologyKind::Explicit => {
+                    let mut topo = Topology::new();
+                    for n in &t.nodes {
+                        let (kind, def) = match n.kind {
+                            NodeKindEntry::Hca => (NodeKind::Hca, 1),
+                            NodeKindEntry::Switch => (NodeKind::Switch, 36),
+                        };
+                        topo.add_node(n.name.clone(), kind, n.ports.unwrap_or(def));
+                    }
+                    topo
+                }
+            },
         };
-        let explicit = t.kind == TopologyKind::Explicit;
+        let explicit = kind == Some(TopologyKind::Explicit);
         for (i, l) in t.links.iter().enumerate() {
             let a = endpoint(src, &topo, &format!("topology.links[{i}].a"), &l.a)?;
             let b = endpoint(src, &topo, &format!("topology.links[{i}].b"), &l.b)?;

@@ -18,7 +18,7 @@ use mad_log::Exchange;
 use protocol::{ClientInfo, Ctl, CtlType, Request, CTL_DATA_LEN, MAX_CLIENTS};
 use softib_fabric::agents::delivery::lid_route;
 use softib_fabric::agents::mad::Mad;
-use softib_fabric::agents::{node_guid, sma, Subnet, VENDOR_ID};
+use softib_fabric::agents::{sma, Subnet, VENDOR_ID};
 use softib_fabric::topology::{NodeKind, PortAddr};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -305,11 +305,11 @@ fn query(subnet: &mut Subnet, cl: &Client, k: CtlType, data: &mut [u8; CTL_DATA_
         CtlType::GetGid => {
             data.fill(0);
             data[0..8].copy_from_slice(&0xFE80_0000_0000_0000u64.to_be_bytes());
-            data[8..16].copy_from_slice(&node_guid(cl.at.node).to_be_bytes());
+            data[8..16].copy_from_slice(&subnet.node_guid(cl.at.node).to_be_bytes());
         }
         CtlType::GetGuid => {
             data.fill(0);
-            data[0..8].copy_from_slice(&node_guid(cl.at.node).to_be_bytes());
+            data[0..8].copy_from_slice(&subnet.node_guid(cl.at.node).to_be_bytes());
         }
         CtlType::GetNodeInfo | CtlType::GetPortInfo => {
             let (attr, modifier) = if k == CtlType::GetNodeInfo {

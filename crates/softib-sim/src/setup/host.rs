@@ -9,13 +9,13 @@ use crate::apps::flow::{
 };
 use crate::apps::perftest::device_config;
 use crate::report::flows::SharedRecorder;
-use crate::scenario::flows::{AtomicPlan, FlowOp, FlowPlan, QpPlan, Service};
+use crate::scenario::flows::{AtomicPlan, FlowOp, FlowPlan, LeadOp, QpPlan, Service};
 use softib_fabric::fabric::Fabric;
 use softib_fabric::rng::{SeedTree, StreamKind};
 use softib_fabric::time::to_engine_nanos;
 use softib_transport::{
     AccessFlags, AhAttr, Device, MrKeys, PdHandle, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState,
-    Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
+    SendFlags, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
 };
 use std::collections::BTreeMap;
 
@@ -198,7 +198,9 @@ fn connect(
         )?,
     }
     attr.qp_state = QpState::Rts;
-    attr.sq_psn = START_PSN;
+    // A scenario may reproduce a set-up mistake: an sq_psn that is not the PSN the peer
+    // moved to RTR with (PSNs are 24 bits, IBA 9.7.1).
+    attr.sq_psn = (START_PSN + qp.sq_psn_offset) & 0x00ff_ffff;
     attr.timeout = qp.timeout;
     attr.retry_cnt = qp.retry_cnt;
     attr.rnr_retry = qp.rnr_retry;
@@ -234,6 +236,8 @@ pub(super) struct Served {
     peer: Side,
     /// The remote buffer (or atomic counter) the requester's work requests target.
     target: (MrKeys, u64),
+    /// The table's atomic counter, when the flow's messages or leads are atomics.
+    counter: Option<(MrKeys, u64)>,
     /// The receiver index, if the responder's receives are on its table's UD QP.
     ud_receiver: Option<usize>,
     /// Receive buffer bytes (payload plus a UD GRH area).
@@ -294,7 +298,7 @@ impl Host {
     ) -> Result<Served, VerbsError> {
         // UD receives carry the 40-byte GRH area in front of the payload.
         let header = if p.service == Service::Ud { 40 } else { 0 };
-        let buf_len = p.size as usize + header as usize;
+        let buf_len = (p.size as usize + header as usize).max(read_lead_bytes(p));
         let srq = match p.recv {
             Some(r) if r.srq => {
                 let next = self.app.srqs.len();
@@ -346,8 +350,9 @@ impl Host {
             let side = self.side(p.service, buf, (1, recv_depth), srq_handle)?;
             (side, None)
         };
-        let target = match p.atomic {
-            Some(_) => {
+        let counted = p.atomic.is_some() || p.lead.is_some_and(|l| l.op == LeadOp::Atomic);
+        let counter = match counted {
+            true => {
                 let entry = match self.counter_of_table.get(&p.table) {
                     Some(c) => *c,
                     None => {
@@ -357,9 +362,13 @@ impl Host {
                         c
                     }
                 };
-                entry
+                Some(entry)
             }
-            None => (peer.keys, peer.addr),
+            false => None,
+        };
+        let target = match (p.atomic, counter) {
+            (Some(_), Some(c)) => c,
+            _ => (peer.keys, peer.addr),
         };
         self.app.responders.push((p.flow, peer.qpn));
         let mut ud_receiver = None;
@@ -401,6 +410,7 @@ impl Host {
         Ok(Served {
             peer,
             target,
+            counter,
             ud_receiver,
             buf_len,
             recv_depth,
@@ -418,6 +428,7 @@ impl Host {
         let Served {
             peer,
             target,
+            counter,
             buf_len,
             recv_depth,
             ..
@@ -429,8 +440,10 @@ impl Host {
             );
             self.ud_qp(p.table, buf_len, depths, &p.qp)?.0
         } else {
-            let buf = self.table_buffer(p.table, p.size as usize)?;
-            let me = self.side(p.service, buf, (p.tx_depth, 1), None)?;
+            let buf = self.table_buffer(p.table, (p.size as usize).max(read_lead_bytes(p)))?;
+            // Each message may have its leads in the send queue with it.
+            let per_message = 1 + p.lead.map_or(0, |l| l.count);
+            let me = self.side(p.service, buf, (p.tx_depth * per_message, 1), None)?;
             connect(&mut self.dev, p.service, me.qpn, peer.qpn, ld, &p.qp)?;
             me
         };
@@ -476,20 +489,56 @@ impl Host {
             length: p.size,
             lkey: me.keys.lkey,
         };
+        let lead = p.lead.map(|l| {
+            let local = Sge {
+                addr: me.addr,
+                length: l.size,
+                lkey: me.keys.lkey,
+            };
+            let mut wr = match (l.op, counter) {
+                (LeadOp::Atomic, Some((keys, addr))) => work_request(
+                    WrOpcode::AtomicFetchAndAdd,
+                    local,
+                    addr,
+                    keys.rkey,
+                    1,
+                    0,
+                    None,
+                ),
+                _ => work_request(
+                    WrOpcode::RdmaRead,
+                    local,
+                    peer.addr,
+                    peer.keys.rkey,
+                    0,
+                    0,
+                    None,
+                ),
+            };
+            // Unsignaled: the message's completion, after them in the send queue, is the
+            // one that counts (RC completes in order).
+            wr.flags = SendFlags::empty();
+            (wr, l.count)
+        });
+        let mut wr = work_request(
+            opcode,
+            local,
+            target.1,
+            target.0.rkey,
+            compare_add,
+            swap,
+            ud,
+        );
+        if p.fence {
+            wr.flags |= SendFlags::FENCE;
+        }
         self.app.unreliable |= p.service != Service::Rc;
         self.app.unstarted += 1;
         self.app.requesters.push(Requester {
             flow: p.flow,
             qpn: me.qpn,
-            wr: work_request(
-                opcode,
-                local,
-                target.1,
-                target.0.rkey,
-                compare_add,
-                swap,
-                ud,
-            ),
+            wr,
+            lead,
             size: p.size,
             tx_depth: p.tx_depth,
             remaining: p.iterations,
@@ -518,10 +567,23 @@ impl Host {
             self.app.ud_sources.insert((ls, me_qpn), index);
         }
         if p.service != Service::Ud {
-            connect(&mut self.dev, p.service, served.peer.qpn, me_qpn, ls, &p.qp)?;
+            // The mistake a scenario may reproduce is the requester's; the responder sends
+            // no requests, and its sq_psn is the agreed one.
+            let qp = QpPlan {
+                sq_psn_offset: 0,
+                ..p.qp
+            };
+            connect(&mut self.dev, p.service, served.peer.qpn, me_qpn, ls, &qp)?;
         }
         Ok(())
     }
+}
+
+/// Bytes the READ leads of `p` move (0 without READ leads): both ends' buffers hold them.
+fn read_lead_bytes(p: &FlowPlan) -> usize {
+    p.lead
+        .filter(|l| l.op == LeadOp::Read)
+        .map_or(0, |l| l.size as usize)
 }
 
 /// The LID of a host the plan names.

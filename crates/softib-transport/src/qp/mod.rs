@@ -135,8 +135,18 @@ pub(crate) enum Response {
 /// to answer duplicates without executing them again.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Resource {
-    Read { first_psn: u32, last_psn: u32 },
-    Atomic { psn: u32, orig: u64 },
+    Read {
+        first_psn: u32,
+        last_psn: u32,
+    },
+    Atomic {
+        psn: u32,
+        orig: u64,
+    },
+    /// An ATOMIC WRITE already carried out: a duplicate is answered, never applied again.
+    AtomicWrite {
+        psn: u32,
+    },
 }
 
 /// Responder progress (the receive side).

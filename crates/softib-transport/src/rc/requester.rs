@@ -103,7 +103,7 @@ impl Qp {
             self.req.blocked_local_error = true;
             return false;
         }
-        let write = w.opcode.is_read_or_atomic();
+        let write = w.opcode.writes_local();
         if let Err(fault) = dma::check_sges(&sh.mrs, self.pd, &w.sges, write) {
             if idx == 0 {
                 // Local protection error: complete in error, QP to ERR (IBA 10.8.3.1 class B).
@@ -121,7 +121,7 @@ impl Qp {
         let w = &mut self.sq.wqes[idx];
         w.first_psn = self.req.sq_psn;
         w.npsn = match w.opcode {
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => 1,
             _ => packets_for(w.length, mtu),
         };
         w.read_done = 0;
@@ -195,6 +195,15 @@ impl Qp {
                     Operation::FetchAdd
                 };
                 (op, 0, 0)
+            }
+            WrOpcode::AtomicWrite => {
+                // IBA 1.5 ATOMIC WRITE: a RETH for the 8 target bytes, then those 8 bytes.
+                repr.reth = Some(RethRepr {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    dma_len: 8,
+                });
+                (Operation::AtomicWrite, 0, w.length as usize)
             }
             _ => {
                 let off = k as u64 * mtu as u64;
@@ -562,6 +571,10 @@ impl Qp {
         if self.state() == QpState::Err || self.sq.started == 0 {
             return;
         }
+        if self.sq.wqes[0].opcode == WrOpcode::AtomicWrite {
+            self.rc_atomic_write_response(now, pkt, sh);
+            return;
+        }
         let mtu = self.attr.path_mtu.bytes();
         let w = &self.sq.wqes[0];
         let d = psn::diff(p, w.first_psn);
@@ -620,6 +633,28 @@ impl Qp {
             self.req.rd_atomic_out = self.req.rd_atomic_out.saturating_sub(1);
             self.complete_send(sh, &w, WcStatus::Success, VendorErr::None);
         }
+        self.progress(now);
+    }
+
+    /// Completes an ATOMIC WRITE at the head of the queue on its response: an RDMA READ
+    /// response Only without payload for the request's PSN (IBA 1.5; rxe answers so).
+    /// Anything else for that PSN is a bad response.
+    fn rc_atomic_write_response(&mut self, now: Nanos, pkt: &PacketRepr<'_>, sh: &mut Shared) {
+        let p = pkt.bth.psn;
+        if self.sq.wqes[0].first_psn != p {
+            self.counters.stale_responses += 1;
+            return;
+        }
+        if pkt.bth.opcode.operation() != Operation::ReadResponseOnly || !pkt.payload.is_empty() {
+            self.fail_head(sh, WcStatus::BadRespErr, VendorErr::ReadResponseLength);
+            return;
+        }
+        self.req.recovering = false;
+        let w = self.sq.pop_head().expect("head exists");
+        self.req.tx_idx = self.req.tx_idx.saturating_sub(1);
+        self.req.rd_atomic_out = self.req.rd_atomic_out.saturating_sub(1);
+        self.req.una = psn::add(p, 1);
+        self.complete_send(sh, &w, WcStatus::Success, VendorErr::None);
         self.progress(now);
     }
 

@@ -165,6 +165,7 @@ impl Qp {
                     | O::ReadRequest
                     | O::CompareSwap
                     | O::FetchAdd
+                    | O::AtomicWrite
             ),
             _ => false,
         };
@@ -206,6 +207,7 @@ impl Qp {
             | O::WriteOnlyImm => self.rc_write(meta, pkt, sh),
             O::ReadRequest => self.rc_read_request(pkt, sh),
             O::CompareSwap | O::FetchAdd => self.rc_atomic(pkt, sh),
+            O::AtomicWrite => self.rc_atomic_write(pkt, sh),
             _ => self.nak_fatal(sh, p, NakCode::InvalidRequest),
         }
     }
@@ -554,6 +556,77 @@ impl Qp {
         self.resp.epsn = psn::add(p, 1);
     }
 
+    /// ATOMIC WRITE (IBA vol. 1 release 1.5): the 8-byte payload is stored at the RETH's VA
+    /// as one indivisible store. The checks and their order follow rxe (Linux 6.2+
+    /// rxe_resp.c): the QP must grant REMOTE_WRITE (there is no separate access right for
+    /// it; else invalid request), a responder resource must be free, the RETH must ask for
+    /// exactly the 8 bytes the packet carries (else invalid request), the R_Key must grant
+    /// REMOTE_WRITE over them (else remote access error), and the VA must be 8-byte aligned
+    /// (else invalid request, as for the atomics of IBA 9.4.5). Every earlier request has
+    /// been carried out already (the engine executes in PSN order), which is the ordering
+    /// IBA asks of it. The answer is an RDMA READ response Only with no payload, and the
+    /// request is saved as a responder resource so a duplicate is answered without being
+    /// applied again.
+    fn rc_atomic_write(&mut self, pkt: &PacketRepr<'_>, sh: &mut Shared) {
+        let p = pkt.bth.psn;
+        if !self
+            .attr
+            .qp_access_flags
+            .contains(AccessFlags::REMOTE_WRITE)
+        {
+            self.nak_fatal(sh, p, NakCode::InvalidRequest);
+            return;
+        }
+        let Some(reth) = pkt.reth else { return };
+        if self.pending_rd_atomic(true) >= (self.attr.max_dest_rd_atomic as usize).max(1) {
+            self.nak_fatal(sh, p, NakCode::InvalidRequest);
+            return;
+        }
+        let Ok(value) = <[u8; 8]>::try_from(pkt.payload) else {
+            self.nak_fatal(sh, p, NakCode::InvalidRequest);
+            return;
+        };
+        if reth.dma_len != 8 {
+            self.nak_fatal(sh, p, NakCode::InvalidRequest);
+            return;
+        }
+        let target = match sh.mrs.check_remote(
+            reth.rkey,
+            self.pd,
+            self.qpn,
+            reth.va,
+            8,
+            AccessFlags::REMOTE_WRITE,
+        ) {
+            Ok(t) => t,
+            Err(f) => {
+                self.fault_nak(sh, p, f);
+                return;
+            }
+        };
+        if reth.va & 7 != 0 {
+            self.fault_nak(sh, p, RemoteAccessFault::Misaligned);
+            return;
+        }
+        let Some(mr) = sh.mrs.get_mut(target.key) else {
+            return;
+        };
+        mr.memory.atomic_store(target.offset, value);
+        self.resp.msn = psn::add(self.resp.msn, 1);
+        self.save_resource(Resource::AtomicWrite { psn: p });
+        self.resp.queue.push_back(Response::Read {
+            psn: p,
+            last_psn: p,
+            key: target.key,
+            offset: target.offset as u64,
+            remaining: 0,
+            first: true,
+            msn: self.resp.msn,
+            replay: false,
+        });
+        self.resp.epsn = psn::add(p, 1);
+    }
+
     /// A request with a PSN before the expected one (IBA 9.7.5.1.4 "duplicate requests").
     fn rc_duplicate(&mut self, pkt: &PacketRepr<'_>, sh: &mut Shared) {
         self.counters.duplicates_received += 1;
@@ -622,6 +695,32 @@ impl Qp {
                     self.resp.queue.push_back(Response::Atomic {
                         psn: p,
                         orig,
+                        msn,
+                        replay: true,
+                    });
+                }
+            }
+            Operation::AtomicWrite => {
+                // Applied once already: answer again from the saved resource, never store
+                // again (a later request may have changed the word since). A duplicate
+                // whose resource was recycled is dropped (class D); the requester retries.
+                let saved = self
+                    .resp
+                    .resources
+                    .iter()
+                    .any(|r| matches!(*r, Resource::AtomicWrite { psn: rp } if rp == p));
+                if saved
+                    && self.pending_rd_atomic(false)
+                        <= 2 * (self.attr.max_dest_rd_atomic as usize).max(1)
+                {
+                    let msn = self.resp.msn;
+                    self.resp.queue.push_back(Response::Read {
+                        psn: p,
+                        last_psn: p,
+                        key: 0,
+                        offset: 0,
+                        remaining: 0,
+                        first: true,
                         msn,
                         replay: true,
                     });

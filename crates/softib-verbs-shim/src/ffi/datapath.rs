@@ -65,7 +65,9 @@ pub(super) unsafe fn post_one_send(
         // Inline data may live in unregistered memory (ibv_post_send(3)): stage it in the
         // PD's bounce region, from which the engine copies it at post time.
         let total: u64 = sg_list.iter().map(|g| u64::from(g.length)).sum();
-        if total > u64::from(q.cap.max_inline_data) {
+        // An ATOMIC WRITE's 8 bytes are part of its WQE, not inline data (rxe keeps them in
+        // wqe->dma.atomic_wr): max_inline_data does not bound them; the engine checks the 8.
+        if opcode != WrOpcode::AtomicWrite && total > u64::from(q.cap.max_inline_data) {
             return Err((
                 libc::EINVAL,
                 format!(

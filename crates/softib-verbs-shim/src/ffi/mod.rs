@@ -11,6 +11,7 @@ mod datapath;
 pub(crate) mod device;
 mod dm;
 mod domain;
+mod mcast;
 mod mw;
 mod qp;
 mod qp_ex;

@@ -114,7 +114,7 @@ pub(super) unsafe extern "C" fn create_qp_ex(
                     libc::EOPNOTSUPP,
                     &format!(
                         "send_ops_flags {:#x} on QP type {} (supported: {supported:#x}; TSO \
-                         and atomic write are not implemented)",
+                         is not implemented, ATOMIC WRITE is RC only)",
                         a.send_ops_flags & !supported,
                         a.qp_type
                     ),
@@ -392,12 +392,28 @@ unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16
 
 unsafe extern "C" fn wr_atomic_write(
     qp: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _wr: *const c_void,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
 ) {
+    if atomic_wr.is_null() {
+        // SAFETY: as in wr_start.
+        unsafe {
+            with_batch(qp, |b, _, _, _| {
+                b.refuse(libc::EINVAL, "ibv_wr_atomic_write with a NULL value".into())
+            })
+        };
+        return;
+    }
+    // SAFETY: ibv_wr_atomic_write(3): `atomic_wr` points at the 8 bytes to write; read
+    // unaligned, as the caller's buffer need not be.
+    let value = unsafe { std::ptr::read_unaligned(atomic_wr.cast::<[u8; 8]>()) };
     // SAFETY: as in wr_start.
-    unsafe { unsupported_builder(qp, "ibv_wr_atomic_write") }
+    unsafe {
+        with_batch(qp, |b, l, id, fl| {
+            b.begin_atomic_write(l, id, fl, rkey, remote_addr, value)
+        })
+    }
 }
 
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) {

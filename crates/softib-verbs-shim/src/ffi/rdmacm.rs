@@ -11,8 +11,9 @@ use softib_cm::rdma_cm::{self, PortSpace};
 use softib_cm::{AcceptParams, SidrParams};
 use softib_wire::cm::{RejectReason, SidrStatus, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN};
 
-use super::guard;
+use super::{guard, obj};
 use crate::abi::*;
+use crate::objects::QpObj;
 use crate::objects::Shared;
 use crate::rdmacm::abi::*;
 use crate::rdmacm::addr::{from_c, from_storage, to_storage};
@@ -348,9 +349,17 @@ fn destroy_id(rt: &Runtime, o: &'static IdObj) {
             st.sidr,
             st.sidr_req.is_some(),
             st.sync,
+            st.mcast.clone(),
         )
     };
-    let (conn, listener, sidr, passive_sidr, sync) = st;
+    let (conn, listener, sidr, passive_sidr, sync, mcast) = st;
+    // The kernel leaves the id's groups when it is destroyed; the QP (if still there) is
+    // detached as librdmacm's leave would.
+    for m in mcast {
+        if let Some(qpn) = m.attached_qpn {
+            let _ = rt.shared.net.detach_mcast(qpn, m.mgid);
+        }
+    }
     rt.shared.net.with_cm(|cm, now| {
         if let Some(c) = conn {
             // The CM finishes quietly: a pending request is rejected, a connection is
@@ -415,7 +424,10 @@ fn bind(rt: &Runtime, o: &IdObj, a: SocketAddr, call: &str) -> c_int {
     // A loopback address on a device that is not on loopback binds the device, as the
     // kernel's cma_bind_loopback gives a loopback address the first active device
     // (libfabric's verbs provider binds "localhost" for a passive endpoint).
-    let loopback_alias = ip.is_loopback() && !local.is_loopback();
+    // Likewise an address of the host on the device's interface (127.0.0.1 for a device
+    // at 127.77.0.1, both on `lo`): the kernel finds the device by that netdev.
+    let loopback_alias = (ip.is_loopback() && !local.is_loopback())
+        || softib_net::roce::is_host_address_on_device_interface(local, ip);
     if !ip.is_unspecified() && ip != local && !loopback_alias {
         return failed(
             rt,
@@ -519,12 +531,24 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             return complete(o);
         }
         let src = SocketAddr::new(local, port);
+        // The host's own address on the device's interface is this device (kernel
+        // cma_resolve_loopback); the id still reports the address the caller gave.
+        let given = dst;
+        let dst = if softib_net::roce::is_host_address_on_device_interface(local, dst.ip()) {
+            SocketAddr::new(local, dst.port())
+        } else {
+            dst
+        };
         st.src = Some(src);
         st.dst = Some(dst);
         st.phase = Phase::AddrResolved;
         drop(st);
         super::resources::note_peer(&rt.shared, rdma_cm::gid_of(dst.ip()));
         set_route(rt, o, Some(src), Some(dst));
+        if given != dst {
+            // SAFETY: the id's C view, written while the caller waits in this call.
+            unsafe { (*o.c()).route.addr.dst_storage = to_storage(given).0 };
+        }
         o.report(EventObj::new(o.c(), RDMA_CM_EVENT_ADDR_RESOLVED, 0));
         complete(o)
     })
@@ -627,7 +651,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         // The owners map is held across the CM call, so a request arriving at once finds
         // its listener (the CM event thread looks it up there).
         let mut owners = rt.owners();
-        match rt.shared.net.with_cm(|cm, _| cm.listen(service)) {
+        match rt.shared.net.cm_listen(service) {
             Ok(l) => {
                 owners
                     .listeners
@@ -1165,9 +1189,10 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
             return failed(rt, "rdma_establish", libc::EINVAL, &e);
         }
         st.phase = Phase::Connected;
-        drop(st);
-        o.report(EventObj::new(o.c(), RDMA_CM_EVENT_ESTABLISHED, 0));
-        complete(o)
+        // librdmacm's rdma_establish only tells the kernel to send the RTU (ucma
+        // ACCEPT on an active id, kernel cma_rep_recv): no event follows, the
+        // application already had CONNECT_RESPONSE.
+        0
     })
 }
 
@@ -1733,6 +1758,24 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let st = o.state();
         let (attr, mask) = match a.qp_state {
             cmqp::IBV_QPS_INIT => cmqp::init_attr(qp_type),
+            // An active id with the REP: what ready_active_qp gives the id's own QP.
+            cmqp::IBV_QPS_RTR if st.req.is_none() && st.rep.is_some() => {
+                let (Some(rep), Some(dst)) = (st.rep.as_ref(), st.dst) else {
+                    return err(libc::EINVAL);
+                };
+                let src_port = st.src.map_or(0, |s| s.port());
+                let flow = softib_cm::rdma_cm::roce_flow_label(src_port, dst.port());
+                cmqp::rtr_attr(
+                    qp_type,
+                    &RtrParams {
+                        ah: cmqp::peer_ah(dst.ip(), flow, st.tos),
+                        dest_qpn: rep.local_qpn,
+                        rq_psn: st.psn,
+                        mtu: device_mtu_code(rt),
+                        max_dest_rd_atomic: st.rd_atomic.0.min(rep.initiator_depth),
+                    },
+                )
+            }
             cmqp::IBV_QPS_RTR => {
                 let Some(req) = st.req.as_ref() else {
                     return failed(
@@ -1780,31 +1823,199 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     })
 }
 
+/// `struct rdma_cm_join_mc_attr_ex` of rdma_cma.h.
+#[repr(C)]
+pub struct rdma_cm_join_mc_attr_ex {
+    comp_mask: u32,
+    join_flags: u32,
+    addr: *mut libc::sockaddr,
+}
+const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1;
+const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 2;
+const RDMA_CM_JOIN_MC_ATTR_RESERVED: u32 = 4;
+const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
+const RDMA_MC_JOIN_FLAG_RESERVED: u32 = 2;
+
+/// Joins the group at `addr` for `o` (`rdmacm/mcast.rs`): the kernel's checks, the QP's
+/// attach (unless send-only, as librdmacm), and the MULTICAST_JOIN event.
+fn join(rt: &Runtime, o: &IdObj, addr: SocketAddr, send_only: bool, context: *mut c_void) -> c_int {
+    let call = "rdma_join_multicast";
+    let mut st = o.state();
+    // Kernel rdma_join_multicast: an id with a bound or resolved address, of a UD port
+    // space.
+    if !matches!(st.phase, Phase::Bound | Phase::AddrResolved) {
+        return failed(
+            rt,
+            call,
+            libc::EINVAL,
+            &"the id's address is not bound or resolved",
+        );
+    }
+    if !matches!(st.ps, PortSpace::Udp | PortSpace::Ipoib) {
+        return failed(
+            rt,
+            call,
+            libc::EINVAL,
+            &"multicast needs a UD id (RDMA_PS_UDP or RDMA_PS_IPOIB)",
+        );
+    }
+    let Some(mgid) = crate::rdmacm::mcast::mgid_of(addr.ip()) else {
+        return failed(
+            rt,
+            call,
+            libc::EINVAL,
+            &format!("{} is no multicast address", addr.ip()),
+        );
+    };
+    if st.mcast.iter().any(|m| m.addr == addr) {
+        // The kernel keeps one membership per address and id (cma's mc_list).
+        return failed(
+            rt,
+            call,
+            libc::EADDRINUSE,
+            &format!("{addr} is joined already"),
+        );
+    }
+    // SAFETY: the id's C view; `qp` is NULL or the application's QP (librdmacm's contract).
+    let qp = unsafe { (*o.c()).qp };
+    let mut attached_qpn = None;
+    if !send_only && !qp.is_null() {
+        // SAFETY: a QP of this shim (rdma_create_qp or the application's own ibv_create_qp).
+        let Some(q) = (unsafe { obj::<_, QpObj>(qp) }) else {
+            return failed(rt, call, libc::EINVAL, &"the id's QP is not a softib QP");
+        };
+        if let Err(e) = q.shared.net.attach_mcast(q.qpn, mgid) {
+            return failed(rt, call, crate::convert::errno_of(&e), &e);
+        }
+        attached_qpn = Some(q.qpn);
+    }
+    st.mcast.push(crate::rdmacm::mcast::Membership {
+        addr,
+        mgid,
+        attached_qpn,
+    });
+    let qkey = crate::rdmacm::mcast::qkey_for(st.ps);
+    drop(st);
+    if rt.shared.config.debug {
+        eprintln!(
+            "softib: rdma_cm: joined multicast group {} ({}{})",
+            addr.ip(),
+            std::net::Ipv6Addr::from(mgid),
+            match attached_qpn {
+                Some(q) => format!(", QP {q:#x} attached"),
+                None => String::from(", no QP attached"),
+            }
+        );
+    }
+    let mut e = EventObj::new(o.c(), RDMA_CM_EVENT_MULTICAST_JOIN, 0);
+    // Kernel cma_make_mc_event: `param.ud` names the group; librdmacm puts the join's
+    // context in `private_data`.
+    e.ev.param.ud = rdma_ud_param {
+        private_data: context.cast_const(),
+        private_data_len: 0,
+        ah_attr: crate::rdmacm::mcast::group_ah(mgid),
+        qp_num: softib_transport::mcast::MULTICAST_QPN,
+        qkey,
+    };
+    o.report(e);
+    complete(o)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_join_multicast(
     id: *mut rdma_cm_id,
-    _addr: *mut libc::sockaddr,
-    _context: *mut c_void,
+    addr: *mut libc::sockaddr,
+    context: *mut c_void,
 ) -> c_int {
-    guard(-1, || match id_of(id) {
-        Ok((rt, _)) => failed(rt, "rdma_join_multicast", libc::EOPNOTSUPP, &"no multicast"),
-        Err(r) => r,
+    guard(-1, || {
+        let (rt, o) = match id_of(id) {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
+        // SAFETY: the caller's socket address (rdma_join_multicast(3)).
+        let Some(a) = (unsafe { from_c(addr) }) else {
+            return err(libc::EINVAL);
+        };
+        join(rt, o, a, false, context)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        let (rt, o) = match id_of(id) {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
+        // SAFETY: the caller's attributes (rdma_join_multicast_ex(3)).
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return err(libc::EINVAL);
+        };
+        // librdmacm's checks, in its order.
+        if a.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+            return failed(rt, "rdma_join_multicast_ex", libc::EOPNOTSUPP, &"comp_mask");
+        }
+        if a.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0
+            || a.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+            || a.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
+        {
+            return failed(
+                rt,
+                "rdma_join_multicast_ex",
+                libc::EINVAL,
+                &"address and join flags are required",
+            );
+        }
+        // SAFETY: the caller's socket address.
+        let Some(addr) = (unsafe { from_c(a.addr) }) else {
+            return err(libc::EINVAL);
+        };
+        join(
+            rt,
+            o,
+            addr,
+            a.join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
+            context,
+        )
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_leave_multicast(
     id: *mut rdma_cm_id,
-    _addr: *mut libc::sockaddr,
+    addr: *mut libc::sockaddr,
 ) -> c_int {
-    guard(-1, || match id_of(id) {
-        Ok((rt, _)) => failed(
-            rt,
-            "rdma_leave_multicast",
-            libc::EOPNOTSUPP,
-            &"no multicast",
-        ),
-        Err(r) => r,
+    guard(-1, || {
+        let (rt, o) = match id_of(id) {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
+        // SAFETY: the caller's socket address (rdma_leave_multicast(3)).
+        let Some(a) = (unsafe { from_c(addr) }) else {
+            return err(libc::EINVAL);
+        };
+        let m = {
+            let mut st = o.state();
+            let Some(at) = st.mcast.iter().position(|m| m.addr == a) else {
+                // librdmacm: no such join on this id.
+                return failed(
+                    rt,
+                    "rdma_leave_multicast",
+                    libc::EADDRNOTAVAIL,
+                    &format!("{a} was not joined"),
+                );
+            };
+            st.mcast.remove(at)
+        };
+        if let Some(qpn) = m.attached_qpn {
+            // librdmacm detaches and ignores the result (the QP may be gone already).
+            let _ = rt.shared.net.detach_mcast(qpn, m.mgid);
+        }
+        0
     })
 }
 

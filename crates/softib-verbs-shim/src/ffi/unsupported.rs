@@ -21,24 +21,6 @@ pub unsafe extern "C" fn ibv_wc_status_str(status: u32) -> *const c_char {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_attach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_detach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
     _pd: *mut ibv_pd,
     _offset: u64,

@@ -5,7 +5,6 @@
 #![allow(unsafe_code)]
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Once;
 use std::time::Duration;
 
 use softib_cm::rdma_cm::PortSpace;
@@ -21,24 +20,33 @@ use crate::abi::IBV_QPT_RC;
 /// the life of the process, as librdmacm keeps its devices).
 const SLICE: Duration = Duration::from_millis(50);
 
-/// Starts the thread once.
+/// Starts the event thread once per process (a forked child has none of its parent's
+/// threads: it starts its own for its own runtime).
 pub fn ensure_started(_rt: &Runtime) {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("softib rdma_cm".into())
-            .spawn(|| {
-                let Ok(rt) = runtime() else { return };
-                loop {
-                    if let Some(ev) = rt.shared.net.wait_cm_event(SLICE) {
-                        handle(rt, ev);
-                    }
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static STARTED_IN: AtomicU32 = AtomicU32::new(0);
+    let pid = std::process::id();
+    let before = STARTED_IN.load(Ordering::Acquire);
+    if before == pid
+        || STARTED_IN
+            .compare_exchange(before, pid, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("softib rdma_cm".into())
+        .spawn(|| {
+            let Ok(rt) = runtime() else { return };
+            loop {
+                if let Some(ev) = rt.shared.net.wait_cm_event(SLICE) {
+                    handle(rt, ev);
                 }
-            });
-        if let Err(e) = spawned {
-            eprintln!("softib verbs shim: cannot start the rdma_cm event thread: {e}");
-        }
-    });
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("softib verbs shim: cannot start the rdma_cm event thread: {e}");
+    }
 }
 
 /// The IP address of a GID (IPv4-mapped GIDs give IPv4).
@@ -290,6 +298,7 @@ fn new_passive_id(
         conn: None,
         sidr: None,
         req: None,
+        rep: None,
         sidr_req: None,
         psn: rt.shared.net.random_psn() & 0xFF_FFFF,
         send_psn: None,
@@ -299,6 +308,7 @@ fn new_passive_id(
         sync: false,
         ep_qp_init: None,
         own_cqs: false,
+        mcast: Vec::new(),
         qpn: None,
     };
     drop(lst);
@@ -365,7 +375,11 @@ fn connect_request(
 /// The REP to our REQ: with a QP, ready it and send the RTU (ESTABLISHED); without,
 /// report CONNECT_RESPONSE for rdma_establish.
 fn connect_reply(rt: &'static Runtime, id: &IdObj, conn: ConnId, rep: Box<CmRep>) {
-    id.state().send_psn = Some(rep.starting_psn);
+    {
+        let mut st = id.state();
+        st.send_psn = Some(rep.starting_psn);
+        st.rep = Some(rep.clone());
+    }
     // SAFETY: the id's C view is live (looked up in the owners map).
     let (qp_ptr, qp_type) = unsafe { ((*id.c()).qp, (*id.c()).qp_type) };
     let mut e = if qp_ptr.is_null() {

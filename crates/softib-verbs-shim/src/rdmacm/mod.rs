@@ -2,8 +2,8 @@
 //! (`softib-cm`, driven over QP1 by softib-net) instead of the kernel's ucma
 //! (`/dev/infiniband/rdma_cm`). The exported C functions are in `ffi/rdmacm.rs`; this module
 //! holds the objects behind them ([`objects`]), socket address conversions ([`addr`]), the
-//! QP transitions rdma_cm makes for its users ([`qp`]) and the thread that turns CM events
-//! into rdma_cm events ([`dispatch`]).
+//! QP transitions rdma_cm makes for its users ([`qp`]), multicast joins ([`mcast`]) and the
+//! thread that turns CM events into rdma_cm events ([`dispatch`]).
 //!
 //! Why in the verbs shim and not a second library: rdma_cm ids carry `ibv_context`, PD and
 //! QP pointers that must be this shim's objects, and the CM runs on the shim's one device;
@@ -12,5 +12,6 @@
 pub mod abi;
 pub(crate) mod addr;
 pub(crate) mod dispatch;
+pub(crate) mod mcast;
 pub(crate) mod objects;
 pub(crate) mod qp;

@@ -7,11 +7,11 @@
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use softib_cm::rdma_cm::PortSpace;
 use softib_cm::{ConnId, ListenerId, SidrId};
-use softib_wire::cm::{CmReq, CmSidrReq};
+use softib_wire::cm::{CmRep, CmReq, CmSidrReq};
 
 use super::abi::*;
 use crate::abi::{ibv_context, ibv_pd, ibv_qp_init_attr};
@@ -160,6 +160,8 @@ pub struct IdState {
     pub sidr: Option<SidrId>,
     /// The REQ that created this passive id.
     pub req: Option<Box<CmReq>>,
+    /// The REP an active id received (its RTR attributes, kernel cm_init_qp_rtr_attr).
+    pub rep: Option<Box<CmRep>>,
     /// The SIDR_REQ that created this passive UD id.
     pub sidr_req: Option<Box<CmSidrReq>>,
     /// The PSN our QP expects to receive first (announced in our REQ or REP).
@@ -178,6 +180,8 @@ pub struct IdState {
     pub ep_qp_init: Option<(usize, ibv_qp_init_attr)>,
     /// CQs and channels rdma_create_qp made for the id (destroyed with its QP).
     pub own_cqs: bool,
+    /// The multicast groups joined through this id (`rdmacm/mcast.rs`).
+    pub mcast: Vec<super::mcast::Membership>,
     /// The number of the QP rdma_create_qp made for the id. The CM event thread puts a
     /// failed or disconnected connection's QP in error by this number, never through the
     /// application's `id->qp`: the application may destroy that QP at any moment (rping
@@ -344,25 +348,44 @@ impl Runtime {
     }
 }
 
-/// The runtime, opened on first use (librdmacm opens its devices in ucma_init).
+/// The runtime, opened on first use (librdmacm opens its devices in ucma_init), once per
+/// process: a forked child inherits the parent's runtime without its device thread or its
+/// event thread, so it opens its own (the parent's stays untouched in the child's memory).
 pub fn runtime() -> Result<&'static Runtime, i32> {
-    static RT: OnceLock<Result<Runtime, i32>> = OnceLock::new();
-    RT.get_or_init(|| {
-        // SAFETY: this library's own device list and open (the shim's ibv_* functions).
-        let verbs = unsafe { crate::ffi::open_for_rdmacm() }?;
-        // SAFETY: a context just opened by this library.
-        let shared = unsafe { crate::ffi::shared_of(verbs) }.ok_or(libc::ENODEV)?;
-        let rt = Runtime {
-            verbs: Addr(verbs as usize),
-            shared,
-            default_pd: Mutex::new(Addr(0)),
-            owners: Mutex::new(Owners::default()),
-        };
-        Ok(rt)
-    })
-    .as_ref()
-    .map_err(|e| *e)
-    .inspect(|rt| super::dispatch::ensure_started(rt))
+    use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+    static RT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+    static RT_PID: AtomicU32 = AtomicU32::new(0);
+    static INIT: Mutex<()> = Mutex::new(());
+    let pid = std::process::id();
+    let current = |pid: u32| {
+        let p = RT.load(Ordering::Acquire);
+        // SAFETY: a pointer from Box::leak below, never freed.
+        (!p.is_null() && RT_PID.load(Ordering::Acquire) == pid).then(|| unsafe { &*p })
+    };
+    if let Some(rt) = current(pid) {
+        super::dispatch::ensure_started(rt);
+        return Ok(rt);
+    }
+    let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(rt) = current(pid) {
+        super::dispatch::ensure_started(rt);
+        return Ok(rt);
+    }
+    // SAFETY: this library's own device list and open (the shim's ibv_* functions).
+    let verbs = unsafe { crate::ffi::open_for_rdmacm() }?;
+    // SAFETY: a context just opened by this library.
+    let shared = unsafe { crate::ffi::shared_of(verbs) }.ok_or(libc::ENODEV)?;
+    let rt: &'static Runtime = Box::leak(Box::new(Runtime {
+        verbs: Addr(verbs as usize),
+        shared,
+        default_pd: Mutex::new(Addr(0)),
+        owners: Mutex::new(Owners::default()),
+    }));
+    RT_PID.store(0, Ordering::Release);
+    RT.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
+    RT_PID.store(pid, Ordering::Release);
+    super::dispatch::ensure_started(rt);
+    Ok(rt)
 }
 
 /// A new id on the heap, registered as live.
@@ -415,7 +438,17 @@ pub fn set_route(rt: &Runtime, id: &IdObj, src: Option<SocketAddr>, dst: Option<
         c.route.addr.src_storage = super::addr::to_storage(s).0;
         if !super::addr::is_any(s.ip()) {
             c.verbs = rt.verbs();
+            // librdmacm's ucma_get_device gives a bound id the device's shared PD, so
+            // `id->pd` is usable for the application's own QPs before rdma_create_qp.
+            if c.pd.is_null() {
+                c.pd = rt.default_pd();
+            }
             c.port_num = 1;
+            // librdmacm's ucma_get_device: an id on a device gets the device's PD (what
+            // pyverbs' CMID.pd and rdma_create_qp without a PD use).
+            if c.pd.is_null() {
+                c.pd = rt.default_pd();
+            }
             c.route.addr.ibaddr.sgid.raw = softib_cm::rdma_cm::gid_of(s.ip());
             c.route.addr.ibaddr.pkey = 0xffff_u16.to_be();
         }
@@ -438,6 +471,7 @@ pub fn fresh_state(rt: &Runtime, ps: PortSpace, sync: bool) -> IdState {
         conn: None,
         sidr: None,
         req: None,
+        rep: None,
         sidr_req: None,
         psn: rt.shared.net.random_psn() & 0xFF_FFFF,
         send_psn: None,
@@ -447,6 +481,7 @@ pub fn fresh_state(rt: &Runtime, ps: PortSpace, sync: bool) -> IdState {
         sync,
         ep_qp_init: None,
         own_cqs: false,
+        mcast: Vec::new(),
         qpn: None,
     }
 }

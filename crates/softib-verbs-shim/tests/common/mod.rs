@@ -170,10 +170,55 @@ pub fn run_pair_ready(
     attempts: u32,
     ready: Ready,
 ) -> Pair {
+    run_pair_at(
+        slot,
+        program,
+        (server_args, client_args),
+        deadline,
+        attempts,
+        ready,
+        false,
+    )
+}
+
+/// [`run_pair_ready`] with both processes on the one address 127.77.slot.1, as two
+/// processes of a host share its kernel device.
+pub fn run_pair_on_one_address(
+    slot: u8,
+    program: &Path,
+    server_args: &[String],
+    client_args: &[String],
+    deadline: Duration,
+    ready: Ready,
+) -> Pair {
+    run_pair_at(
+        slot,
+        program,
+        (server_args, client_args),
+        deadline,
+        1,
+        ready,
+        true,
+    )
+}
+
+fn run_pair_at(
+    slot: u8,
+    program: &Path,
+    (server_args, client_args): (&[String], &[String]),
+    deadline: Duration,
+    attempts: u32,
+    ready: Ready,
+    one_address: bool,
+) -> Pair {
     let dir = std::env::temp_dir().join(format!("softib-shim-{}-{slot}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let server_addr = format!("127.77.{slot}.1");
-    let client_addr = format!("127.77.{slot}.2");
+    let client_addr = if one_address {
+        server_addr.clone()
+    } else {
+        format!("127.77.{slot}.2")
+    };
     let port = tcp_port(slot);
     let mut last = None;
     for _ in 0..attempts.max(1) {
