@@ -477,16 +477,39 @@ impl Context {
     /// loaded machine the peer it waits for may need it).
     pub fn poll_cq_progress(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> (usize, bool) {
         let mut d = self.lock();
-        let moved = d.process().is_ok_and(|p| p.any());
         let armed = self.shared.armed_cqs.load(Ordering::Relaxed) != 0
             && self.shared.router().armed.contains(&cq);
+        // A polling application answers what it receives with its next verb: the ACKs of
+        // this turn leave behind that answer (driver::Driver::process_then_answer). An armed
+        // CQ's owner is about to sleep instead, so its ACKs go now.
+        let moved = if armed {
+            d.process()
+        } else {
+            d.process_then_answer()
+        }
+        .is_ok_and(|p| p.any());
         if !armed {
             self.shared
                 .app_polled_at
                 .store(d.last_now().max(1), Ordering::Relaxed);
         }
         self.shared.route_events(&mut d);
-        (d.engine_mut().poll_cq(cq, out), moved)
+        let n = d.engine_mut().poll_cq(cq, out);
+        if n == 0 && d.holds_only_new_acks() {
+            // This turn's ACKs, and nothing for the application to answer them with (a
+            // WRITE stream makes no completion at its receiver): they go now. ACKs of an
+            // earlier turn wait on: the application may still answer what it took then.
+            let _ = d.release_acks();
+        } else if d.holds_acks() {
+            // Held ACKs wait at most for the device thread's next turn, which comes within
+            // APP_DRIVES_FOR of this poll unless the thread sleeps on the socket (it went
+            // to sleep before the application started polling): then wake it.
+            let until = self.shared.sleeping_until.load(Ordering::Acquire);
+            if until > d.last_now() + APP_DRIVES_FOR.as_nanos() as u64 {
+                self.shared.waker.wake();
+            }
+        }
+        (n, moved)
     }
 
     /// The application is about to block: the device thread must watch the socket again
@@ -778,7 +801,7 @@ impl Context {
     /// interface when it is the first QP of the device there (`mcast.rs`). IPv6 groups
     /// are not carried yet: `VerbsError::Unsupported` (EOPNOTSUPP).
     pub fn attach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
-        self.with_driver(|d| {
+        let out = self.with_driver(|d| {
             if d.engine_mut().attach_mcast(qpn, gid)? {
                 if let Err((_, e)) = d.sync_multicast() {
                     // Not joined on the network: undo the attach so nothing half-works.
@@ -800,18 +823,25 @@ impl Context {
                 }
             }
             Ok(())
-        })
+        });
+        // A sleeping device thread waits on the descriptors it had: a new group socket is
+        // not among them until it looks again.
+        self.shared.waker.wake();
+        out
     }
 
     /// Detaches `qpn` from `gid` (`ibv_detach_mcast`); the device leaves the group when no
     /// QP of it is left there.
     pub fn detach_mcast(&self, qpn: u32, gid: [u8; 16]) -> Result<(), VerbsError> {
-        self.with_driver(|d| {
+        let out = self.with_driver(|d| {
             if d.engine_mut().detach_mcast(qpn, gid)? {
                 let _ = d.sync_multicast();
             }
             Ok(())
-        })
+        });
+        // The thread may be waiting on the group's (now closed) socket: let it look again.
+        self.shared.waker.wake();
+        out
     }
 
     /// Destroys a CQ (no QP may still use it).
@@ -973,7 +1003,9 @@ impl Drop for Context {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.lock().flush_capture();
+        let mut d = self.lock();
+        let _ = d.release_acks();
+        d.flush_capture();
     }
 }
 

@@ -133,6 +133,9 @@ pub fn driver_map(c: &DriverCounters) -> CounterMap {
         rx_bytes,
         tx_unroutable,
         pcap_errors,
+        acks_behind_data,
+        rx_answered_in_parts,
+        qps_failed_msgsize,
         cc_link_rate_mbps,
         cc_wire_overhead,
     );

@@ -21,6 +21,7 @@ use softib_transport::{
     Device, DeviceConfig, DriverDrop, LinkLayer, Mtu, Nanos, RxGrh, RxMeta, Transmit,
 };
 
+use crate::ack_hold::{self, AckHold};
 use crate::cc::{self, RoceCc};
 use crate::group::{self, AddressGroup, ForwardHeader, GroupCounters, FORWARD_HEADER_LEN};
 use crate::gsi::{Gsi, GSI_DATAGRAM_LEN};
@@ -43,6 +44,14 @@ const TX_HEADROOM: usize = 64 + ICRC_LEN;
 /// before any check; a packet within it but above this device's MTU still reaches the
 /// engine, which answers it as IBA says (a length error).
 const MAX_ROCE_DATAGRAM: usize = 4096 + 64 + ICRC_LEN;
+
+/// Datagrams of one received batch handled before what they made ready is sent (see
+/// `Driver::receive`): half of 16 outstanding atomics, perftest's default depth.
+const RX_ANSWER_EVERY: usize = 8;
+
+/// Distinct (peer, QP) pairs one send call fails for EMSGSIZE; more are left to a later
+/// send (their next datagram is refused too).
+const REFUSED_PER_SEND: usize = 8;
 
 /// How a device is opened.
 #[derive(Clone, Debug)]
@@ -179,6 +188,15 @@ pub struct DriverCounters {
     pub tx_unroutable: u64,
     /// Records the pcap tap could not write.
     pub pcap_errors: u64,
+    /// Connected QPs failed because the kernel refused one of their datagrams as larger
+    /// than the path MTU (EMSGSIZE); see `Device::transmit_refused`.
+    pub qps_failed_msgsize: u64,
+    /// Answers sent while a received batch was still being handled (after every
+    /// `RX_ANSWER_EVERY` datagrams, see `Driver::receive`).
+    pub rx_answered_in_parts: u64,
+    /// Positive ACKs held back that then left behind data in the same send batch
+    /// (`ack_hold.rs`: the answer of a polling application, one `sendmmsg` for both).
+    pub acks_behind_data: u64,
     /// Congestion control: the line rate in Mb/s the engine paces against.
     pub cc_link_rate_mbps: u64,
     /// Congestion control: bytes counted per packet beyond the transport packet.
@@ -249,6 +267,24 @@ pub struct Driver {
     /// Multicast groups joined on the network for the engine's attached QPs (`mcast.rs`).
     groups: crate::mcast::Groups,
     ipv4_id_policy: Ipv4IdPolicy,
+    /// Positive ACKs held back to leave behind the data of the same flush (`ack_hold.rs`).
+    acks: AckHold,
+    /// How many of them were held before the current turn began.
+    acks_before_turn: usize,
+}
+
+/// What a flush does with the positive ACKs it holds (`ack_hold.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AckRelease {
+    /// Queue them after everything else of this flush: a device turn nobody will answer.
+    AfterData,
+    /// The turn of a polling application that just received: ACKs wait for the
+    /// application's answer unless the flush sends something else anyway, or they have
+    /// waited longer than `ack_hold::HOLD_FOR` (then they go first).
+    AwaitAnswer,
+    /// A verb's flush: what an earlier turn held keeps waiting unless this flush sends
+    /// anything (an answer: the ACKs go behind it); an ACK the verb itself made goes now.
+    WithAnswer,
 }
 
 impl std::fmt::Debug for Driver {
@@ -417,6 +453,8 @@ impl Driver {
             },
             wake_rx,
             wake_tx,
+            acks: AckHold::default(),
+            acks_before_turn: 0,
         })
     }
 
@@ -528,20 +566,68 @@ impl Driver {
 
     /// One turn: receive, timers, transmit. Never blocks.
     pub fn process(&mut self) -> io::Result<Progress> {
+        self.turn(false)
+    }
+
+    /// [`Driver::process`] for a polling application that answers what it receives at
+    /// once (a ping-pong): the positive ACKs this turn makes for received requests wait for
+    /// the application's next verb and leave behind its answer, in the same `sendmmsg`,
+    /// instead of costing a send of their own before it (`ack_hold.rs`). They wait at most
+    /// until the next flush that sends anything, a [`Driver::process`] turn (the device
+    /// thread's), [`Driver::release_acks`], or `ack_hold::HOLD_FOR` of this application's
+    /// turns.
+    pub fn process_then_answer(&mut self) -> io::Result<Progress> {
+        self.turn(true)
+    }
+
+    /// Whether positive ACKs are being held for an answer (see
+    /// [`Driver::process_then_answer`]).
+    pub fn holds_acks(&self) -> bool {
+        !self.acks.is_empty()
+    }
+
+    /// Whether every held ACK was made by the latest turn: then an application whose poll
+    /// found no completion has nothing to answer with them (a WRITE stream's receiver), and
+    /// they should go (`Driver::release_acks`) rather than wait.
+    pub fn holds_only_new_acks(&self) -> bool {
+        !self.acks.is_empty() && self.acks_before_turn == 0
+    }
+
+    /// Sends the held positive ACKs now.
+    pub fn release_acks(&mut self) -> io::Result<()> {
+        if self.acks.is_empty() {
+            return Ok(());
+        }
+        self.release_held();
+        match self.send_batch() {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn turn(&mut self, answer_follows: bool) -> io::Result<Progress> {
         let mut progress = Progress::default();
+        self.acks_before_turn = self.acks.count();
         // One clock read per turn: a busy-polling device turns millions of times a second,
         // and what the turn does (receive a batch, fire timers, send) takes microseconds.
         let now = self.now();
         self.last_now = now;
         self.probe_owner(now);
-        progress.received = self.receive(now)? + self.receive_from_group(now);
+        let release = if answer_follows {
+            AckRelease::AwaitAnswer
+        } else {
+            AckRelease::AfterData
+        };
+        progress.received = self.receive(now, release)? + self.receive_from_group(now);
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
         if self.gsi.poll_timeout().is_some_and(|t| t <= now) {
             self.gsi.handle_timeout(now);
         }
-        let (sent, blocked) = self.flush_at(now)?;
+        // A poll that received nothing keeps waiting too: the application may be about
+        // to answer what an earlier poll gave it (send-lat polls once more before it does).
+        let (sent, blocked) = self.flush_at(now, release)?;
         progress.sent = sent;
         progress.blocked = blocked;
         Ok(progress)
@@ -550,39 +636,55 @@ impl Driver {
     /// Drains the engine's transmits and sends them. Returns the datagrams queued.
     pub fn flush(&mut self) -> io::Result<usize> {
         let now = self.now();
-        Ok(self.flush_at(now)?.0)
+        Ok(self.flush_at(now, AckRelease::WithAnswer)?.0)
     }
 
-    fn receive(&mut self, now: Nanos) -> io::Result<usize> {
+    /// Receives a batch and hands it to the engine. A long batch is answered in parts: after
+    /// every [`RX_ANSWER_EVERY`] datagrams whatever the engine made ready (atomic and READ
+    /// responses, ACKs) is sent before the rest is handled, so the peer starts on the first
+    /// answers while this side works on the others (with 16 FETCH_AND_ADDs arriving in one
+    /// GRO slot, both processes otherwise take turns instead of overlapping).
+    fn receive(&mut self, now: Nanos, release: AckRelease) -> io::Result<usize> {
         let mut n = self.socket.recv(&mut self.rx)?;
-        let mut parts = RxParts {
-            check: &mut self.check,
-            tap: &mut self.tap,
-            gsi: &mut self.gsi,
-            engine: &mut self.engine,
-        };
-        // Only the port owner forwards: what reaches another process's own port was sent
-        // to it by address and port, so it is its own.
-        let mut group = self.group.as_mut().filter(|g| g.is_owner());
-        for d in self.rx.iter() {
-            self.counters.rx_datagrams += 1;
-            self.counters.rx_bytes += d.payload.len() as u64;
-            if d.payload.len() > MAX_ROCE_DATAGRAM {
-                self.counters.rx_oversize += 1;
-                continue;
-            }
-            if let Some(g) = group.as_mut() {
-                let header = ForwardHeader {
-                    source: d.source,
-                    tos: d.tos,
-                    gro_index: d.gro_index,
-                };
-                let route = group::route_datagram(d.payload);
-                if g.forward(route, &header, d.payload, &mut self.group_buf) {
+        let mut result = Ok(());
+        if n > 0 {
+            // Lent out while the engine runs, so a part can be sent in between.
+            let rx = std::mem::take(&mut self.rx);
+            for (k, d) in rx.iter().enumerate() {
+                self.counters.rx_datagrams += 1;
+                self.counters.rx_bytes += d.payload.len() as u64;
+                if d.payload.len() > MAX_ROCE_DATAGRAM {
+                    self.counters.rx_oversize += 1;
                     continue;
                 }
+                // Only the port owner forwards: what reaches another process's own port
+                // was sent to it by address and port, so it is its own.
+                if let Some(g) = self.group.as_mut().filter(|g| g.is_owner()) {
+                    let header = ForwardHeader {
+                        source: d.source,
+                        tos: d.tos,
+                        gro_index: d.gro_index,
+                    };
+                    let route = group::route_datagram(d.payload);
+                    if g.forward(route, &header, d.payload, &mut self.group_buf) {
+                        continue;
+                    }
+                }
+                RxParts {
+                    check: &mut self.check,
+                    tap: &mut self.tap,
+                    gsi: &mut self.gsi,
+                    engine: &mut self.engine,
+                }
+                .deliver(now, &d, &mut self.counters);
+                if (k + 1) % RX_ANSWER_EVERY == 0 && k + 1 < n && !self.engine.is_idle() {
+                    self.counters.rx_answered_in_parts += 1;
+                    if let Err(e) = self.flush_at(now, release) {
+                        result = Err(e);
+                    }
+                }
             }
-            parts.deliver(now, &d, &mut self.counters);
+            self.rx = rx;
         }
         if !self.groups.joined.is_empty() {
             n += receive_groups(
@@ -597,7 +699,7 @@ impl Driver {
                 },
             );
         }
-        Ok(n)
+        result.map(|()| n)
     }
 
     /// Joins and leaves multicast groups on the network so that they are the engine's
@@ -696,10 +798,18 @@ impl Driver {
         route_with(self.local, &self.peer_ports, self.ecn_capable, t)
     }
 
-    fn flush_at(&mut self, now: Nanos) -> io::Result<(usize, bool)> {
+    fn flush_at(&mut self, now: Nanos, release: AckRelease) -> io::Result<(usize, bool)> {
         self.sync_listeners();
         let max = self.mtu.bytes() as usize + TX_HEADROOM;
         let mut queued = 0;
+        let held_before = self.acks.count();
+        if release == AckRelease::AwaitAnswer && self.acks.overdue(now) {
+            // Held by earlier turns whose answer did not come in time: they go now.
+            queued += self.release_held();
+            self.acks_before_turn = 0;
+        }
+        let held_before = held_before.min(self.acks.count());
+        let mut others = 0;
         if let Some(inj) = self.injector.as_mut() {
             let (tx, tap, counters, local) = (
                 &mut self.tx,
@@ -717,7 +827,7 @@ impl Driver {
             // Keep room for the worst case of one transmit: itself, a duplicate and a
             // released held datagram.
             if !self.tx.has_room(3, max) {
-                match self.socket.send(&mut self.tx) {
+                match self.send_batch() {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((queued, true)),
                     Err(e) => return Err(e),
@@ -729,11 +839,33 @@ impl Driver {
                 self.transmit_direct(now, max)
             };
             match produced {
-                Some(n) => queued += n,
+                Some(n) => {
+                    queued += n;
+                    others += n;
+                }
                 None => break,
             }
         }
-        match self.socket.send(&mut self.tx) {
+        if !self.acks.is_empty() {
+            let keep = others == 0
+                && match release {
+                    AckRelease::AfterData => false,
+                    AckRelease::AwaitAnswer => true,
+                    // Only what an earlier turn held waits on; this verb's own ACKs go.
+                    AckRelease::WithAnswer => self.acks.count() == held_before,
+                };
+            if !keep {
+                let released = self.release_held();
+                if others > 0 {
+                    self.counters.acks_behind_data += released as u64;
+                }
+                queued += released;
+            }
+        }
+        if self.tx.is_empty() {
+            return Ok((queued, false));
+        }
+        match self.send_batch() {
             Ok(()) => Ok((queued, false)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok((queued, true)),
             Err(e) => Err(e),
@@ -781,7 +913,7 @@ impl Driver {
         let mut queued = 0;
         loop {
             if !self.tx.has_room(1, max) {
-                match self.socket.send(&mut self.tx) {
+                match self.send_batch() {
                     Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(queued),
                     Err(e) => return Err(e),
@@ -864,12 +996,22 @@ impl Driver {
     /// Lets the engine write one packet straight into the send batch. `None` when the
     /// engine has nothing more to send.
     fn transmit_direct(&mut self, now: Nanos, max: usize) -> Option<usize> {
+        if !self.acks.has_room() {
+            // Keep the engine's order among ACKs: the held ones go before a new one.
+            self.release_held();
+        }
         let mut engine_empty = false;
         let mut unroutable = false;
+        let mut held = false;
         let local = self.send_from;
         let default_tos = self.default_tos;
         let ecn_capable = self.ecn_capable;
-        let (engine, tap, peer_ports) = (&mut self.engine, &mut self.tap, &self.peer_ports);
+        let (engine, tap, peer_ports, acks) = (
+            &mut self.engine,
+            &mut self.tap,
+            &self.peer_ports,
+            &mut self.acks,
+        );
         let mut pcap_error = false;
         let pushed = self.tx.push_deferred(max, |slot, ident_of| {
             let Some(t) = engine.poll_transmit(now, &mut slot[..max - ICRC_LEN]) else {
@@ -881,6 +1023,13 @@ impl Driver {
                 return None;
             };
             let tos_opt = (tos != default_tos).then_some(tos);
+            if ack_hold::is_plain_ack(&slot[..t.len])
+                && acks.hold(now, dest, tos_opt, &slot[..t.len])
+            {
+                // Sealed when it joins a batch, behind this flush's data.
+                held = true;
+                return None;
+            }
             let ident = ident_of(dest, tos_opt, t.len + ICRC_LEN);
             let len = roce::seal(local, dest, tos, ident, slot, t.len)?;
             if let Some(tap) = tap.as_mut() {
@@ -893,6 +1042,9 @@ impl Driver {
         self.counters.pcap_errors += u64::from(pcap_error);
         if engine_empty {
             return None;
+        }
+        if held {
+            return Some(0);
         }
         if unroutable {
             self.counters.tx_unroutable += 1;
@@ -907,6 +1059,93 @@ impl Driver {
             // has_room was checked, so this does not happen; stop rather than spin.
             Err(_) => None,
         }
+    }
+
+    /// Sends the batch. A datagram the kernel refuses as larger than the path MTU
+    /// (EMSGSIZE: the route or the interface MTU changed under a live connection, since
+    /// the MTU was checked when the device opened and at RTR) fails its QP at once with a
+    /// completion error (`Device::transmit_refused`: `LocQpOpErr`, vendor error
+    /// `TransmitRefused`) instead of being resent until "transport retry counter
+    /// exceeded" hides the cause. Other refusals (no route, ...) stay losses the transport
+    /// recovers from or times out on, counted by the socket as `tx_refused`.
+    fn send_batch(&mut self) -> io::Result<()> {
+        let mut refused = [None::<(SocketAddr, u32)>; REFUSED_PER_SEND];
+        let mut count = 0;
+        let result = self
+            .socket
+            .send_reporting(&mut self.tx, &mut |e, dest, bytes| {
+                if e.raw_os_error() != Some(libc::EMSGSIZE) || bytes.len() < softib_wire::BTH_LEN {
+                    return;
+                }
+                // BTH bytes 5..8: the destination QP (IBA vol. 1 §9.2).
+                let qpn = u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]);
+                let key = Some((dest, qpn));
+                if count < refused.len() && !refused[..count].contains(&key) {
+                    refused[count] = key;
+                    count += 1;
+                }
+            });
+        for (dest, qpn) in refused[..count].iter().flatten() {
+            let dgid = roce::gid_from_ip(dest.ip());
+            if self.engine.transmit_refused(dgid, *qpn).is_some() {
+                self.counters.qps_failed_msgsize += 1;
+            }
+        }
+        result
+    }
+
+    /// Queues the held ACKs (sealed now, with the Identification of their place in the
+    /// batch) and forgets them. Returns how many were queued.
+    fn release_held(&mut self) -> usize {
+        let mut queued = 0;
+        let max = TX_HEADROOM.max(64);
+        for k in 0..self.acks.count() {
+            let Some(ack) = self.acks.get(k) else {
+                continue;
+            };
+            if !self.tx.has_room(1, max) {
+                // Full of datagrams the socket could not take: send what fits first.
+                if self.send_batch().is_err() && !self.tx.has_room(1, max) {
+                    // Still full: this ACK is lost on the way, as a refused datagram
+                    // would be; the requester's timer recovers (a later ACK covers it).
+                    self.counters.tx_unroutable += 1;
+                    continue;
+                }
+            }
+            // Sealed with the address the datagram leaves from (its own port for a process
+            // that does not own the address's port): the ICRC covers the UDP source port.
+            let (local, dest, packet) = (self.send_from, ack.dest, ack.packet());
+            let tos = ack.tos.unwrap_or(self.default_tos);
+            let want_record = self.tap.is_some();
+            let mut record = [0u8; 64];
+            let mut ident = 0;
+            let pushed = self.tx.push_with(dest, ack.tos, max, |slot, oracle| {
+                ident = oracle.ipv4_ident(packet.len() + ICRC_LEN);
+                slot[..packet.len()].copy_from_slice(packet);
+                let len = roce::seal(local, dest, tos, ident, slot, packet.len()).unwrap_or(0);
+                if want_record {
+                    record[..len].copy_from_slice(&slot[..len]);
+                }
+                len
+            });
+            match pushed {
+                Ok(len) if len > 0 => {
+                    self.counters.tx_datagrams += 1;
+                    self.counters.tx_bytes += len as u64;
+                    queued += 1;
+                    if let Some(tap) = self.tap.as_mut() {
+                        if let Some((ip, udp)) = roce::tx_headers(local, dest, tos, ident) {
+                            if tap.record(&ip, &udp, &record[..len]).is_err() {
+                                self.counters.pcap_errors += 1;
+                            }
+                        }
+                    }
+                }
+                _ => self.counters.tx_unroutable += 1,
+            }
+        }
+        self.acks.clear();
+        queued
     }
 
     /// Lets the engine write one packet into the scratch buffer and passes it through the

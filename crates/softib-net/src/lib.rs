@@ -15,6 +15,8 @@
 
 mod sys;
 
+mod ack_hold;
+
 pub mod cc;
 pub mod channel;
 pub mod context;

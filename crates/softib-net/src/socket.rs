@@ -286,6 +286,17 @@ impl RoceSocket {
     /// counted in [`SocketStats::tx_refused`] and dropped. Returns `WouldBlock` when the
     /// socket buffer is full; the rest stays queued for the next call.
     pub fn send(&mut self, batch: &mut TxBatch) -> io::Result<()> {
+        self.send_reporting(batch, &mut |_, _, _| {})
+    }
+
+    /// [`RoceSocket::send`], telling `refused` about each datagram the kernel refused: the
+    /// error, the destination and the datagram (UDP payload: BTH first). A refused GSO
+    /// group is reported segment by segment.
+    pub fn send_reporting(
+        &mut self,
+        batch: &mut TxBatch,
+        refused: &mut dyn FnMut(&io::Error, SocketAddr, &[u8]),
+    ) -> io::Result<()> {
         let fd = self.socket.as_raw_fd();
         while batch.sent < batch.items.len() {
             let front_is_group = batch.items[batch.sent].segment.is_some();
@@ -314,10 +325,24 @@ impl RoceSocket {
                     // the transport recovers from, counted by the receiver as ICRC errors).
                     batch.gso = false;
                 }
-                Err(_) => {
+                Err(e) => {
                     // This datagram (or group) is refused (EMSGSIZE, ENETUNREACH, ...): a
-                    // packet lost on the way, which the transport recovers from.
+                    // packet lost on the way, which the transport recovers from unless the
+                    // caller, told here, decides it never can.
                     self.stats.tx_refused += 1;
+                    let item = batch.items[batch.sent];
+                    let dest = batch.peers[item.addr];
+                    let seg = item.segment.map_or(item.len, usize::from).max(1);
+                    let mut off = if self.stats.gso {
+                        0
+                    } else {
+                        batch.split_progress
+                    };
+                    while off < item.len {
+                        let end = (off + seg).min(item.len);
+                        refused(&e, dest, &batch.data[item.offset + off..item.offset + end]);
+                        off = end;
+                    }
                     batch.skip_front();
                 }
             }
@@ -414,6 +439,23 @@ pub struct RxBatch {
 
 /// Fewest slots offered to one `recvmmsg` (with GRO, one slot holds up to 64 datagrams).
 const MIN_OFFER: usize = 4;
+
+impl Default for RxBatch {
+    /// An empty batch with no slots (allocates nothing): a placeholder while the real one
+    /// is lent out.
+    fn default() -> RxBatch {
+        RxBatch {
+            data: Vec::new(),
+            slot_len: 0,
+            addrs: Vec::new(),
+            cmsgs: Vec::new(),
+            infos: Vec::new(),
+            sources: Vec::new(),
+            filled: 0,
+            offer: 0,
+        }
+    }
+}
 
 impl std::fmt::Debug for RxBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

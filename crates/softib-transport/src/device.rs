@@ -1520,6 +1520,33 @@ impl Device {
         }
     }
 
+    /// The driver could not send a packet of the connected QP that talks to QP `dest_qpn`
+    /// at `dgid`, and resending it cannot help: the network refuses it for good (on
+    /// RoCEv2, the kernel's EMSGSIZE for a datagram above the path MTU, after the route or
+    /// the interface MTU changed under a live connection). Retrying would only end in
+    /// "transport retry counter exceeded" with the cause lost, so the QP fails now, as
+    /// rxe fails a QP whose packet it could not send: its oldest outstanding send WR
+    /// completes with `LocQpOpErr` (vendor error [`VendorErr::TransmitRefused`]), the QP
+    /// moves to ERR (the rest flush) and `QpFatal` is raised. Returns the QP that failed;
+    /// `None` when no connected QP (RC, UC, XRC) in RTS or SQD talks to that peer QP.
+    pub fn transmit_refused(&mut self, dgid: [u8; 16], dest_qpn: u32) -> Option<u32> {
+        let i = self.qps.iter().position(|q| {
+            q.as_ref().is_some_and(|q| {
+                matches!(
+                    q.qp_type,
+                    QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv
+                ) && matches!(q.state(), QpState::Rts | QpState::Sqd)
+                    && q.attr.dest_qp_num == dest_qpn
+                    && q.attr.ah_attr.grh.is_some_and(|g| g.dgid == dgid)
+            })
+        })?;
+        let qp = self.qps[i].as_mut().expect("found above");
+        let qpn = qp.qpn;
+        qp.fail_transmit(&mut self.sh);
+        self.after_qp(i);
+        Some(qpn)
+    }
+
     // ----- input -----
 
     /// A transport packet (BTH through pad, ICRC already checked and stripped) arrived.

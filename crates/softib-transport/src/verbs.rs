@@ -330,6 +330,10 @@ pub enum VendorErr {
     MwBind = 12,
     /// A LOCAL_INV named no valid window or region, or one that cannot be invalidated.
     Invalidate = 13,
+    /// The network refused a packet of this QP for good (the driver's
+    /// [`crate::Device::transmit_refused`]: e.g. larger than the path MTU after the route or
+    /// the interface MTU changed), so the connection cannot go on.
+    TransmitRefused = 14,
 }
 
 bit_flags! {

@@ -425,6 +425,16 @@ impl Qp {
         }
     }
 
+    /// A packet of this QP could not be sent and never will be (see
+    /// `Device::transmit_refused`): the oldest outstanding send WR completes with
+    /// `LocQpOpErr`, then the QP moves to ERR.
+    pub fn fail_transmit(&mut self, sh: &mut Shared) {
+        if let Some(w) = self.sq.pop_head() {
+            self.complete_send(sh, &w, WcStatus::LocQpOpErr, VendorErr::TransmitRefused);
+        }
+        self.enter_error(sh, true);
+    }
+
     /// Moves the QP to ERR: every outstanding WR completes with WR_FLUSH_ERR (IBA 10.3.1,
     /// "Error state"). `fatal` raises `AsyncEvent::QpFatal` (a transport error, not a
     /// `modify_qp` by the user).
