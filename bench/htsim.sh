@@ -9,6 +9,8 @@
 #                 `cargo build --release -p softib-sim --example perf`).
 #   PERM_US       simulated microseconds of the fat-tree permutation (default 1000).
 #   WORKLOADS     which to run (default "one-to-one incast permutation").
+#   SOFTIB_BASELINE  a second perf example (e.g. built from an older commit), run in the same
+#                 rotation, with its own columns and the speed-up of SOFTIB_PERF over it.
 #
 # The workloads (100 Gb/s links, 4096-byte MTU, unlimited flows, 1 us per hop):
 #   one-to-one   1 s: host 0 -> host 1 through one switch.
@@ -38,7 +40,7 @@
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 ]]; then
-    sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 htsim=$(realpath "$1")
@@ -49,6 +51,8 @@ perm_us=${PERM_US:-1000}
 workloads=${WORKLOADS:-"one-to-one incast permutation"}
 [[ -x $htsim ]] || { echo "htsim_roce not executable: $htsim" >&2; exit 2; }
 [[ -x $perf ]] || { echo "perf example not found: $perf (cargo build --release -p softib-sim --example perf)" >&2; exit 2; }
+baseline=${SOFTIB_BASELINE:-}
+[[ -z $baseline || -x $baseline ]] || { echo "baseline perf example not executable: $baseline" >&2; exit 2; }
 [[ -x /usr/bin/time ]] || { echo "/usr/bin/time is needed (Debian package: time)" >&2; exit 2; }
 
 work=$(mktemp -d /tmp/htsim-bench.XXXXXX)
@@ -93,21 +97,32 @@ median() { # FILE COLUMN
 
 echo "htsim:  $htsim"
 echo "softib: $perf ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+[[ -n $baseline ]] && echo "baseline: $baseline"
 echo "runs:   $runs each, alternating; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for w in $workloads; do
     : >"$work/$w.htsim"
     : >"$work/$w.softib"
+    : >"$work/$w.baseline"
 done
 for ((r = 1; r <= runs; r++)); do
     for w in $workloads; do
         # shellcheck disable=SC2046
         timed "$work/$w.htsim" "$htsim" $(htsim_args "$w")
-        if [[ $w == permutation ]]; then
-            SOFTIB_PERF_US=$perm_us timed "$work/$w.softib" "$perf" "rc-$w"
-        else
-            timed "$work/$w.softib" "$perf" "rc-$w"
-        fi
-        echo "run $r $w: htsim $(tail -1 "$work/$w.htsim"), softib $(tail -1 "$work/$w.softib") (wall s, CPU s, RSS KiB)"
+        for side in softib baseline; do
+            bin=$perf
+            if [[ $side == baseline ]]; then
+                [[ -n $baseline ]] || continue
+                bin=$baseline
+            fi
+            if [[ $w == permutation ]]; then
+                SOFTIB_PERF_US=$perm_us timed "$work/$w.$side" "$bin" "rc-$w"
+            else
+                timed "$work/$w.$side" "$bin" "rc-$w"
+            fi
+        done
+        line="run $r $w: htsim $(tail -1 "$work/$w.htsim"), softib $(tail -1 "$work/$w.softib")"
+        [[ -n $baseline ]] && line="$line, baseline $(tail -1 "$work/$w.baseline")"
+        echo "$line (wall s, CPU s, RSS KiB)"
     done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -122,3 +137,16 @@ for w in $workloads; do
             w, hw, hu, hm / 1024, sw, su, sm / 1024, hw / sw, (su > 0 ? hu / su : 0)
     }'
 done
+if [[ -n $baseline ]]; then
+    echo
+    echo "| workload | baseline wall | baseline CPU | baseline RSS | softib wall | softib CPU | speed-up (wall) | (CPU) | baseline vs htsim (CPU) |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    for w in $workloads; do
+        bw=$(median "$work/$w.baseline" 1) bu=$(median "$work/$w.baseline" 2) bm=$(median "$work/$w.baseline" 3)
+        sw=$(median "$work/$w.softib" 1) su=$(median "$work/$w.softib" 2) hu=$(median "$work/$w.htsim" 2)
+        awk -v w="$w" -v bw="$bw" -v bu="$bu" -v bm="$bm" -v sw="$sw" -v su="$su" -v hu="$hu" 'BEGIN {
+            printf "| %s | %.2f s | %.2f s | %.0f MiB | %.2f s | %.2f s | %.2fx | %.2fx | %.2fx |\n",
+                w, bw, bu, bm / 1024, sw, su, bw / sw, (su > 0 ? bu / su : 0), (bu > 0 ? hu / bu : 0)
+        }'
+    done
+fi

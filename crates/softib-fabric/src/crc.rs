@@ -37,6 +37,7 @@ pub fn materialize(p: &mut Packet) {
     if p.meta.crc == CrcState::Corrupted {
         return;
     }
+    p.materialize_payload();
     let vl = p.meta.vl;
     let bytes = p.bytes_mut();
     let len = bytes.len();
@@ -56,12 +57,17 @@ pub fn materialize(p: &mut Packet) {
 }
 
 /// The packet as the current link carries it, into `out`: a copy with the LRH VL, ICRC and
-/// VCRC materialised ([`materialize`] without touching the packet), or the bytes as they
+/// VCRC materialised ([`materialize`] without touching the packet; a described zero
+/// payload written out), or the bytes as they
 /// are when the packet was corrupted on the way. For captures taken where only a shared
 /// reference is at hand (an HCA's receive callback).
 pub fn wire_image(p: &Packet, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(p.bytes());
+    if let Some(z) = p.meta.zero_payload {
+        let end = (z.offset as usize + z.len as usize).min(out.len());
+        out[(z.offset as usize).min(end)..end].fill(0);
+    }
     if p.meta.crc == CrcState::Corrupted {
         return;
     }

@@ -12,11 +12,11 @@
 //! simulator picoseconds ([`from_engine_nanos`]).
 
 use crate::hca::{Endpoint, HcaTx, Outgoing};
-use crate::packet::Packet;
+use crate::packet::{Packet, ZeroSpan};
 use crate::time::{from_engine_nanos, to_engine_nanos, Picos};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use softib_transport::{Device, Nanos, RxGrh, RxMeta};
+use softib_transport::{Device, Nanos, RxGrh, RxMeta, ZeroPayload};
 use softib_wire::grh::{GrhPacket, GrhRepr};
 use softib_wire::lrh::{Lnh, LrhPacket, LrhRepr, LRH_LEN};
 use std::collections::VecDeque;
@@ -86,8 +86,8 @@ struct RxDelay {
     /// Stall windows [start, end), sorted by start.
     stalls: Vec<(Picos, Picos)>,
     rng: ChaCha8Rng,
-    /// Packets waiting: (due time, receive metadata, transport bytes).
-    queue: VecDeque<(Picos, RxMeta, Vec<u8>)>,
+    /// Packets waiting: (due time, receive metadata, transport bytes, described payload).
+    queue: VecDeque<(Picos, RxMeta, Vec<u8>, Option<ZeroPayload>)>,
     /// Buffers of delivered packets, reused.
     spare: Vec<Vec<u8>>,
 }
@@ -100,7 +100,7 @@ impl RxDelay {
         } else {
             self.min
         };
-        let last = self.queue.back().map_or(0, |(due, _, _)| *due);
+        let last = self.queue.back().map_or(0, |(due, _, _, _)| *due);
         let mut due = (now + delay).max(last);
         // Windows may overlap or abut: move past each one the time falls into.
         for &(start, end) in &self.stalls {
@@ -204,9 +204,10 @@ impl EngineHca {
         let Some(d) = self.rx_delay.as_mut() else {
             return;
         };
-        while d.queue.front().is_some_and(|(due, _, _)| *due <= now) {
-            let (_, meta, bytes) = d.queue.pop_front().expect("checked");
-            self.dev.handle_packet(to_engine_nanos(now), &meta, &bytes);
+        while d.queue.front().is_some_and(|(due, _, _, _)| *due <= now) {
+            let (_, meta, bytes, zero_payload) = d.queue.pop_front().expect("checked");
+            self.dev
+                .handle_packet_described(to_engine_nanos(now), &meta, &bytes, zero_payload);
             d.spare.push(bytes);
         }
     }
@@ -249,12 +250,19 @@ impl EngineHca {
         while tx.any_room() && tx.backlog() < cap {
             let dev = &mut self.dev;
             let r = tx.send_with(self.max_len, 0, |buf| {
-                let t = dev.poll_transmit(now, &mut buf[LRH_LEN..])?;
+                // A payload of zeros (ZeroMemory) stays a description: no fill, no copy.
+                let t = dev.poll_transmit_described(now, &mut buf[LRH_LEN..])?;
                 let mut off = LRH_LEN;
                 let lnh = match t.path.grh {
                     None => Lnh::Bth,
                     Some(g) => {
-                        buf.copy_within(LRH_LEN..LRH_LEN + t.len, LRH_LEN + GRH_LEN);
+                        // Make room for the GRH; a described payload's bytes need no move.
+                        let moved = t.zero_payload.map_or(t.len, |z| z.offset);
+                        buf.copy_within(LRH_LEN..LRH_LEN + moved, LRH_LEN + GRH_LEN);
+                        if let Some(z) = t.zero_payload {
+                            let pad = LRH_LEN + z.offset + z.len..LRH_LEN + t.len;
+                            buf.copy_within(pad.clone(), pad.start + GRH_LEN);
+                        }
                         let grh = GrhRepr {
                             traffic_class: g.traffic_class,
                             flow_label: g.flow_label,
@@ -283,11 +291,16 @@ impl EngineHca {
                 };
                 lrh.emit(&mut LrhPacket::new_unchecked(&mut buf[..LRH_LEN]))
                     .ok()?;
+                let zero_payload = t.zero_payload.map(|z| ZeroSpan {
+                    offset: (off + z.offset) as u16,
+                    len: z.len as u16,
+                });
                 Some(Outgoing {
                     len,
                     dlid: t.path.dlid,
                     sl: t.path.sl,
                     management: false,
+                    zero_payload,
                 })
             });
             match r {
@@ -364,6 +377,12 @@ impl Endpoint for EngineHca {
         let bytes = packet.bytes();
         // BTH through pad: without ICRC (4) and VCRC (2).
         let transport = &bytes[off..bytes.len() - 6];
+        // A described payload, from the BTH (a span inside the LRH or GRH is malformed:
+        // the engine's check of the description then drops the packet).
+        let zero_payload = packet.meta.zero_payload.map(|z| ZeroPayload {
+            offset: (z.offset as usize).wrapping_sub(off),
+            len: z.len as usize,
+        });
         if let Some(d) = self.rx_delay.as_mut() {
             // RC COMPARE_SWAP (0x13) and FETCH_ADD (0x14) requests (IBA 9.2 opcodes).
             let atomic = matches!(transport.first(), Some(0x13 | 0x14));
@@ -374,15 +393,19 @@ impl Endpoint for EngineHca {
                 let mut buf = d.spare.pop().unwrap_or_default();
                 buf.clear();
                 buf.extend_from_slice(transport);
-                d.queue.push_back((due, meta, buf));
+                d.queue.push_back((due, meta, buf, zero_payload));
                 self.counters.rx_backlog_peak =
                     self.counters.rx_backlog_peak.max(d.queue.len() as u64);
                 return;
             }
         }
         self.dev
-            .handle_packet(to_engine_nanos(tx.now()), &meta, transport);
+            .handle_packet_described(to_engine_nanos(tx.now()), &meta, transport, zero_payload);
         self.progress(tx);
+    }
+
+    fn takes_described_payloads(&self) -> bool {
+        true
     }
 
     fn next_wakeup(&self) -> Option<Picos> {
@@ -396,7 +419,7 @@ impl Endpoint for EngineHca {
         let rx = self
             .rx_delay
             .as_ref()
-            .and_then(|d| d.queue.front().map(|(due, _, _)| *due));
+            .and_then(|d| d.queue.front().map(|(due, _, _, _)| *due));
         match (t, rx) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -15,7 +15,7 @@
 //! source, as an HCA's doorbell-driven send engine is.
 
 use crate::counters::PortCounters;
-use crate::packet::{Packet, PacketError, PacketMeta, PacketPool};
+use crate::packet::{Packet, PacketError, PacketMeta, PacketPool, ZeroSpan};
 use crate::port::{Port, Source};
 use crate::time::Picos;
 use crate::vlarb::VL15;
@@ -204,6 +204,10 @@ impl HcaTx<'_> {
         let mut meta = PacketMeta::new(out.dlid, self.lid, out.sl, vl, len);
         meta.flow = flow;
         meta.injected_at = self.now;
+        // Kept even if it reaches past what was written: the zeros are then written up to
+        // the packet's end when materialised, and the receiving engine, whose parse puts the
+        // payload elsewhere, drops the packet as malformed rather than taking stale bytes.
+        meta.zero_payload = out.zero_payload;
         // Small packets (ACKs) move to a buffer of their size instead of pinning an MTU one.
         let id = if crate::packet::same_class(len, max_len) {
             self.pool.get_mut(big).meta = meta;
@@ -211,7 +215,17 @@ impl HcaTx<'_> {
         } else {
             let small = self.pool.alloc(meta)?;
             let (src, dst) = self.pool.pair_mut(big, small);
-            dst.bytes_mut()[..out.len].copy_from_slice(&src.bytes()[..out.len]);
+            let (from, to) = (&src.bytes()[..out.len], &mut dst.bytes_mut()[..out.len]);
+            match meta.zero_payload {
+                // A described payload's bytes are not worth copying.
+                Some(z) => {
+                    let end = (z.offset as usize + z.len as usize).min(out.len);
+                    let start = (z.offset as usize).min(end);
+                    to[..start].copy_from_slice(&from[..start]);
+                    to[end..].copy_from_slice(&from[end..]);
+                }
+                None => to.copy_from_slice(from),
+            }
             self.pool.free(big);
             small
         };
@@ -236,6 +250,9 @@ pub struct Outgoing {
     pub sl: u8,
     /// A subnet-management packet (VL15) rather than data.
     pub management: bool,
+    /// Bytes the writer left out because they are zeros (a described payload, see
+    /// [`crate::packet`]), counted from the LRH; `None`: every byte is written.
+    pub zero_payload: Option<ZeroSpan>,
 }
 
 /// Producer and consumer of the packets of one HCA port.
@@ -247,6 +264,13 @@ pub trait Endpoint {
     /// A packet arrived intact (its CRCs checked if it was ever corrupted). The buffer goes
     /// back to the pool after the call.
     fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>);
+
+    /// Whether [`Endpoint::on_receive`] reads [`crate::packet::PacketMeta::zero_payload`]
+    /// and so may get a packet whose described zero payload is not in its bytes. False (the
+    /// default): the fabric writes the zeros before the call.
+    fn takes_described_payloads(&self) -> bool {
+        false
+    }
 
     /// When the endpoint next wants [`Endpoint::on_timer`], if ever.
     fn next_wakeup(&self) -> Option<Picos>;

@@ -18,6 +18,15 @@
 //! port checks the real CRCs. The observable behaviour (counters, drops, captures) is the
 //! behaviour of per-hop recomputation.
 //!
+//! **Zero payloads are described, not written.** A transport engine that gathers a payload
+//! from memory that reads as zeros (`softib_transport::Memory::reads_as_zeros`) may leave it
+//! out of the buffer ([`PacketMeta::zero_payload`]); the bytes there are stale. Like the
+//! CRCs, they are written (zeros) only when somebody looks: CRC materialisation (captures,
+//! bit errors), [`crate::crc::wire_image`], and delivery to an endpoint that does not take
+//! described payloads ([`crate::hca::Endpoint::takes_described_payloads`]). An engine HCA
+//! hands the description to the receiving engine, which checks it against its own parse of
+//! the headers. A hop then moves no payload bytes at all.
+//!
 //! The pool keeps freed buffers in size classes, one per path MTU (256..4096 bytes of payload
 //! plus up to 89 bytes of LRH, GRH, BTH, extension headers, pad, ICRC and VCRC), one for
 //! small packets (ACKs are 30 bytes) and one up to the IBA maximum, so after warm-up a run
@@ -101,6 +110,19 @@ pub struct PacketMeta {
     /// CRC failed (the EBP delimiter, IBA 7.8.3): every later receiver counts it in
     /// PortRcvRemotePhysicalErrors and the destination drops it.
     pub ebp: bool,
+    /// A payload of zeros not written into the buffer (see the module documentation);
+    /// `None` when every byte is in the buffer.
+    pub zero_payload: Option<ZeroSpan>,
+}
+
+/// Bytes of a packet that are zeros by description: `len` bytes from `offset` (counted from
+/// the LRH's first byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZeroSpan {
+    /// First byte, from the start of the LRH.
+    pub offset: u16,
+    /// Number of bytes.
+    pub len: u16,
 }
 
 impl PacketMeta {
@@ -117,6 +139,7 @@ impl PacketMeta {
             injected_at: 0,
             crc: CrcState::Implicit,
             ebp: false,
+            zero_payload: None,
         }
     }
 }
@@ -146,6 +169,16 @@ impl Packet {
     /// The wire bytes, mutable (the encapsulating HCA writes them).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.buf[..self.meta.len as usize]
+    }
+
+    /// Writes a described zero payload ([`PacketMeta::zero_payload`]) into the buffer, so
+    /// [`Packet::bytes`] is the whole packet. Nothing to do for a packet without one.
+    pub fn materialize_payload(&mut self) {
+        if let Some(z) = self.meta.zero_payload.take() {
+            let start = z.offset as usize;
+            let end = (start + z.len as usize).min(self.meta.len as usize);
+            self.buf[start.min(end)..end].fill(0);
+        }
     }
 }
 
@@ -317,6 +350,38 @@ mod tests {
         // A class with no free buffer allocates.
         pool.alloc(PacketMeta::new(3, 4, 0, 0, 1000)).unwrap();
         assert_eq!(pool.slots(), 3);
+    }
+
+    #[test]
+    fn a_described_payload_is_written_exactly_where_it_is_described() {
+        let mut pool = PacketPool::new();
+        let id = pool.alloc(PacketMeta::new(1, 2, 0, 0, 100)).unwrap();
+        let p = pool.get_mut(id);
+        p.bytes_mut().fill(0xEE);
+        p.meta.zero_payload = Some(ZeroSpan {
+            offset: 20,
+            len: 64,
+        });
+        let mut image = Vec::new();
+        crate::crc::wire_image(p, &mut image);
+        p.materialize_payload();
+        assert_eq!(p.meta.zero_payload, None);
+        let b = p.bytes();
+        assert!(b[..20].iter().all(|&x| x == 0xEE));
+        assert!(b[20..84].iter().all(|&x| x == 0));
+        assert!(b[84..].iter().all(|&x| x == 0xEE));
+        // The wire image shows the same zeros (its first byte carries the VL nibble from
+        // `meta`, its last six the CRCs).
+        assert_eq!(image[1..94], b[1..94]);
+        // Twice is once; a span past the end stops at the end.
+        p.materialize_payload();
+        p.meta.zero_payload = Some(ZeroSpan {
+            offset: 90,
+            len: 64,
+        });
+        p.materialize_payload();
+        assert!(p.bytes()[90..].iter().all(|&x| x == 0));
+        assert_eq!(p.bytes()[89], 0xEE);
     }
 
     #[test]

@@ -206,7 +206,10 @@ pub fn compute_lfts_with(
         divisor[r] = divisor[r - 1] * uplinks[r - 1];
     }
     let mut ordinal = 0u64;
-    let mut candidates: Vec<u8> = Vec::new();
+    // Candidate ports of every switch towards each target switch, computed once per target
+    // when its first LID comes up: they depend on the (switch, target) pair only, and a
+    // leaf carries many LIDs (12 hosts per leaf on a 24-port fat tree).
+    let mut candidates_to: Vec<Option<Candidates>> = (0..ns).map(|_| None).collect();
     // Destinations routed through each (switch, port) so far, for balancing.
     let mut load: Vec<Vec<u32>> = topo
         .nodes
@@ -231,26 +234,15 @@ pub fn compute_lfts_with(
             ordinal += 1;
         }
         let ti = sw_index[target];
+        let to_target = candidates_to[ti].get_or_insert_with(|| {
+            Candidates::towards(topo, &peers, &switches, &sw_index, &dist, ti)
+        });
         for (si, &s) in switches.iter().enumerate() {
             if s == target {
                 lft[s][lid] = target_port;
                 continue;
             }
-            let d = dist[si * ns + ti];
-            if d == u16::MAX {
-                continue;
-            }
-            candidates.clear();
-            for (port, peer) in peers[s].iter().enumerate().skip(1) {
-                let Some(peer) = peer else { continue };
-                if topo.nodes[peer.node].kind != NodeKind::Switch {
-                    continue;
-                }
-                if dist[sw_index[peer.node] * ns + ti] + 1 != d {
-                    continue;
-                }
-                candidates.push(port as u8);
-            }
+            let candidates = to_target.of(si);
             let chosen = match engine {
                 _ if candidates.is_empty() => continue,
                 RoutingEngine::Ftree if rank[s] != u16::MAX => {
@@ -267,6 +259,55 @@ pub fn compute_lfts_with(
         }
     }
     lft
+}
+
+/// Every switch's shortest-path ports towards one target switch, in port order (empty for
+/// the target itself and for switches that cannot reach it).
+struct Candidates {
+    /// `ports[start[si]..start[si + 1]]` are switch `si`'s candidate ports.
+    start: Vec<u32>,
+    ports: Vec<u8>,
+}
+
+impl Candidates {
+    /// The candidates towards switch `ti` (an index into `switches`), from the switch-to-
+    /// switch hop counts `dist` (`ns` x `ns`, row = from).
+    fn towards(
+        topo: &Topology,
+        peers: &[Vec<Option<PortAddr>>],
+        switches: &[usize],
+        sw_index: &[usize],
+        dist: &[u16],
+        ti: usize,
+    ) -> Self {
+        let ns = switches.len();
+        let mut start = Vec::with_capacity(ns + 1);
+        let mut ports = Vec::new();
+        for (si, &s) in switches.iter().enumerate() {
+            start.push(ports.len() as u32);
+            let d = dist[si * ns + ti];
+            if si == ti || d == u16::MAX {
+                continue;
+            }
+            for (port, peer) in peers[s].iter().enumerate().skip(1) {
+                let Some(peer) = peer else { continue };
+                if topo.nodes[peer.node].kind != NodeKind::Switch {
+                    continue;
+                }
+                if dist[sw_index[peer.node] * ns + ti] + 1 != d {
+                    continue;
+                }
+                ports.push(port as u8);
+            }
+        }
+        start.push(ports.len() as u32);
+        Candidates { start, ports }
+    }
+
+    /// Switch `si`'s candidate ports.
+    fn of(&self, si: usize) -> &[u8] {
+        &self.ports[self.start[si] as usize..self.start[si + 1] as usize]
+    }
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ use crate::time::Picos;
 
 /// Receives the packets crossing tapped ports.
 pub trait WireTap {
-    /// `packet` (its wire image is [`crate::crc::wire_image`]) crossed a tapped port, its
-    /// last byte at `at`.
+    /// `packet` (its wire image is [`crate::crc::wire_image`], which also writes out a
+    /// described zero payload) crossed a tapped port, its last byte at `at`.
     fn on_wire(&mut self, at: Picos, packet: &Packet);
 }
 

@@ -23,7 +23,7 @@ use crate::qp::recv_queue::RecvWqe;
 use crate::qp::send_queue::{SendWqe, UdTarget};
 use crate::qp::{Qp, TimerKind};
 use crate::qpn::QpnMap;
-use crate::shared::{PathInfo, RxMeta, Shared, Transmit};
+use crate::shared::{PathInfo, RxMeta, Shared, Transmit, ZeroPayload, ZERO_PAYLOAD_BYTES};
 use crate::srq::SharedRecvQueue;
 use crate::time::Nanos;
 use crate::verbs::{
@@ -104,6 +104,7 @@ impl Device {
                 events: VecDeque::new(),
                 counters: DeviceCounters::default(),
                 cc: crate::cc::DeviceCc::default(),
+                describe_zeros: false,
             },
             qps: Vec::new(),
             retired: QpCounters::default(),
@@ -1321,16 +1322,52 @@ impl Device {
             self.sh.counters.malformed_drops += 1;
             return;
         };
+        self.handle_parsed(now, meta, &pkt);
+    }
+
+    /// [`Device::handle_packet`] for a packet from [`Device::poll_transmit_described`]:
+    /// with `zero_payload` set, the payload bytes in `packet` are not meaningful and the
+    /// packet is handled as if they were that many zeros. The description must be where
+    /// this device's parse of the headers puts the payload, exactly (offset after the BTH
+    /// and the extension headers the opcode implies, length without pad); a packet whose
+    /// description disagrees is dropped and counted as malformed, so a sender's placement
+    /// error cannot pass as data.
+    pub fn handle_packet_described(
+        &mut self,
+        now: Nanos,
+        meta: &RxMeta,
+        packet: &[u8],
+        zero_payload: Option<ZeroPayload>,
+    ) {
+        let Ok(mut pkt) = PacketRepr::parse(packet) else {
+            self.sh.counters.malformed_drops += 1;
+            return;
+        };
+        if let Some(z) = zero_payload {
+            if z.offset != pkt.header_len()
+                || z.len != pkt.payload.len()
+                || z.len > ZERO_PAYLOAD_BYTES.len()
+            {
+                self.sh.counters.malformed_drops += 1;
+                return;
+            }
+            pkt.payload = &ZERO_PAYLOAD_BYTES[..z.len];
+        }
+        self.handle_parsed(now, meta, &pkt);
+    }
+
+    /// Everything after the parse of an arriving packet.
+    fn handle_parsed(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
         let dest = pkt.bth.dest_qp;
         if dest == MULTICAST_QPN {
-            self.handle_multicast(now, meta, &pkt);
+            self.handle_multicast(now, meta, pkt);
             return;
         }
         let Some(i) = self.qp_index(dest) else {
             self.sh.counters.unknown_qp_drops += 1;
             return;
         };
-        self.deliver(now, meta, &pkt, i);
+        self.deliver(now, meta, pkt, i);
     }
 
     /// A datagram to the multicast QPN (IBA 9.8.4): every UD QP attached to its destination
@@ -1354,7 +1391,6 @@ impl Device {
 
     /// Hands a parsed packet to QP slot `i`, after the checks every QP applies.
     fn deliver(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>, i: usize) {
-        let pkt = *pkt;
         let qp = self.qps[i].as_mut().expect("index checked");
         let service_ok = matches!(
             (qp.qp_type, pkt.bth.opcode.service()),
@@ -1406,25 +1442,25 @@ impl Device {
         if meta.ecn_ce {
             qp.counters.ecn_ce_received += 1;
         }
-        qp.cc_on_receive(now, meta, &pkt, &mut self.sh);
+        qp.cc_on_receive(now, meta, pkt, &mut self.sh);
         if pkt.bth.opcode.service() == Service::Cnp {
             qp.counters.cnps_received += 1;
         } else {
             match qp.qp_type {
-                QpType::Rc => qp.rc_handle_packet(now, meta, &pkt, &mut self.sh),
+                QpType::Rc => qp.rc_handle_packet(now, meta, pkt, &mut self.sh),
                 // An initiator only takes responses, a target only requests (Annex A14).
                 QpType::XrcSend if pkt.bth.opcode.is_response() => {
-                    qp.rc_handle_packet(now, meta, &pkt, &mut self.sh)
+                    qp.rc_handle_packet(now, meta, pkt, &mut self.sh)
                 }
                 QpType::XrcRecv if !pkt.bth.opcode.is_response() => {
-                    qp.xrc_target_request(meta, &pkt, &mut self.sh)
+                    qp.xrc_target_request(meta, pkt, &mut self.sh)
                 }
                 QpType::XrcSend | QpType::XrcRecv => {
                     self.sh.counters.wrong_service_drops += 1;
                 }
-                QpType::Uc => qp.uc_handle_packet(meta, &pkt, &mut self.sh),
+                QpType::Uc => qp.uc_handle_packet(meta, pkt, &mut self.sh),
                 QpType::Ud => {
-                    if qp.ud_handle_packet(meta, &pkt, &mut self.sh).is_err() {
+                    if qp.ud_handle_packet(meta, pkt, &mut self.sh).is_err() {
                         self.sh.counters.bad_qkey_drops += 1;
                     }
                 }
@@ -1463,6 +1499,26 @@ impl Device {
     /// Writes the next packet into `buf` (at least MTU + 64 bytes). Round-robin over QPs
     /// with work, in a deterministic order.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.sh.describe_zeros = false;
+        self.next_transmit(now, buf)
+    }
+
+    /// [`Device::poll_transmit`] for a driver that carries packets whose payload nobody
+    /// reads on the way (a simulator): a payload gathered entirely from memory that reads as
+    /// zeros ([`crate::Memory::reads_as_zeros`]) is not written into `buf`, and
+    /// `Transmit::zero_payload` says where it would be. Every check a copy makes (keys,
+    /// bounds, access rights) is made all the same. The driver must materialise those
+    /// zeros before anybody looks at the bytes, or hand the packet to a peer's
+    /// [`Device::handle_packet_described`] with the description.
+    pub fn poll_transmit_described(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.sh.describe_zeros = true;
+        let t = self.next_transmit(now, buf);
+        self.sh.describe_zeros = false;
+        t
+    }
+
+    /// The next packet, described or not as `Shared::describe_zeros` says.
+    fn next_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         let rounds = self.ready.len();
         for _ in 0..rounds {
             let i = self.ready.pop_front()? as usize;

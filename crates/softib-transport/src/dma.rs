@@ -20,6 +20,11 @@ pub(crate) fn check_sges(
 }
 
 /// Copies message bytes [`offset`, `offset + dst.len()`) from the SGEs (or inline data) into `dst`.
+///
+/// With `describe_zeros`, when every piece lies in memory that reads as zeros
+/// ([`crate::Memory::reads_as_zeros`]) nothing is copied and the result is `Ok(true)`: `dst`
+/// keeps its old bytes and the caller describes the payload instead. Every piece is checked
+/// against its region exactly as for a copy. Otherwise (`Ok(false)`) `dst` holds the bytes.
 pub(crate) fn gather(
     mrs: &MrTable,
     pd: PdHandle,
@@ -27,17 +32,20 @@ pub(crate) fn gather(
     inline: Option<&[u8]>,
     offset: u64,
     dst: &mut [u8],
-) -> Result<(), LocalAccessFault> {
+    describe_zeros: bool,
+) -> Result<bool, LocalAccessFault> {
     if let Some(data) = inline {
         let start = offset as usize;
         let src = data
             .get(start..start + dst.len())
             .ok_or(LocalAccessFault::OutOfBounds)?;
         dst.copy_from_slice(src);
-        return Ok(());
+        return Ok(false);
     }
     let mut result = Ok(());
     let mut at = 0usize;
+    // Pieces left unread because their memory reads as zeros, and pieces copied.
+    let (mut described, mut copied) = (false, false);
     for_each_sge_piece(sges, offset, dst.len() as u64, |sge, off, len| {
         if result.is_err() {
             return;
@@ -54,7 +62,12 @@ pub(crate) fn gather(
         match mrs.check_local(&piece, pd, false) {
             Ok(region_off) => {
                 if let Some(mr) = mrs.get(sge.lkey) {
-                    mr.memory.read(region_off, &mut dst[at..at + len as usize]);
+                    if describe_zeros && mr.memory.reads_as_zeros() {
+                        described = true;
+                    } else {
+                        mr.memory.read(region_off, &mut dst[at..at + len as usize]);
+                        copied = true;
+                    }
                 }
                 at += len as usize;
             }
@@ -64,7 +77,12 @@ pub(crate) fn gather(
     if result.is_ok() && at != dst.len() {
         return Err(LocalAccessFault::OutOfBounds);
     }
-    result
+    result?;
+    if described && copied {
+        // Zeros and data mixed in one payload: it can only travel as bytes.
+        return gather(mrs, pd, sges, None, offset, dst, false);
+    }
+    Ok(described)
 }
 
 /// Writes `src` at message offset `offset` into the SGEs. Every piece is checked first; on

@@ -44,6 +44,6 @@ pub use error::VerbsError;
 pub use events::AsyncEvent;
 pub use memory::{mw, Memory, VecMemory};
 pub use mw::{next_rkey, InvalidateFault, MwBindFault};
-pub use shared::{PathInfo, RxGrh, RxMeta, Transmit};
+pub use shared::{PathInfo, RxGrh, RxMeta, Transmit, ZeroPayload};
 pub use time::{local_ack_timeout, Nanos};
 pub use verbs::*;

@@ -72,7 +72,24 @@ pub struct Transmit {
     /// False for everything someone is waiting for: a message's last or only packet, ACKs,
     /// NAKs, read requests, atomics and CNPs, which a driver should flush promptly.
     pub batchable: bool,
+    /// Set only by [`crate::Device::poll_transmit_described`]: the payload is this many zero
+    /// bytes, not written into the buffer (whatever the buffer held there is still there).
+    pub zero_payload: Option<ZeroPayload>,
 }
+
+/// A payload of zero bytes that a packet carries by description rather than in its buffer
+/// ([`crate::Device::poll_transmit_described`], [`crate::Device::handle_packet_described`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZeroPayload {
+    /// Where the payload starts, in bytes from the BTH (the BTH and extension headers' length).
+    pub offset: usize,
+    /// Its length in bytes, without pad.
+    pub len: usize,
+}
+
+/// The zeros a described payload stands for; no packet's payload is longer than the largest
+/// MTU (IBA 9.6.2: PMTU at most 4096).
+pub(crate) static ZERO_PAYLOAD_BYTES: [u8; 4096] = [0; 4096];
 
 /// Device state the QPs share: everything except the QP table, so a QP can be borrowed
 /// mutably next to it.
@@ -85,6 +102,9 @@ pub(crate) struct Shared {
     pub events: VecDeque<AsyncEvent>,
     pub counters: DeviceCounters,
     pub cc: crate::cc::DeviceCc,
+    /// Set for the duration of [`crate::Device::poll_transmit_described`]: producers leave a
+    /// payload that reads as zeros out of the buffer and say so in `Transmit::zero_payload`.
+    pub describe_zeros: bool,
 }
 
 impl Shared {

@@ -11,7 +11,7 @@ use crate::psn;
 use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp};
 use crate::rc::requester::{local_vendor, packets_for};
-use crate::shared::{RxMeta, Shared, Transmit};
+use crate::shared::{RxMeta, Shared, Transmit, ZeroPayload};
 use crate::verbs::{
     AccessFlags, QpState, QpType, VendorErr, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
@@ -133,10 +133,28 @@ impl Qp {
         repr.bth.opcode = emit::opcode(service, op);
         repr.bth.solicited = last && w.solicited;
         let (head, slot) = emit::layout(buf, &repr, len)?;
+        let mut zero_payload = None;
         if len > 0 {
-            if let Err(f) = dma::gather(&sh.mrs, self.pd, &w.sges, w.inline.as_deref(), off, slot) {
-                self.unreliable_send_error(sh, WcStatus::LocProtErr, local_vendor(f));
-                return None;
+            let inline = w.inline.as_deref();
+            match dma::gather(
+                &sh.mrs,
+                self.pd,
+                &w.sges,
+                inline,
+                off,
+                slot,
+                sh.describe_zeros,
+            ) {
+                Ok(described) => {
+                    zero_payload = described.then_some(ZeroPayload {
+                        offset: head.len(),
+                        len,
+                    });
+                }
+                Err(f) => {
+                    self.unreliable_send_error(sh, WcStatus::LocProtErr, local_vendor(f));
+                    return None;
+                }
             }
         }
         let n = emit::finish(head, &repr, len)?;
@@ -154,6 +172,7 @@ impl Qp {
             path,
             ecn_capable: true,
             batchable: false, // derived by Device::poll_transmit
+            zero_payload,
         })
     }
 

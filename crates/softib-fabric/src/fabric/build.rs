@@ -178,9 +178,17 @@ impl Fabric {
                 }
             }
         }
+        // Names are unique (`validate`).
+        let node_index = topo
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
         Ok(Fabric {
             config,
             topo,
+            node_index,
             addr,
             now: 0,
             queue: EventQueue::new(),

@@ -143,8 +143,13 @@ impl Fabric {
         p.counters.port_rcv_data += data_words(meta.len);
         if let Some(h) = p.hca {
             // The HCA consumes at line rate: the buffer frees at once.
-            let pkt = self.pool.take(id);
-            self.call_endpoint(h, |ep, tx| ep.on_receive(&pkt, tx));
+            let mut pkt = self.pool.take(id);
+            self.call_endpoint(h, |ep, tx| {
+                if pkt.meta.zero_payload.is_some() && !ep.takes_described_payloads() {
+                    pkt.materialize_payload();
+                }
+                ep.on_receive(&pkt, tx)
+            });
             self.pool.put_back(id, pkt);
             self.pool.free(id);
             self.delivered += 1;

@@ -41,7 +41,7 @@ use crate::qos::{QosOptions, Sl2Vl};
 use crate::routing::{Addressing, RoutingEngine};
 use crate::time::Picos;
 use crate::topology::{NodeKind, PortAddr, Topology, TopologyError};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// Bytes of the LRH, after which a cut-through switch can route a packet.
 const LRH_BYTES: u64 = softib_wire::lrh::LRH_LEN as u64;
@@ -194,6 +194,9 @@ pub struct CounterSample {
 pub struct Fabric {
     config: FabricConfig,
     topo: Topology,
+    /// Node index by name: lookups by name (`lid`, `attach`, counters) are per host, so a
+    /// scan of the node list would make setting up N hosts quadratic.
+    node_index: HashMap<String, usize>,
     addr: Addressing,
     now: Picos,
     queue: EventQueue<Event>,
@@ -231,9 +234,14 @@ impl Fabric {
         &self.config
     }
 
+    /// Index of the node called `name`.
+    fn node_by_name(&self, name: &str) -> Option<usize> {
+        self.node_index.get(name).copied()
+    }
+
     /// LID of port 1 of the node called `name` (an HCA), or of the switch called `name`.
     pub fn lid(&self, name: &str) -> Option<u16> {
-        let n = self.topo.node_by_name(name)?;
+        let n = self.node_by_name(name)?;
         match self.topo.nodes[n].kind {
             NodeKind::Hca => Some(self.addr.lid_of(PortAddr { node: n, port: 1 })),
             NodeKind::Switch => Some(self.addr.switch_lid[n]),
@@ -242,14 +250,14 @@ impl Fabric {
 
     /// The linear forwarding table of the switch called `name`.
     pub fn lft(&self, name: &str) -> Option<&[u8]> {
-        let n = self.topo.node_by_name(name)?;
+        let n = self.node_by_name(name)?;
         let gp = self.node_first_port[n] as usize;
         let s = self.ports.get(gp)?.switch?;
         Some(&self.switches[s as usize].lft)
     }
 
     fn port_index(&self, name: &str, port: u8) -> Option<usize> {
-        let n = self.topo.node_by_name(name)?;
+        let n = self.node_by_name(name)?;
         if port == 0 || port > self.topo.nodes[n].ports {
             return None;
         }

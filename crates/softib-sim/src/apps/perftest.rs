@@ -20,7 +20,9 @@ use softib_transport::{
 /// [`VecMemory`] gives: the source is never written, so it always reads zeros. It saves
 /// holding and copying the bytes: storing every arriving payload into the destination is
 /// about a sixth of the simulator's time for a 100 Gb/s RC stream (a 4 KiB copy per packet,
-/// and another to gather it at the source, which becomes a fill). Use [`VecMemory`] where a
+/// and another to gather it at the source, which becomes a fill). It says it
+/// [`Memory::reads_as_zeros`], so an engine HCA does not even fill: its packets carry their
+/// payload as a description (see `softib_fabric::packet`). Use [`VecMemory`] where a
 /// test or an application reads the data back or depends on atomics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZeroMemory {
@@ -47,6 +49,9 @@ impl Memory for ZeroMemory {
     }
     fn fetch_add(&mut self, _offset: usize, _add: u64) -> u64 {
         0
+    }
+    fn reads_as_zeros(&self) -> bool {
+        true
     }
 }
 

@@ -141,6 +141,7 @@ impl Qp {
             // CNPs are not ECN-capable: a congested switch must not mark them.
             ecn_capable: false,
             batchable: false, // derived by Device::poll_transmit
+            zero_payload: None,
         })
     }
 

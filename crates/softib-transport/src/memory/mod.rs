@@ -49,6 +49,13 @@ pub trait Memory: Send {
         let _ = (offset, len, write);
         true
     }
+    /// True when every byte of the region reads as zero and always will (what is written is
+    /// discarded), so a payload gathered from it is known without reading it: with
+    /// [`crate::Device::poll_transmit_described`] such a payload is described ("so many
+    /// zero bytes here") instead of copied. Memory that holds data keeps the default.
+    fn reads_as_zeros(&self) -> bool {
+        false
+    }
 }
 
 /// An owned buffer: what the simulator and the tests register.

@@ -12,7 +12,7 @@ use crate::psn;
 use crate::qp::send_queue::SendWqe;
 use crate::qp::{Qp, TimerKind};
 use crate::rc::recovery::Burst;
-use crate::shared::{Shared, Transmit};
+use crate::shared::{Shared, Transmit, ZeroPayload};
 use crate::time::{local_ack_timeout, Nanos};
 use crate::verbs::{QpState, VendorErr, WcStatus, WrOpcode};
 
@@ -234,24 +234,34 @@ impl Qp {
         repr.bth.solicited = last && w.solicited;
         let sent_psn = repr.bth.psn;
         let (head, slot) = emit::layout(buf, &repr, payload_len)?;
+        let mut zero_payload = None;
         if payload_len > 0 {
-            if let Err(fault) = dma::gather(
+            match dma::gather(
                 &sh.mrs,
                 self.pd,
                 &w.sges,
                 w.inline.as_deref(),
                 payload_off,
                 slot,
+                sh.describe_zeros,
             ) {
-                // The region vanished or changed under an executing WR.
-                if idx == 0 {
-                    let w = self.sq.pop_head().expect("head exists");
-                    self.complete_send(sh, &w, WcStatus::LocProtErr, local_vendor(fault));
-                    self.enter_error(sh, true);
-                } else {
-                    self.req.blocked_local_error = true;
+                Ok(described) => {
+                    zero_payload = described.then_some(ZeroPayload {
+                        offset: head.len(),
+                        len: payload_len,
+                    });
                 }
-                return None;
+                Err(fault) => {
+                    // The region vanished or changed under an executing WR.
+                    if idx == 0 {
+                        let w = self.sq.pop_head().expect("head exists");
+                        self.complete_send(sh, &w, WcStatus::LocProtErr, local_vendor(fault));
+                        self.enter_error(sh, true);
+                    } else {
+                        self.req.blocked_local_error = true;
+                    }
+                    return None;
+                }
             }
         }
         let len = emit::finish(head, &repr, payload_len)?;
@@ -289,6 +299,7 @@ impl Qp {
             path: self.path(),
             ecn_capable: true,
             batchable: false, // derived by Device::poll_transmit
+            zero_payload,
         })
     }
 

@@ -15,7 +15,7 @@ use crate::psn;
 use crate::qp::write_cursor::WriteCursor;
 use crate::qp::{InMessage, Qp, Resource, Response};
 use crate::rc::requester::packets_for;
-use crate::shared::{RxMeta, Shared, Transmit};
+use crate::shared::{RxMeta, Shared, Transmit, ZeroPayload};
 use crate::verbs::{AccessFlags, QpState, VendorErr, WcFlags, WcOpcode, WcStatus};
 
 /// Largest message in bytes (the device's max_msg_sz, as Linux reports 2^31).
@@ -752,6 +752,7 @@ impl Qp {
             dest,
             0,
         ));
+        let mut zero_payload = None;
         let len = match front {
             Response::Ack { psn, syndrome, msn } => {
                 let syndrome = if syndrome.is_ack() {
@@ -819,7 +820,14 @@ impl Qp {
                 if n > 0 {
                     match sh.mrs.get(key) {
                         Some(mr) if offset + n as u64 <= mr.memory.len() as u64 => {
-                            mr.memory.read(offset as usize, slot)
+                            if sh.describe_zeros && mr.memory.reads_as_zeros() {
+                                zero_payload = Some(ZeroPayload {
+                                    offset: head.len(),
+                                    len: n,
+                                });
+                            } else {
+                                mr.memory.read(offset as usize, slot)
+                            }
                         }
                         _ => {
                             // The region went away mid-stream: stop; the requester retries
@@ -855,6 +863,7 @@ impl Qp {
             path: self.path(),
             ecn_capable: true,
             batchable: false, // derived by Device::poll_transmit
+            zero_payload,
         })
     }
 }
