@@ -631,7 +631,13 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
             let server = SocketAddr::new(oob.peer_ip(), args.port);
             rdma_cm::connect_test_qps(&verbs_pd, &verbs_cq, p, mtu, server, timeout)?
         } else {
-            rdma_cm::accept_test_qps(&ctx.0, &verbs_pd, &verbs_cq, p, mtu, args.port, timeout)?
+            let listener = match &mut oob {
+                Exchange::Cm(x) => x.take_listener(),
+                Exchange::Tcp(_) => None,
+            };
+            rdma_cm::accept_test_qps(
+                listener, &ctx.0, &verbs_pd, &verbs_cq, p, mtu, args.port, timeout,
+            )?
         };
         oob.keys(&blank)?;
     }

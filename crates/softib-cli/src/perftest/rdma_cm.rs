@@ -16,7 +16,10 @@
 //! handshake, so a client can ask before that and be rejected (reason 8, invalid service
 //! ID: nobody listens yet). perftest 4.5-0.17 then retries with the ids it has destroyed
 //! (upstream fixed that in 2025, commit 3d9d8d0); this client retries the connection
-//! with a new QP every 100 ms, as perftest meant to.
+//! with a new QP every 100 ms, as perftest meant to. This server does not leave that gap:
+//! it keeps listening from the exchange connection to the test connections, so an early
+//! REQ waits for its accept instead of being rejected (a stock perftest client, whose retry
+//! hangs, then never needs one).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -93,10 +96,17 @@ pub struct CmExchange {
     pending: Option<u32>,
     timeout: Duration,
     peer_ip: IpAddr,
+    /// The server's listener, kept open for the test connections (see the module text).
+    listener: Option<CmListener>,
     _pd: ProtectionDomain,
 }
 
 impl CmExchange {
+    /// The server's listener, for the test connections (`None` on a client, or once taken).
+    pub fn take_listener(&mut self) -> Option<CmListener> {
+        self.listener.take()
+    }
+
     fn resources(hca: &Hca) -> anyhow::Result<(ProtectionDomain, CompletionQueue, MemoryRegion)> {
         let pd = hca.alloc_pd();
         let cq = hca.create_cq().set_entries(8).build()?;
@@ -131,6 +141,7 @@ impl CmExchange {
             pending: None,
             timeout,
             peer_ip: server.ip(),
+            listener: None,
             _pd: pd,
         };
         x.post_recv()?;
@@ -157,7 +168,7 @@ impl CmExchange {
         let conn = request
             .accept(Self::qp(&pd, &cq)?, &[], timeout)
             .context("accept the client's exchange connection")?;
-        drop(listener);
+        let listener = Some(listener);
         let x = CmExchange {
             hca: hca.clone(),
             conn,
@@ -167,6 +178,7 @@ impl CmExchange {
             pending: None,
             timeout,
             peer_ip,
+            listener,
             _pd: pd,
         };
         x.post_recv()?;
@@ -400,8 +412,11 @@ pub fn connect_test_qps(
     Ok(conns)
 }
 
-/// The server's test connections: listens on `port` again and accepts one per QP.
+/// The server's test connections: accepts one per QP on `listener` (the exchange's, still
+/// open) or, without one, on a new listener on `port`.
+#[allow(clippy::too_many_arguments)]
 pub fn accept_test_qps(
+    listener: Option<CmListener>,
     hca: &Hca,
     pd: &ProtectionDomain,
     cq: &CompletionQueue,
@@ -410,8 +425,11 @@ pub fn accept_test_qps(
     port: u16,
     timeout: Duration,
 ) -> anyhow::Result<Vec<CmConnection>> {
-    let listener = CmListener::bind(hca, port)
-        .with_context(|| format!("cannot listen on rdma_cm port {port} for the test QPs"))?;
+    let listener = match listener {
+        Some(l) => l,
+        None => CmListener::bind(hca, port)
+            .with_context(|| format!("cannot listen on rdma_cm port {port} for the test QPs"))?,
+    };
     let mut conns = Vec::with_capacity(p.qps);
     for i in 0..p.qps {
         let conn = listener
