@@ -47,7 +47,7 @@ run_watched() {
     timeout "$CASE_TIMEOUT" "$@" > "$out" 2>&1 &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do
-        if (( left < 0 )) && [[ -s $peer_rc && $(< "$peer_rc") != 0 ]]; then left=10; fi
+        if (( left < 0 )) && { [[ -s $peer_rc && $(< "$peer_rc") != 0 ]] || [[ -e $SHARE/host-side.stopped ]]; }; then left=10; fi
         if (( left == 0 )); then
             kill "$pid" 2>/dev/null
             echo "guest-side: stopped, the host's side of this attempt failed" >> "$out"
@@ -71,6 +71,12 @@ fi
 FAIL=0
 while IFS=$'\t' read -r id name port role gcmd hcmd; do
     [[ -z $id || $id == \#* ]] && continue
+    # The host's side gave up (host-side.sh): nothing more can pass.
+    if [[ -e $SHARE/host-side.stopped ]]; then
+        echo "guest-side: the host's side stopped; $id and the cases after it are not run"
+        FAIL=1
+        break
+    fi
     k=1
     while :; do
         tag=$id@$k
@@ -111,6 +117,7 @@ while IFS=$'\t' read -r id name port role gcmd hcmd; do
         hrc=timeout
         for _ in $(seq 1 $(( (CASE_TIMEOUT + 90) * 5 ))); do
             [[ -s $SHARE/$tag.host.rc ]] && { hrc=$(< "$SHARE/$tag.host.rc"); break; }
+            [[ -e $SHARE/host-side.stopped ]] && { hrc=stopped; break; }
             sleep 0.2
         done
         if [[ $rc == 0 && $hrc == 0 ]] || (( k >= $(attempts_of "$name") )); then break; fi

@@ -118,7 +118,13 @@ while IFS=$'\t' read -r id name port role gcmd hcmd; do
         if [[ $rc == 0 && $grc == 0 ]] || (( k >= $(attempts_of "$name") )); then break; fi
         k=$((k + 1))
         echo "=== [$id] attempt $k (guest rc=$grc, softib rc=$rc)"
-        [[ $grc == timeout ]] && { echo "host-side: the guest gave no verdict for $tag; stopping" >&2; exit 4; }
+        if [[ $grc == timeout ]]; then
+            echo "host-side: the guest gave no verdict for $tag; stopping" >&2
+            # Tell the guest (through the share) that no host side will come for any further
+            # attempt or case, so it stops now instead of timing out case after case.
+            : > "$SHARE/host-side.stopped"
+            exit 4
+        fi
     done
 done < "$CASES"
 if [[ ${LOSS:-0} != 0 ]]; then nft list table inet softib_interop_loss > "$RESULTS/nft-loss.txt"; fi
