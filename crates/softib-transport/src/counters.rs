@@ -57,6 +57,19 @@ pub struct QpCounters {
     pub bad_qkey_drops: u64,
     /// XRC requests whose XRCETH named no XRC SRQ of the target QP's domain (NAKed).
     pub xrc_bad_srq: u64,
+    /// EEC responder: requests for a QP that is not an RD QP (or not ready), NAKed "invalid
+    /// RD request" (IBA §9.7.5.2.x).
+    pub rd_unknown_qp: u64,
+    /// EEC responder: requests for an RD QP of another reliable datagram domain (NAKed).
+    pub rd_bad_rdd: u64,
+    /// EEC responder: requests whose DETH Q_Key is not the RD QP's (NAKed).
+    pub rd_bad_qkey: u64,
+    /// EEC responder: requests dropped while waiting for the requester's RESYNC.
+    pub rd_awaiting_resync_drops: u64,
+    /// EEC requester: RESYNC requests queued (after an error NAK, or `resync_eec`).
+    pub resyncs_sent: u64,
+    /// EEC responder: RESYNCs that set the expected PSN.
+    pub resyncs_applied: u64,
 }
 
 impl QpCounters {
@@ -92,7 +105,13 @@ impl QpCounters {
             wrong_state_drops,
             bad_pkey_drops,
             bad_qkey_drops,
-            xrc_bad_srq
+            xrc_bad_srq,
+            rd_unknown_qp,
+            rd_bad_rdd,
+            rd_bad_qkey,
+            rd_awaiting_resync_drops,
+            resyncs_sent,
+            resyncs_applied
         );
     }
 }
@@ -119,6 +138,8 @@ pub struct DeviceCounters {
     pub malformed_drops: u64,
     /// Packets for a QPN with no QP.
     pub unknown_qp_drops: u64,
+    /// RD packets whose RDETH names no EE context of this device (IBA §9.7: dropped).
+    pub unknown_eec_drops: u64,
     /// Packets whose P_Key matched no entry of the QP (also counted per QP).
     pub bad_pkey_drops: u64,
     /// UD packets with a wrong Q_Key (also counted per QP).
