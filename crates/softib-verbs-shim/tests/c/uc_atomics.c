@@ -11,31 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <infiniband/verbs.h>
-
-static int checks, failures;
-
-#define RULE(name, cond, ...)                                               \
-	do {                                                                \
-		checks++;                                                   \
-		if (cond) {                                                 \
-			printf("ok %s\n", name);                            \
-		} else {                                                    \
-			failures++;                                         \
-			printf("FAIL %s: %s: ", name, #cond);               \
-			printf(__VA_ARGS__);                                \
-			printf("\n");                                       \
-		}                                                           \
-		fflush(stdout);                                             \
-	} while (0)
-
-#define NEED(cond, what)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			printf("FAIL setup: %s (errno %d)\n", what, errno); \
-			exit(2);                                            \
-		}                                                           \
-	} while (0)
+#include "softib_test.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -51,36 +27,10 @@ static struct ibv_qp *loopback_qp(enum ibv_qp_type type)
 	};
 	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
 	NEED(qp, "create_qp");
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-						    (type == IBV_QPT_RC ? IBV_ACCESS_REMOTE_ATOMIC : 0) };
-	NEED(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					   IBV_QP_ACCESS_FLAGS), "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qp->qp_num;
-	a.rq_psn = 1;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid0;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-	if (type == IBV_QPT_RC)
-		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	NEED(!ibv_modify_qp(qp, &a, mask), "RTR");
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 1;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (type == IBV_QPT_RC)
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-	NEED(!ibv_modify_qp(qp, &a, mask), "RTS");
+	const char *step;
+	int access = IBV_ACCESS_REMOTE_WRITE | (type == IBV_QPT_RC ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+	errno = connect_to(qp, qp->qp_num, gid0, 1, access, &step);
+	NEED(errno == 0, step);
 	return qp;
 }
 
@@ -198,10 +148,5 @@ int main(void)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	if (failures) {
-		printf("uc_atomics: %d of %d checks failed\n", failures, checks);
-		return 1;
-	}
-	printf("uc_atomics: all %d checks passed\n", checks);
-	return 0;
+	return rules_verdict("uc_atomics");
 }
