@@ -1,6 +1,8 @@
 //! Helpers shared by the device integration tests.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
