@@ -1031,37 +1031,16 @@ impl Device {
                 wr_id: wr.wr_id,
             });
         }
-        let supported = match qp.qp_type {
-            QpType::Rc => true,
-            // IBA 1.5 defines ATOMIC WRITE on RC; rxe offers it there only.
-            QpType::XrcSend => wr.opcode != WrOpcode::AtomicWrite,
-            // IBA Annex A14: a target QP has no send queue.
-            QpType::XrcRecv => false,
-            // Local operations run on RC and UC send queues (rxe's opcode table).
-            QpType::Uc => matches!(
-                wr.opcode,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm
-                    | WrOpcode::RdmaWrite
-                    | WrOpcode::RdmaWriteWithImm
-                    | WrOpcode::BindMw
-                    | WrOpcode::LocalInv
-            ),
-            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
-            // IBA 9.7 / table 38: RD has SEND, RDMA WRITE, RDMA READ and the two atomics
-            // (no invalidate, no ATOMIC WRITE, no memory-window operations).
-            QpType::Rd => matches!(
-                wr.opcode,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm
-                    | WrOpcode::RdmaWrite
-                    | WrOpcode::RdmaWriteWithImm
-                    | WrOpcode::RdmaRead
-                    | WrOpcode::AtomicCmpAndSwp
-                    | WrOpcode::AtomicFetchAndAdd
-            ),
-        };
-        if !supported {
+        // A target QP has no send queue (IBA Annex A14): refused at post time, as a
+        // provider without the queue must. Every other QP accepts an operation its service
+        // does not carry, as rxe and the kernel do (rdma-core 44's rxe `validate_send_wr`
+        // checks no opcode against the QP type): the WR fails at the head of the send
+        // queue with IBV_WC_LOC_QP_OP_ERR and the QP moves to ERR (qp/local_ops.rs).
+        // An RD WQE runs on an EEC that other QPs share, so an operation RD does not carry
+        // (IBA 9.7 / table 38: no invalidate, ATOMIC WRITE or memory-window operations)
+        // is refused at post time instead of failing the EEC.
+        let rd_refuses = qp.qp_type == QpType::Rd && !QpType::Rd.carries(wr.opcode);
+        if qp.qp_type == QpType::XrcRecv || rd_refuses {
             return Err(VerbsError::OpcodeNotSupported {
                 wr_id: wr.wr_id,
                 opcode: wr.opcode,
