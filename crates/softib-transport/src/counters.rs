@@ -213,13 +213,13 @@ mod tests {
     fn named_lists_every_counter_once_by_its_field_name() {
         let c = QpCounters {
             packets_sent: 3,
-            xrc_bad_srq: 5,
+            resyncs_applied: 5,
             ..QpCounters::default()
         };
         let named: Vec<_> = c.named().collect();
         assert_eq!(named.len(), core::mem::size_of::<QpCounters>() / 8);
         assert_eq!(named[0], ("packets_sent", 3));
-        assert_eq!(*named.last().unwrap(), ("xrc_bad_srq", 5));
+        assert_eq!(*named.last().unwrap(), ("resyncs_applied", 5));
         let d = DeviceCounters {
             qp: c,
             cq_overflows: 2,
