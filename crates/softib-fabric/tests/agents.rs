@@ -193,16 +193,32 @@ fn lft_blocks_are_the_fabric_routing() {
 fn an_sm_sets_lids_states_and_forwarding_and_reads_them_back() {
     let mut s = subnet();
     let leaf0 = s.find_node("leaf0").unwrap();
-    // PortInfo Set of h0's port: LID 100, SM LID 100, PortState Armed.
+    // PortInfo Set of h0's port (Active): Armed is no move from Active (IBA §7.2), so the
+    // Set is refused whole and the LID stays.
     let mut m = dr_get(0x0015, 1, &[]);
     m[3] = 0x02;
     m[64 + 16..64 + 18].copy_from_slice(&100u16.to_be_bytes());
     m[64 + 18..64 + 20].copy_from_slice(&100u16.to_be_bytes());
     m[64 + 32] = 3;
     let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r), 0x8000 | status::INVALID_FIELD);
+    assert_eq!(s.nodes[0].ports[1].lid, 1);
+    // Down: the link retrains and the port is back in Init, with the new LID.
+    m[64 + 32] = 1;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
     assert_eq!(st(&r), 0x8000);
     assert_eq!(u16::from_be_bytes([r[64 + 16], r[64 + 17]]), 100);
-    assert_eq!(r[64 + 32] & 0x0f, 3, "Armed");
+    assert_eq!(r[64 + 32] & 0x0f, 2, "Init");
+    // Active straight from Init is refused; Armed, then Active, are taken.
+    m[64 + 32] = 4;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r), 0x8000 | status::INVALID_FIELD);
+    for state in [3, 4] {
+        m[64 + 32] = state;
+        let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+        assert_eq!(st(&r), 0x8000);
+        assert_eq!(r[64 + 32] & 0x0f, state);
+    }
     // LFT Set of block 1 on leaf0, then the new LID is routed through it.
     let mut m = dr_get(0x0019, 1, &[1]);
     m[3] = 0x02;
