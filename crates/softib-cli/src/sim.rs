@@ -276,6 +276,7 @@ pub(crate) fn options(args: &SimArgs) -> RunOptions {
     RunOptions {
         capture_hosts: args.pcap.clone(),
         capture_ports: args.pcap_port.clone(),
+        program: None,
     }
 }
 

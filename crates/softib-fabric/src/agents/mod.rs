@@ -422,6 +422,18 @@ impl Subnet {
         }
     }
 
+    /// Declares (or withdraws) an SM behind port `at` (a client's SET_ISSM): its PortInfo
+    /// CapabilityMask has IsSM set. A switch's SM sits behind port 0.
+    pub fn set_is_sm(&mut self, at: PortAddr, on: bool) {
+        if let Some(p) = self
+            .nodes
+            .get_mut(at.node)
+            .and_then(|n| n.ports.get_mut(at.port as usize))
+        {
+            p.is_sm = on;
+        }
+    }
+
     /// The SM's port: the one a client running an SM declared (SET_ISSM), else the first
     /// HCA's port 1.
     pub fn sm_port(&self) -> Option<PortAddr> {
