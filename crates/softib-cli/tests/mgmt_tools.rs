@@ -19,9 +19,11 @@ use common::softib;
 use softib_fabric::agents::{node_guid, port_guid, Subnet};
 use softib_fabric::fabric::Fabric;
 use softib_fabric::link::LinkRate;
-use softib_fabric::topology::{NodeKind, Topology};
+use softib_fabric::routing::{compute_lfts_with, Addressing, LidOwner, RoutingEngine};
+use softib_fabric::topology::{NodeKind, PortAddr, Topology};
 use softib_sim::report::run::{run_and_keep, RunOptions};
 use softib_sim::scenario::Scenario;
+use softib_sim::serve::mad_log;
 use std::collections::BTreeSet;
 
 const SCENARIO: &str = concat!(
@@ -809,4 +811,279 @@ fn the_tools_reach_the_server_over_udp_on_loopback_too() {
         c.port_xmit_wait(tick).to_string(),
         "{out}"
     );
+}
+
+const OPENSM_SCENARIO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scenarios/opensm-fat-tree.toml"
+);
+
+fn require_opensm() {
+    require_tools();
+    assert!(
+        !which("opensm").as_os_str().is_empty(),
+        "`opensm` is not installed: this test needs the Debian package opensm"
+    );
+}
+
+/// Waits (at most 30 s) for the served run that follows the SM's bring-up: the MAD log
+/// says `# ran` when its snapshot is served.
+fn wait_for_the_run(s: &Served) {
+    for _ in 0..300 {
+        let text = std::fs::read_to_string(&s.log).unwrap_or_default();
+        if text.lines().any(|l| l.starts_with("# ran at_ps=")) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the scenario did not run within 30 s of OpenSM's sweep");
+}
+
+/// Runs `opensm -o ARGS` on the SM host; returns its log after checking MASTER, SUBNET UP
+/// and no `ERR` line.
+fn opensm_once(s: &Served, args: &[&str]) -> String {
+    let log = s.log.with_file_name("opensm.log");
+    let _ = std::fs::remove_file(&log);
+    let log_arg = log.to_str().unwrap().to_string();
+    let mut all = vec!["opensm", "-o", "-f", &log_arg];
+    all.extend_from_slice(args);
+    let (_, out) = tool(s, Some("h15"), &all);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("Entering MASTER state"), "{out}\n{text}");
+    assert!(text.contains("SUBNET UP"), "{out}\n{text}");
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains(" ERR ")).collect();
+    assert!(
+        errors.is_empty(),
+        "OpenSM logged errors:\n{}",
+        errors.join("\n")
+    );
+    text
+}
+
+/// The LID of every node as ibnetdiscover prints it (`# "NAME" lid N` on a CA port line,
+/// `# "NAME" base port 0 lid N` on a switch line).
+fn discovered_lids(out: &str) -> std::collections::BTreeMap<String, u16> {
+    let mut lids = std::collections::BTreeMap::new();
+    for l in out.lines() {
+        let Some((_, comment)) = l.split_once("# \"") else {
+            continue;
+        };
+        let Some((name, rest)) = comment.split_once('"') else {
+            continue;
+        };
+        let Some(lid) = rest.split(" lid ").nth(1) else {
+            continue;
+        };
+        let lid: u16 = lid.split_whitespace().next().unwrap().parse().unwrap();
+        lids.insert(name.to_string(), lid);
+    }
+    lids
+}
+
+/// `ibroute` output as (LID, port) pairs.
+fn ibroute_entries(out: &str) -> Vec<(u16, u8)> {
+    out.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let lid = u16::from_str_radix(w.next()?.strip_prefix("0x")?, 16).ok()?;
+            let port = w.next()?.parse().ok()?;
+            Some((lid, port))
+        })
+        .collect()
+}
+
+#[test]
+fn opensm_brings_up_the_held_fabric_and_its_tables_carry_the_traffic() {
+    require_opensm();
+    let s = serve_scenario(OPENSM_SCENARIO, None);
+    let topo = Scenario::load(Path::new(OPENSM_SCENARIO))
+        .unwrap()
+        .topology()
+        .unwrap();
+    // Before the SM: every port Init with LID 0 (read by directed route), no LID routes.
+    let out = ok(&s, &["smpquery", "-D", "portinfo", "0", "1"]);
+    assert_eq!(field(&out, "LinkState"), "Initialize", "{out}");
+    assert_eq!(field(&out, "Lid"), "0", "{out}");
+    let out = ok(&s, &["ibnetdiscover"]);
+    assert!(discovered_lids(&out).values().all(|&l| l == 0), "{out}");
+    let (good, _) = tool(&s, None, &["perfquery", "1", "1"]);
+    assert!(!good, "a LID answered before the SM assigned any");
+
+    // OpenSM, with QoS on so it writes SL2VL and VL arbitration too.
+    opensm_once(&s, &["-Q"]);
+    wait_for_the_run(&s);
+
+    // Every node has a LID, all different; h15 (the SM) reports itself as the master.
+    let out = ok(&s, &["ibnetdiscover"]);
+    let lids = discovered_lids(&out);
+    assert_eq!(lids.len(), topo.nodes.len(), "{out}");
+    let distinct: BTreeSet<u16> = lids.values().copied().collect();
+    assert_eq!(distinct.len(), lids.len(), "{lids:?}");
+    assert!(!distinct.contains(&0), "{lids:?}");
+    let out = ok(&s, &["smpquery", "portinfo", &lids["h0"].to_string(), "1"]);
+    assert_eq!(field(&out, "LinkState"), "Active", "{out}");
+    assert_eq!(field(&out, "SMLid"), lids["h15"].to_string(), "{out}");
+    assert!(
+        out.contains("OperVLs:.........................VL0-1"),
+        "{out}"
+    );
+    let out = ok(&s, &["smpquery", "sl2vl", &lids["h13"].to_string(), "1"]);
+    assert!(
+        out.contains("| 0| 1| 0| 1|"),
+        "OpenSM's default qos_sl2vl\n{out}"
+    );
+
+    // The forwarding tables are OpenSM's minhop; softib's minhop on the same LIDs agrees.
+    let mut addr = Addressing {
+        owners: vec![None; distinct.iter().max().copied().unwrap() as usize + 1],
+        port_lid: topo
+            .nodes
+            .iter()
+            .map(|n| vec![0; n.ports as usize + 1])
+            .collect(),
+        switch_lid: vec![0; topo.nodes.len()],
+    };
+    for (i, n) in topo.nodes.iter().enumerate() {
+        let lid = lids[&n.name];
+        match n.kind {
+            NodeKind::Switch => {
+                addr.switch_lid[i] = lid;
+                addr.owners[lid as usize] = Some(LidOwner::Switch(i));
+            }
+            NodeKind::Hca => {
+                addr.port_lid[i][1] = lid;
+                addr.owners[lid as usize] = Some(LidOwner::HcaPort(PortAddr { node: i, port: 1 }));
+            }
+        }
+    }
+    let softib_lfts = compute_lfts_with(&topo, &addr, RoutingEngine::MinHop);
+    let hops = hop_counts(&topo);
+    let peers = softib_fabric::routing::peers(&topo);
+    let (mut compared, mut switch_lid_differences) = (0, 0);
+    for sw in topo.switches() {
+        let name = &topo.nodes[sw].name;
+        let out = ok(&s, &["ibroute", &lids[name].to_string()]);
+        let entries = ibroute_entries(&out);
+        assert_eq!(entries.len(), lids.len(), "{name}: every LID routed\n{out}");
+        for (lid, port) in entries {
+            let dest = match addr.owners[lid as usize].unwrap() {
+                LidOwner::Switch(d) => d,
+                LidOwner::HcaPort(p) => p.node,
+            };
+            if dest == sw {
+                assert_eq!(port, 0, "{name} reaches its own LID on port 0");
+                continue;
+            }
+            // Every entry is a shortest path...
+            let next = peers[sw][port as usize].expect("a cabled port").node;
+            assert_eq!(
+                hops[next][dest] + 1,
+                hops[sw][dest],
+                "{name}, LID {lid}: port {port} is not on a shortest path"
+            );
+            // ... and towards a CA, the same port softib's minhop picks.
+            match topo.nodes[dest].kind {
+                NodeKind::Hca => assert_eq!(
+                    softib_lfts[sw][lid as usize], port,
+                    "{name}, LID {lid}: OpenSM's port against softib's minhop"
+                ),
+                NodeKind::Switch => {
+                    switch_lid_differences += (softib_lfts[sw][lid as usize] != port) as usize
+                }
+            }
+            compared += 1;
+        }
+    }
+    // OpenSM balances the routes to switch LIDs on their own (docs/design/management.md).
+    eprintln!(
+        "switch-LID entries where OpenSM's minhop and softib's differ: {switch_lid_differences}"
+    );
+    assert_eq!(compared, 8 * 23);
+
+    // The traffic ran on those tables from the moment every port was Active: the counters
+    // the tools read are those of the scenario run with OpenSM's tables (the replay runs it
+    // again from the log), and the incast arrived.
+    let o = softib()
+        .args(["sim", OPENSM_SCENARIO, "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    let log = mad_log::parse(&std::fs::read_to_string(&s.log).unwrap()).unwrap();
+    let (fabric, _) = replayed(&log);
+    for (host, port) in [("h0", 1), ("h1", 1), ("h13", 1)] {
+        let c = fabric.port_counters(host, port).unwrap();
+        let out = ok(
+            &s,
+            &["perfquery", &lids[host].to_string(), &port.to_string()],
+        );
+        assert_eq!(
+            field(&out, "PortRcvPkts"),
+            c.port_rcv_pkts.min(u32::MAX as u64).to_string(),
+            "{host}\n{out}"
+        );
+    }
+    assert!(fabric.port_counters("h0", 1).unwrap().port_rcv_pkts > 0);
+    assert!(
+        fabric.port_counters("h1", 1).unwrap().port_rcv_pkts > 0,
+        "the SL 1 stream on VL1"
+    );
+    let tick = fabric.config().xmit_wait_tick_ps;
+    let wait = fabric.port_counters("h6", 1).unwrap().port_xmit_wait(tick);
+    assert!(wait > 0, "the incast senders wait for credits");
+    let out = ok(&s, &["perfquery", &lids["h6"].to_string(), "1"]);
+    assert_eq!(field(&out, "PortXmitWait"), wait.to_string(), "{out}");
+}
+
+/// Hop counts between every pair of nodes (BFS over the cables).
+fn hop_counts(topo: &Topology) -> Vec<Vec<u32>> {
+    let peers = softib_fabric::routing::peers(topo);
+    (0..topo.nodes.len())
+        .map(|from| {
+            let mut d = vec![u32::MAX; topo.nodes.len()];
+            d[from] = 0;
+            let mut q = std::collections::VecDeque::from([from]);
+            while let Some(u) = q.pop_front() {
+                // A CA does not forward: paths end at CAs.
+                if u != from && topo.nodes[u].kind == NodeKind::Hca {
+                    continue;
+                }
+                for p in peers[u].iter().flatten() {
+                    if d[p.node] == u32::MAX {
+                        d[p.node] = d[u] + 1;
+                        q.push_back(p.node);
+                    }
+                }
+            }
+            d
+        })
+        .collect()
+}
+
+/// Replays `log` in this process as `--replay` does, keeping the fabric of the run.
+fn replayed(log: &mad_log::Log) -> (Fabric, Subnet) {
+    let s = Scenario::load(Path::new(OPENSM_SCENARIO)).unwrap();
+    let built = s.build().unwrap();
+    let mut subnet = Subnet::unconfigured(&built);
+    subnet.sm_host = s.external_sm_host().unwrap();
+    let kept = std::cell::RefCell::new(None);
+    let stop = log.entries.iter().find_map(|e| match e {
+        mad_log::Entry::Ran { at_ps } => Some(*at_ps),
+        _ => None,
+    });
+    let mut run = |program| {
+        let opts = RunOptions {
+            program: Some(program),
+            ..RunOptions::default()
+        };
+        let (_, fabric) =
+            run_and_keep(&s, "served", &opts, stop, &mut |_, _| {}).map_err(|e| e.to_string())?;
+        let snap = Subnet::snapshot(&fabric);
+        *kept.borrow_mut() = Some(fabric);
+        Ok(snap)
+    };
+    let r = mad_log::replay(&mut subnet, log, &mut run);
+    assert_eq!(r.identical, r.replayed, "{:?}", r.differences);
+    (kept.into_inner().expect("the log has a run"), subnet)
 }
