@@ -154,6 +154,9 @@ fn serve_scenario(scenario: &str, udp: Option<u16>) -> Served {
 fn tool(s: &Served, host: Option<&str>, args: &[&str]) -> (bool, String) {
     let mut c = Command::new("timeout");
     c.arg("30").arg("ibsim-run").args(args);
+    // OpenSM keeps the LIDs and neighbours of its last subnet in its cache directory and
+    // checks them against the next: each served fabric gets its own.
+    c.env("OSM_CACHE_DIR", &s._dir.0);
     match s.udp {
         Some(p) => c
             .env("IBSIM_SERVER_NAME", "127.0.0.1")
@@ -933,72 +936,13 @@ fn opensm_brings_up_the_held_fabric_and_its_tables_carry_the_traffic() {
         "OpenSM's default qos_sl2vl\n{out}"
     );
 
-    // The forwarding tables are OpenSM's minhop; softib's minhop on the same LIDs agrees.
-    let mut addr = Addressing {
-        owners: vec![None; distinct.iter().max().copied().unwrap() as usize + 1],
-        port_lid: topo
-            .nodes
-            .iter()
-            .map(|n| vec![0; n.ports as usize + 1])
-            .collect(),
-        switch_lid: vec![0; topo.nodes.len()],
-    };
-    for (i, n) in topo.nodes.iter().enumerate() {
-        let lid = lids[&n.name];
-        match n.kind {
-            NodeKind::Switch => {
-                addr.switch_lid[i] = lid;
-                addr.owners[lid as usize] = Some(LidOwner::Switch(i));
-            }
-            NodeKind::Hca => {
-                addr.port_lid[i][1] = lid;
-                addr.owners[lid as usize] = Some(LidOwner::HcaPort(PortAddr { node: i, port: 1 }));
-            }
-        }
-    }
-    let softib_lfts = compute_lfts_with(&topo, &addr, RoutingEngine::MinHop);
-    let hops = hop_counts(&topo);
-    let peers = softib_fabric::routing::peers(&topo);
-    let (mut compared, mut switch_lid_differences) = (0, 0);
-    for sw in topo.switches() {
-        let name = &topo.nodes[sw].name;
-        let out = ok(&s, &["ibroute", &lids[name].to_string()]);
-        let entries = ibroute_entries(&out);
-        assert_eq!(entries.len(), lids.len(), "{name}: every LID routed\n{out}");
-        for (lid, port) in entries {
-            let dest = match addr.owners[lid as usize].unwrap() {
-                LidOwner::Switch(d) => d,
-                LidOwner::HcaPort(p) => p.node,
-            };
-            if dest == sw {
-                assert_eq!(port, 0, "{name} reaches its own LID on port 0");
-                continue;
-            }
-            // Every entry is a shortest path...
-            let next = peers[sw][port as usize].expect("a cabled port").node;
-            assert_eq!(
-                hops[next][dest] + 1,
-                hops[sw][dest],
-                "{name}, LID {lid}: port {port} is not on a shortest path"
-            );
-            // ... and towards a CA, the same port softib's minhop picks.
-            match topo.nodes[dest].kind {
-                NodeKind::Hca => assert_eq!(
-                    softib_lfts[sw][lid as usize], port,
-                    "{name}, LID {lid}: OpenSM's port against softib's minhop"
-                ),
-                NodeKind::Switch => {
-                    switch_lid_differences += (softib_lfts[sw][lid as usize] != port) as usize
-                }
-            }
-            compared += 1;
-        }
-    }
-    // OpenSM balances the routes to switch LIDs on their own (docs/design/management.md).
-    eprintln!(
-        "switch-LID entries where OpenSM's minhop and softib's differ: {switch_lid_differences}"
-    );
-    assert_eq!(compared, 8 * 23);
+    // The forwarding tables are OpenSM's minhop: every entry a shortest path, every LID
+    // routed. Where OpenSM's and softib's minhop break ties differently is counted and
+    // documented (docs/design/management.md).
+    let d = compare_routes(&s, &topo, &lids, RoutingEngine::MinHop);
+    eprintln!("OpenSM minhop against softib minhop: {d:?}");
+    assert_eq!(d.switch_lids_unrouted, 0, "{d:?}");
+    assert_eq!(d.ca_routes, 16 * 8);
 
     // The traffic ran on those tables from the moment every port was Active: the counters
     // the tools read are those of the scenario run with OpenSM's tables (the replay runs it
@@ -1036,6 +980,103 @@ fn opensm_brings_up_the_held_fabric_and_its_tables_carry_the_traffic() {
     assert_eq!(field(&out, "PortXmitWait"), wait.to_string(), "{out}");
 }
 
+/// How OpenSM's forwarding tables (read with `ibroute`) compare with softib's engine on the
+/// same topology and LIDs. Every entry must be a shortest path (asserted); the counts say
+/// where the two engines chose different ports among the shortest ones.
+#[derive(Debug, Default)]
+#[allow(dead_code)] // read through Debug
+struct RouteComparison {
+    ca_routes: usize,
+    ca_differences: usize,
+    switch_routes: usize,
+    switch_differences: usize,
+    switch_lids_unrouted: usize,
+}
+
+fn compare_routes(
+    s: &Served,
+    topo: &Topology,
+    lids: &std::collections::BTreeMap<String, u16>,
+    engine: RoutingEngine,
+) -> RouteComparison {
+    let distinct: BTreeSet<u16> = lids.values().copied().collect();
+    let mut addr = Addressing {
+        owners: vec![None; distinct.iter().max().copied().unwrap() as usize + 1],
+        port_lid: topo
+            .nodes
+            .iter()
+            .map(|n| vec![0; n.ports as usize + 1])
+            .collect(),
+        switch_lid: vec![0; topo.nodes.len()],
+    };
+    for (i, n) in topo.nodes.iter().enumerate() {
+        let lid = lids[&n.name];
+        match n.kind {
+            NodeKind::Switch => {
+                addr.switch_lid[i] = lid;
+                addr.owners[lid as usize] = Some(LidOwner::Switch(i));
+            }
+            NodeKind::Hca => {
+                addr.port_lid[i][1] = lid;
+                addr.owners[lid as usize] = Some(LidOwner::HcaPort(PortAddr { node: i, port: 1 }));
+            }
+        }
+    }
+    let softib_lfts = compute_lfts_with(topo, &addr, engine);
+    let hops = hop_counts(topo);
+    let peers = softib_fabric::routing::peers(topo);
+    let mut d = RouteComparison::default();
+    for sw in topo.switches() {
+        let name = &topo.nodes[sw].name;
+        let out = ok(s, &["ibroute", &lids[name].to_string()]);
+        let entries = ibroute_entries(&out);
+        let routed: BTreeSet<u16> = entries.iter().map(|e| e.0).collect();
+        for (i, n) in topo.nodes.iter().enumerate() {
+            let lid = lids[&n.name];
+            match n.kind {
+                NodeKind::Hca => assert!(
+                    routed.contains(&lid),
+                    "{name}: no route to {}\n{out}",
+                    n.name
+                ),
+                NodeKind::Switch if i != sw && !routed.contains(&lid) => {
+                    d.switch_lids_unrouted += 1
+                }
+                NodeKind::Switch => {}
+            }
+        }
+        for (lid, port) in entries {
+            let dest = match addr.owners[lid as usize].unwrap() {
+                LidOwner::Switch(d) => d,
+                LidOwner::HcaPort(p) => p.node,
+            };
+            if dest == sw {
+                assert_eq!(port, 0, "{name} reaches its own LID on port 0");
+                continue;
+            }
+            // Every entry is a shortest path.
+            let next = peers[sw][port as usize].expect("a cabled port").node;
+            assert_eq!(
+                hops[next][dest] + 1,
+                hops[sw][dest],
+                "{name}, LID {lid}: port {port} is not on a shortest path"
+            );
+            let differs = softib_lfts[sw][lid as usize] != port;
+            match topo.nodes[dest].kind {
+                NodeKind::Hca => {
+                    d.ca_routes += 1;
+                    d.ca_differences += differs as usize;
+                }
+                NodeKind::Switch => {
+                    d.switch_routes += 1;
+                    d.switch_differences += differs as usize;
+                }
+            }
+        }
+    }
+    d
+}
+
 /// Hop counts between every pair of nodes (BFS over the cables).
 fn hop_counts(topo: &Topology) -> Vec<Vec<u32>> {
     let peers = softib_fabric::routing::peers(topo);
@@ -1062,6 +1103,29 @@ fn hop_counts(topo: &Topology) -> Vec<Vec<u32>> {
 }
 
 /// Replays `log` in this process as `--replay` does, keeping the fabric of the run.
+#[test]
+fn opensm_ftree_routes_the_held_fabric_on_shortest_paths() {
+    require_opensm();
+    let s = serve_scenario(OPENSM_SCENARIO, None);
+    let topo = Scenario::load(Path::new(OPENSM_SCENARIO))
+        .unwrap()
+        .topology()
+        .unwrap();
+    let text = opensm_once(&s, &["-R", "ftree"]);
+    assert!(
+        text.contains("ftree tables configured on all switches"),
+        "{text}"
+    );
+    wait_for_the_run(&s);
+    let lids = discovered_lids(&ok(&s, &["ibnetdiscover"]));
+    let d = compare_routes(&s, &topo, &lids, RoutingEngine::Ftree);
+    eprintln!("OpenSM ftree against softib ftree: {d:?}");
+    assert_eq!(d.ca_routes, 16 * 8);
+    // OpenSM's ftree leaves the spines without routes to each other (each spine misses
+    // the 3 others: docs/design/management.md).
+    assert_eq!(d.switch_lids_unrouted, 4 * 3, "{d:?}");
+}
+
 fn replayed(log: &mad_log::Log) -> (Fabric, Subnet) {
     let s = Scenario::load(Path::new(OPENSM_SCENARIO)).unwrap();
     let built = s.build().unwrap();
