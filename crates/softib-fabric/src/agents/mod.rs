@@ -4,10 +4,12 @@
 //!
 //! The agents answer against a [`Subnet`]: a snapshot of the fabric taken at one simulated
 //! instant (topology, LIDs, forwarding tables, link widths and speeds, port states, QoS
-//! tables and port counters). In this first slice a MAD does not travel the simulated fabric
-//! on VL15: it is answered against the snapshot at once (see docs/design/management.md).
-//! An SM's Sets (PortInfo LID/state/SM LID, SwitchInfo LinearFDBTop, LFT blocks) change the
-//! snapshot, so an SM sees what it wrote; they do not reach the simulated data plane.
+//! tables and port counters). A MAD does not travel the simulated fabric on VL15: it is
+//! answered against the snapshot at once (see docs/design/management.md). An SM's Sets
+//! (PortInfo, SwitchInfo, LFT, SL2VL, VLArb and P_Key blocks) change the snapshot, so an SM
+//! sees what it wrote. A fabric waiting for an external SM starts [`Subnet::unconfigured`];
+//! once the SM has brought every port up, [`Subnet::program`] is what the data plane takes
+//! ([`crate::fabric::Fabric::program_subnet`]).
 //!
 //! A topology imported from a real fabric (`ibnetdiscover`) carries its nodes' GUIDs
 //! ([`crate::topology::NodeGuids`]) and the agents answer with those. Otherwise they are

@@ -90,7 +90,7 @@ pub fn line(e: &Exchange) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     /// A MAD and its response.
-    Exchange(Exchange),
+    Exchange(Box<Exchange>),
     /// A client's SET_ISSM: an SM behind port `port` of node `node` (or no more).
     IsSm {
         /// The node's NodeDescription.
@@ -178,13 +178,13 @@ pub fn parse(text: &str) -> Result<Log, String> {
             Some(why) => Err(why.to_string()),
             None => Ok(unhex(f[4]).ok_or_else(bad)?),
         };
-        entries.push(Entry::Exchange(Exchange {
+        entries.push(Entry::Exchange(Box::new(Exchange {
             node: f[0].to_string(),
             port: f[1].parse().map_err(|_| bad())?,
             dlid: f[2].parse().map_err(|_| bad())?,
             request: unhex(f[3]).ok_or_else(bad)?,
             response,
-        }));
+        })));
     }
     Ok(Log {
         scenario: scenario.ok_or("MAD log header has no scenario=")?,
@@ -317,9 +317,9 @@ mod tests {
             + &line(&lost);
         let log = parse(&text).unwrap();
         assert_eq!((log.scenario.as_str(), log.at_ps), ("fat", 5));
-        let mut want = vec![Entry::Exchange(e)];
+        let mut want = vec![Entry::Exchange(Box::new(e))];
         want.extend(events);
-        want.push(Entry::Exchange(lost));
+        want.push(Entry::Exchange(Box::new(lost)));
         assert_eq!(log.entries, want);
         let err = parse(&(header("fat", 5) + "# ran later\n")).unwrap_err();
         assert!(err.contains("line 2"), "{err}");

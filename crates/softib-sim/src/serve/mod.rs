@@ -456,7 +456,7 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             request: req.mad,
             response: result.map_err(|d| d.to_string().replace(char::is_whitespace, "_")),
         };
-        st.log(&Entry::Exchange(entry));
+        st.log(&Entry::Exchange(Box::new(entry)));
         let brought_up = st.phase == SmPhase::Waiting && st.subnet.all_active();
         drop(st);
         if let Some(r) = reply {
