@@ -2,7 +2,9 @@
 //! false`) softib's own routing assigns LIDs and forwarding tables at build time, as if an
 //! SM had already swept. With `external = true` the fabric powers up as a real one does,
 //! ports in Init, no LIDs, empty forwarding tables, and waits for an SM run by the user
-//! (stock OpenSM under `ibsim-run`, see `softib sim --serve`) on the HCA `host`.
+//! (stock OpenSM under `ibsim-run`, see `softib sim --serve`) on the HCA `host`. A run
+//! without `--serve` has no SM to wait for and routes with softib's own engine, as if the
+//! SM had already swept.
 //!
 //! ```toml
 //! [subnet_manager]
