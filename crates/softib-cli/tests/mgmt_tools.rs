@@ -1151,3 +1151,52 @@ fn replayed(log: &mad_log::Log) -> (Fabric, Subnet) {
     assert_eq!(r.identical, r.replayed, "{:?}", r.differences);
     (kept.into_inner().expect("the log has a run"), subnet)
 }
+
+/// Tools that vanish without a DISCONNECT (killed, crashed) must not use up the server's
+/// ten client slots: eleven clients connect and vanish, one of them after sending a MAD
+/// whose response then has nowhere to go, and a real tool still attaches and works.
+#[test]
+fn clients_that_vanish_leave_their_slots_free() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    require_tools();
+    let s = serve();
+    let addr = |n: &str| SocketAddr::from_abstract_name(format!("{}:{n}\0", s.sock)).unwrap();
+    for k in 0..11u32 {
+        let pid = 4_000_000 + k;
+        let reply = UnixDatagram::bind_addr(&addr(&format!("ctl{pid}"))).unwrap();
+        let inbox = UnixDatagram::bind_addr(&addr(&format!("in{pid}"))).unwrap();
+        let mut ctl = [0u8; 80];
+        ctl[0..4].copy_from_slice(&0xdead_beefu32.to_ne_bytes());
+        ctl[8..12].copy_from_slice(&1u32.to_ne_bytes()); // SIM_CTL_CONNECT
+        ctl[16..20].copy_from_slice(&pid.to_ne_bytes());
+        ctl[16 + 12..16 + 14].copy_from_slice(b"h3");
+        reply.send_to_addr(&ctl, &addr("ctl")).unwrap();
+        reply
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut answer = [0u8; 80];
+        let n = reply.recv(&mut answer).expect("the connect is answered");
+        assert_eq!(n, 80);
+        assert_eq!(
+            u32::from_ne_bytes(answer[8..12].try_into().unwrap()),
+            1,
+            "client {k} refused: the slots of the vanished clients were not freed"
+        );
+        let slot = u32::from_ne_bytes(answer[16..20].try_into().unwrap());
+        drop(inbox);
+        if k == 0 {
+            // A NodeInfo request by directed route, whose answer finds no socket.
+            let mut req = [0u8; 288];
+            req[0..2].copy_from_slice(&0xffffu16.to_be_bytes());
+            req[32..36].copy_from_slice(&[1, 0x81, 1, 1]);
+            req[32 + 16..32 + 18].copy_from_slice(&0x0011u16.to_be_bytes());
+            req[32 + 32..32 + 36].copy_from_slice(&[0xff; 4]);
+            reply
+                .send_to_addr(&req, &addr(&format!("out{slot}")))
+                .unwrap();
+        }
+    }
+    let out = ok(&s, &["smpquery", "nodedesc", "-D", "0"]);
+    assert!(out.contains("h0"), "{out}");
+}

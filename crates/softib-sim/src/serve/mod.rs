@@ -300,6 +300,9 @@ fn connect(st: &mut State, c: &mut Ctl, from: &Peer) -> bool {
         );
         return false;
     };
+    if st.clients.iter().all(Option::is_some) {
+        reclaim_vanished(st);
+    }
     let Some(slot) = st.clients.iter().position(Option::is_none) else {
         st.counters.refused += 1;
         eprintln!(
@@ -336,6 +339,29 @@ fn connect(st: &mut State, c: &mut Ctl, from: &Peer) -> bool {
     }
     .encode(&mut c.data);
     true
+}
+
+/// Frees the slots of clients whose `in` socket is gone (a tool killed before it could
+/// disconnect): an abstract socket that nothing binds refuses a connect, which sends
+/// nothing to a live client. UDP clients cannot be probed so; their slots free when a
+/// response to them fails.
+fn reclaim_vanished(st: &mut State) {
+    for (slot, c) in st.clients.iter_mut().enumerate() {
+        let gone = match c {
+            Some(Client {
+                to: Peer::Unix(a), ..
+            }) => UnixDatagram::unbound()
+                .and_then(|s| s.connect_addr(a))
+                .is_err(),
+            _ => false,
+        };
+        if gone {
+            *c = None;
+            eprintln!(
+                "softib sim --serve: the client of slot {slot} is gone (its socket is closed); slot freed"
+            );
+        }
+    }
 }
 
 /// A control query about the client's node: answered from the same agents as the MADs.
@@ -460,7 +486,16 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
         let brought_up = st.phase == SmPhase::Waiting && st.subnet.all_active();
         drop(st);
         if let Some(r) = reply {
-            let _ = sock.send_to(&r.encode(), &cl.to);
+            if let Err(e) = sock.send_to(&r.encode(), &cl.to) {
+                // The client vanished without a DISCONNECT: its slot is free again.
+                let mut st = state.lock().expect("server state");
+                if st.clients[slot].as_ref().is_some_and(|c| c.at == cl.at) {
+                    st.clients[slot] = None;
+                }
+                eprintln!(
+                    "softib sim --serve: the client of slot {slot} is gone ({e}); slot freed"
+                );
+            }
         }
         if brought_up {
             start_run(&state);
