@@ -1,5 +1,5 @@
 //! Thin safe wrappers over the few libc calls the shim needs: eventfd (completion channels
-//! and the async event fd), errno, clocks, file identity. (A forked child's copy of the
+//! and the async event fd), errno, clocks, file identity, exit hooks. (A forked child's copy of the
 //! device's sockets is softib-net's business: its `sys::ForkGuard`.)
 #![allow(unsafe_code)]
 
@@ -80,4 +80,11 @@ pub fn file_identity(fd: RawFd) -> io::Result<(u64, u64)> {
         return Err(io::Error::last_os_error());
     }
     Ok((st.st_dev, st.st_ino))
+}
+
+/// Registers `hook` to run at process exit (atexit(3)); it runs once per registration.
+pub fn at_exit(hook: extern "C" fn()) {
+    // SAFETY: atexit takes a plain `extern "C" fn()`, which lives as long as the library
+    // (a preloaded library is never unloaded).
+    unsafe { libc::atexit(hook) };
 }

@@ -3,9 +3,10 @@
 //! an id created without an event channel is synchronous: the call waits for its event and
 //! fails with the event's status (librdmacm `ucma_complete`).
 
+pub(crate) mod verbs;
+
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 
 use softib_cm::rdma_cm::{self, PortSpace};
 use softib_cm::{AcceptParams, SidrParams};
@@ -14,69 +15,15 @@ use softib_wire::cm::{RejectReason, SidrStatus, REP_PRIVATE_DATA_LEN, REQ_PRIVAT
 use super::{guard, obj};
 use crate::abi::*;
 use crate::objects::QpObj;
-use crate::objects::Shared;
 use crate::rdmacm::abi::*;
 use crate::rdmacm::addr::{from_c, from_storage, to_storage};
-use crate::rdmacm::dispatch::{device_mtu_code, header_len};
+use crate::rdmacm::dispatch::{device_mtu_code, header_len, runtime};
 use crate::rdmacm::objects::{
-    fresh_state, new_id, runtime, set_route, ChannelObj, EventObj, IdObj, Phase, Runtime,
+    fresh_state, new_id, set_route, ChannelObj, EventObj, IdObj, Phase, Runtime,
 };
 use crate::rdmacm::qp::{self as cmqp, RtrParams};
 use crate::sys::set_errno;
-
-// ----- helpers the rdmacm module uses (through `crate::ffi`) -----
-
-/// Opens the shim's device as librdmacm opens each device once (`ucma_init_device`).
-///
-/// # Safety
-/// None beyond the shim's own: it calls this library's verbs on its own objects.
-pub(crate) unsafe fn open_for_rdmacm() -> Result<*mut ibv_context, i32> {
-    let mut n = 0;
-    // SAFETY: our own device list and open.
-    unsafe {
-        let list = super::device::ibv_get_device_list(&mut n);
-        if list.is_null() || n < 1 {
-            return Err(libc::ENODEV);
-        }
-        let ctx = super::device::ibv_open_device(*list);
-        super::device::ibv_free_device_list(list);
-        if ctx.is_null() {
-            return Err(last_errno().max(libc::ENODEV));
-        }
-        Ok(ctx)
-    }
-}
-
-/// The shared device of a context of this library.
-///
-/// # Safety
-/// `ctx` is a context of this library.
-pub(crate) unsafe fn shared_of(ctx: *mut ibv_context) -> Option<Arc<Shared>> {
-    // SAFETY: function contract.
-    unsafe { super::ctx_obj(ctx) }.map(|c| c.shared.clone())
-}
-
-/// `ibv_alloc_pd` on our context.
-///
-/// # Safety
-/// `ctx` is a context of this library.
-pub(crate) unsafe fn alloc_pd_for_rdmacm(ctx: *mut ibv_context) -> *mut ibv_pd {
-    // SAFETY: function contract.
-    unsafe { super::resources::ibv_alloc_pd(ctx) }
-}
-
-/// `ibv_modify_qp` on one of our QPs.
-///
-/// # Safety
-/// `qp` is a QP of this library.
-pub(crate) unsafe fn modify_qp_for_rdmacm(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    mask: c_int,
-) -> c_int {
-    // SAFETY: function contract.
-    unsafe { super::qp::ibv_modify_qp(qp, attr, mask) }
-}
+use verbs::last_errno;
 
 /// librdmacm's `ERR(e)`: sets errno, returns -1.
 fn err(e: i32) -> c_int {
@@ -2030,12 +1977,4 @@ pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, _attr: *mut c_vo
         ),
         Err(r) => r,
     })
-}
-
-/// The calling thread's errno (left by the verb that just failed).
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .filter(|&e| e != 0)
-        .unwrap_or(libc::EIO)
 }
