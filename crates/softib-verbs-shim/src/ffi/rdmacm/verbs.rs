@@ -17,12 +17,12 @@ pub(crate) unsafe fn open_for_rdmacm() -> Result<*mut ibv_context, i32> {
     let mut n = 0;
     // SAFETY: our own device list and open.
     unsafe {
-        let list = super::super::device::ibv_get_device_list(&mut n);
+        let list = crate::ffi::device::ibv_get_device_list(&mut n);
         if list.is_null() || n < 1 {
             return Err(libc::ENODEV);
         }
-        let ctx = super::super::device::ibv_open_device(*list);
-        super::super::device::ibv_free_device_list(list);
+        let ctx = crate::ffi::device::ibv_open_device(*list);
+        crate::ffi::device::ibv_free_device_list(list);
         if ctx.is_null() {
             return Err(last_errno().max(libc::ENODEV));
         }
@@ -36,7 +36,7 @@ pub(crate) unsafe fn open_for_rdmacm() -> Result<*mut ibv_context, i32> {
 /// `ctx` is a context of this library.
 pub(crate) unsafe fn shared_of(ctx: *mut ibv_context) -> Option<Arc<Shared>> {
     // SAFETY: function contract.
-    unsafe { super::super::ctx_obj(ctx) }.map(|c| c.shared.clone())
+    unsafe { crate::ffi::ctx_obj(ctx) }.map(|c| c.shared.clone())
 }
 
 /// `ibv_alloc_pd` on our context.
@@ -45,7 +45,7 @@ pub(crate) unsafe fn shared_of(ctx: *mut ibv_context) -> Option<Arc<Shared>> {
 /// `ctx` is a context of this library.
 pub(crate) unsafe fn alloc_pd_for_rdmacm(ctx: *mut ibv_context) -> *mut ibv_pd {
     // SAFETY: function contract.
-    unsafe { super::super::resources::ibv_alloc_pd(ctx) }
+    unsafe { crate::ffi::resources::ibv_alloc_pd(ctx) }
 }
 
 /// `ibv_modify_qp` on one of our QPs.
@@ -58,7 +58,7 @@ pub(crate) unsafe fn modify_qp_for_rdmacm(
     mask: c_int,
 ) -> c_int {
     // SAFETY: function contract.
-    unsafe { super::super::qp::ibv_modify_qp(qp, attr, mask) }
+    unsafe { crate::ffi::qp::ibv_modify_qp(qp, attr, mask) }
 }
 
 /// The calling thread's errno (left by the verb that just failed).
