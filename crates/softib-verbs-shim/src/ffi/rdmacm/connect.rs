@@ -8,9 +8,8 @@ use softib_cm::rdma_cm::{self};
 use softib_cm::{AcceptParams, SidrParams};
 use softib_wire::cm::{RejectReason, SidrStatus, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN};
 
-use super::{complete, err, failed, id_of};
+use super::{complete, err, failed, on_id};
 use crate::abi::*;
-use crate::ffi::guard;
 use crate::rdmacm::abi::*;
 use crate::rdmacm::dispatch::{device_mtu_code, header_len};
 use crate::rdmacm::objects::{Phase, Runtime};
@@ -50,11 +49,7 @@ pub unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: NULL or the caller's parameters (rdma_connect(3)).
         let p = unsafe { conn_param.as_ref() };
         // SAFETY: as above.
@@ -179,11 +174,7 @@ pub unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: NULL or the caller's parameters (rdma_accept(3)).
         let p = unsafe { conn_param.as_ref() };
         // SAFETY: as above.
@@ -322,11 +313,7 @@ pub unsafe extern "C" fn rdma_reject(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         let data: &[u8] = if private_data.is_null() || private_data_len == 0 {
             &[]
         } else {
@@ -360,11 +347,7 @@ pub unsafe extern "C" fn rdma_reject(
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the id's C view.
         if unsafe { !(*o.c()).qp.is_null() } {
             return err(libc::EINVAL);
@@ -386,11 +369,7 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // librdmacm: the QP goes to error first, then the kernel sends a DREQ (or answers
         // the peer's with a DREP); any CM state past that is fine (returns 0).
         // SAFETY: the id's QP (ours) or NULL.
@@ -407,11 +386,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: u32) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         if event != IBV_EVENT_COMM_EST {
             return err(libc::EINVAL);
         }

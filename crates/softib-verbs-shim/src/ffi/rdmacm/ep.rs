@@ -12,7 +12,7 @@ use super::id::{
 };
 use super::qp::{create_qp, rdma_destroy_qp};
 use super::verbs::last_errno;
-use super::{err, id_of};
+use super::{err, id_of, on_id};
 use crate::abi::*;
 use crate::ffi::guard;
 use crate::rdmacm::abi::*;
@@ -50,11 +50,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    guard(-1, || {
-        let (_, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |_, o| {
         let (target, sync) = if channel.is_null() {
             match ChannelObj::create() {
                 Ok(c) => (c.cast::<rdma_event_channel>(), true),

@@ -8,7 +8,7 @@ use softib_cm::rdma_cm::{self};
 use softib_wire::cm::SidrStatus;
 
 use super::channel::rdma_destroy_event_channel;
-use super::{complete, err, failed, id_of, port_space};
+use super::{complete, err, failed, on_id, port_space};
 use crate::abi::*;
 use crate::ffi::guard;
 use crate::rdmacm::abi::*;
@@ -164,11 +164,7 @@ pub(super) fn destroy_id(rt: &Runtime, o: &'static IdObj) {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         destroy_id(rt, o);
         0
     })
@@ -232,11 +228,7 @@ pub(super) fn bind(rt: &Runtime, o: &IdObj, a: SocketAddr, call: &str) -> c_int 
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the caller's socket address (rdma_bind_addr(3)).
         let Some(a) = (unsafe { from_c(addr) }) else {
             return err(libc::EAFNOSUPPORT);
@@ -252,11 +244,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst_addr: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the caller's socket addresses (rdma_resolve_addr(3)).
         let (src, dst) = unsafe { (from_c(src_addr), from_c(dst_addr)) };
         let Some(dst) = dst else {
@@ -325,11 +313,7 @@ fn unspecified_like(ip: IpAddr) -> IpAddr {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         let mut st = o.state();
         if st.phase != Phase::AddrResolved {
             return failed(
@@ -386,11 +370,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         if o.state().phase == Phase::Idle {
             // The kernel binds an unbound listener to the wildcard and an ephemeral port.
             let r = bind(

@@ -20,6 +20,7 @@ use std::ffi::c_int;
 
 use softib_cm::rdma_cm::PortSpace;
 
+use super::guard;
 use crate::rdmacm::abi::*;
 use crate::rdmacm::dispatch::runtime;
 use crate::rdmacm::objects::{EventObj, IdObj, Runtime};
@@ -56,6 +57,16 @@ fn port_space(ps: u32) -> Option<PortSpace> {
 fn id_of(id: *mut rdma_cm_id) -> Result<(&'static Runtime, &'static IdObj), c_int> {
     let rt = runtime().map_err(err)?;
     rt.id(id).map(|o| (rt, o)).ok_or_else(|| err(libc::EINVAL))
+}
+
+/// Runs an entry point on a live id: `f` gets the runtime and the id behind `id`; a NULL or
+/// unknown handle fails with EINVAL, and a panic (a bug in the shim) returns -1 with EIO
+/// instead of unwinding into C.
+fn on_id(id: *mut rdma_cm_id, f: impl FnOnce(&'static Runtime, &'static IdObj) -> c_int) -> c_int {
+    guard(-1, || match id_of(id) {
+        Ok((rt, o)) => f(rt, o),
+        Err(r) => r,
+    })
 }
 
 /// Waits for the event a synchronous id's operation produces (librdmacm `ucma_complete`).

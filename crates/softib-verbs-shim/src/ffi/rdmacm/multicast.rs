@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 
 use softib_cm::rdma_cm::PortSpace;
 
-use super::{complete, err, failed, id_of};
-use crate::ffi::{guard, obj};
+use super::{complete, err, failed, on_id};
+use crate::ffi::obj;
 use crate::objects::QpObj;
 use crate::rdmacm::abi::*;
 use crate::rdmacm::addr::from_c;
@@ -122,11 +122,7 @@ pub unsafe extern "C" fn rdma_join_multicast(
     addr: *mut libc::sockaddr,
     context: *mut c_void,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the caller's socket address (rdma_join_multicast(3)).
         let Some(a) = (unsafe { from_c(addr) }) else {
             return err(libc::EINVAL);
@@ -141,11 +137,7 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
     attr: *mut rdma_cm_join_mc_attr_ex,
     context: *mut c_void,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the caller's attributes (rdma_join_multicast_ex(3)).
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return err(libc::EINVAL);
@@ -184,11 +176,7 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the caller's socket address (rdma_leave_multicast(3)).
         let Some(a) = (unsafe { from_c(addr) }) else {
             return err(libc::EINVAL);

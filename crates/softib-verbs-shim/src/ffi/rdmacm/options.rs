@@ -2,7 +2,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::{err, failed, id_of};
+use super::{err, failed, on_id};
 use crate::ffi::guard;
 use crate::rdmacm::abi::*;
 use crate::rdmacm::addr::from_storage;
@@ -16,11 +16,7 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         if optval.is_null() {
             return err(libc::EINVAL);
         }

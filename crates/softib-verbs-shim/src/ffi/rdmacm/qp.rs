@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::verbs::last_errno;
-use super::{err, failed, id_of};
+use super::{err, failed, id_of, on_id};
 use crate::abi::*;
 use crate::ffi::guard;
 use crate::rdmacm::abi::*;
@@ -44,33 +44,19 @@ pub(super) fn create_qp(
         // librdmacm's ucma_create_cqs makes them.
         unsafe {
             if attr.recv_cq.is_null() {
-                let ch = crate::ffi::resources::ibv_create_comp_channel(c.verbs);
-                let cq = crate::ffi::resources::ibv_create_cq(
-                    c.verbs,
-                    attr.cap.max_recv_wr.max(1) as c_int,
-                    o.c().cast(),
-                    ch,
-                    0,
-                );
-                if cq.is_null() {
-                    return err(last_errno());
-                }
+                let (ch, cq) = match cq_with_channel(c.verbs, attr.cap.max_recv_wr, o.c().cast()) {
+                    Ok(made) => made,
+                    Err(e) => return err(e),
+                };
                 c.recv_cq_channel = ch;
                 c.recv_cq = cq;
                 attr.recv_cq = cq;
             }
             if attr.send_cq.is_null() {
-                let ch = crate::ffi::resources::ibv_create_comp_channel(c.verbs);
-                let cq = crate::ffi::resources::ibv_create_cq(
-                    c.verbs,
-                    attr.cap.max_send_wr.max(1) as c_int,
-                    o.c().cast(),
-                    ch,
-                    0,
-                );
-                if cq.is_null() {
-                    return err(last_errno());
-                }
+                let (ch, cq) = match cq_with_channel(c.verbs, attr.cap.max_send_wr, o.c().cast()) {
+                    Ok(made) => made,
+                    Err(e) => return err(e),
+                };
                 c.send_cq_channel = ch;
                 c.send_cq = cq;
                 attr.send_cq = cq;
@@ -120,17 +106,36 @@ pub(super) fn create_qp(
     0
 }
 
+/// A CQ of `depth` entries (at least one) with its own completion channel, as librdmacm's
+/// `ucma_create_cqs` makes one for each queue the caller gave no CQ for.
+///
+/// # Safety
+/// `verbs` is a context of this library; `cq_context` is what the CQ reports as its
+/// context.
+unsafe fn cq_with_channel(
+    verbs: *mut ibv_context,
+    depth: u32,
+    cq_context: *mut c_void,
+) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
+    // SAFETY: function contract.
+    unsafe {
+        let ch = crate::ffi::resources::ibv_create_comp_channel(verbs);
+        let cq =
+            crate::ffi::resources::ibv_create_cq(verbs, depth.max(1) as c_int, cq_context, ch, 0);
+        if cq.is_null() {
+            return Err(last_errno());
+        }
+        Ok((ch, cq))
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_qp(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the caller's attributes (rdma_create_qp(3)).
         let Some(attr) = (unsafe { qp_init_attr.as_mut() }) else {
             return err(libc::EINVAL);
@@ -176,11 +181,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    guard(-1, || {
-        let (rt, o) = match id_of(id) {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
+    on_id(id, |rt, o| {
         // SAFETY: the caller's attribute and mask (rdma_init_qp_attr(3)).
         let (Some(a), Some(m)) = (unsafe { qp_attr.as_mut() }, unsafe {
             qp_attr_mask.as_mut()
