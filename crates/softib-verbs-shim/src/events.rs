@@ -5,12 +5,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
+use softib_net::eventfd::EventFd;
 use softib_transport::AsyncEvent;
 
 use crate::abi::*;
-use crate::sys::EventFd;
 
 /// An eventfd and the items its signals announce, one per signal.
 #[derive(Debug)]
@@ -32,7 +33,7 @@ impl<T> EventQueue<T> {
     /// An empty queue with a fresh eventfd.
     pub fn new() -> io::Result<EventQueue<T>> {
         Ok(EventQueue {
-            fd: EventFd::new()?,
+            fd: EventFd::semaphore()?,
             items: Mutex::new(Pending {
                 items: VecDeque::new(),
                 orphaned: 0,
@@ -54,7 +55,7 @@ impl<T> EventQueue<T> {
     /// takes its item; a signal whose item was discarded is passed over.
     pub fn pop(&self) -> io::Result<T> {
         loop {
-            self.fd.wait()?;
+            self.fd.take()?;
             let mut p = self.pending();
             if let Some(item) = p.items.pop_front() {
                 return Ok(item);
@@ -78,7 +79,7 @@ impl<T> EventQueue<T> {
 
     /// The descriptor.
     pub fn raw_fd(&self) -> i32 {
-        self.fd.raw()
+        self.fd.as_raw_fd()
     }
 }
 
