@@ -1,4 +1,5 @@
-//! Per-QP and per-device counters (issue 3's list; CNP/ECN ones feed issue 6).
+//! Per-QP and per-device counters: what each QP and the device sent, received, retried and
+//! dropped, and the congestion-control events (ECN marks, BECNs, CNPs) that feed `cc`.
 
 /// Counters of one QP. Every field counts events since the QP was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
