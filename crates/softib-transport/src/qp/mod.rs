@@ -194,7 +194,7 @@ pub(crate) struct Qp {
     /// Congestion control state (pacing, CCA / DCQCN, pending CNP / BECN).
     pub cc: crate::cc::QpCc,
     /// Reliable datagram: an RD QP's domain, or an EEC's state (`rd/`).
-    pub rd: Option<crate::rd::RdRole>,
+    pub rd: Option<crate::rd::state::RdRole>,
 }
 
 impl Qp {

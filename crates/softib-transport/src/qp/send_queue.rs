@@ -40,7 +40,7 @@ pub(crate) struct SendWqe {
     /// XRC initiator: the remote XRC SRQ (XRCETH).
     pub xrc_srqn: u32,
     /// RD: the posting QP and the destination, for a WQE queued on an EEC.
-    pub rd: Option<crate::rd::RdWqe>,
+    pub rd: Option<crate::rd::state::RdWqe>,
     /// Message length in bytes.
     pub length: u64,
     /// First PSN, assigned when the WQE starts.

@@ -9,14 +9,14 @@
 //!
 //! - **Requester.** An RD QP is connectionless: `post_send` checks the WR's destination
 //!   (`SendWr::rd`: EEC, remote QP, Q_Key) and queues the WQE on the EEC, tagged with the
-//!   posting QP ([`RdWqe`]): its PD checks the local buffers, its send CQ gets the
+//!   posting QP ([`RdWqe`](state::RdWqe)): its PD checks the local buffers, its send CQ gets the
 //!   completion. Every request carries an RDETH (the remote EEC) and a DETH (Q_Key, source
 //!   QP), IBA §9.3.1-9.3.2. An EEC has at most one message in progress (IBA §9.7.1: the
 //!   requester starts a message only after the previous one completed), so messages of
 //!   all the QPs sharing it are serialised.
 //! - **Responder.** A request is demultiplexed by its RDETH to the EEC, whose RC responder
 //!   checks PSN and duplicates; for the message it then serves the RD QP the BTH names
-//!   ([`Serving`]): that QP's receive queue, PD, CQ and access rights are lent to the EEC for
+//!   ([`Serving`](state::Serving)): that QP's receive queue, PD, CQ and access rights are lent to the EEC for
 //!   the message (as an XRC target borrows its SRQ, `rc/xrc.rs`). The QP must exist, be an RD
 //!   QP of the EEC's domain and its Q_Key must match the DETH's; otherwise the request is
 //!   NAKed "invalid RD request" (NAK code 4, IBA §9.7.5.2.x).
@@ -31,61 +31,16 @@
 
 pub(crate) mod requester;
 pub(crate) mod responder;
+pub(crate) mod state;
 
-use crate::verbs::{CqHandle, PdHandle, RddHandle};
+pub(crate) use state::{EecCtx, RdRole, RdWqe, Serving};
+
+use crate::verbs::RddHandle;
 
 /// How far behind the expected PSN a RESYNC counts as a duplicate of one already applied
 /// (answered again, not applied again): a RESYNC still in the network when the next
 /// message started must not rewind the responder.
 pub(crate) const RESYNC_DUPLICATE_WINDOW: i32 = 1 << 16;
-
-/// What an RD QP or EEC `Qp` entry is.
-#[derive(Clone, Debug)]
-pub(crate) enum RdRole {
-    /// A connectionless RD QP of a domain.
-    Qp { rdd: RddHandle },
-    /// An end-to-end context of a domain.
-    Eec(EecCtx),
-}
-
-/// The RD state of an EEC beyond RC's.
-#[derive(Clone, Debug)]
-pub(crate) struct EecCtx {
-    /// The reliable datagram domain (IBA §10.2.7).
-    pub rdd: RddHandle,
-    /// The RD QP the responder delivers the current message to.
-    pub serving: Option<Serving>,
-    /// The responder NAKed a request with an error: requests are dropped until RESYNC.
-    pub await_resync: bool,
-    /// DestQP of the EEC's responses: the source QP (DETH) of the last request.
-    pub reply_qpn: u32,
-}
-
-/// The RD QP a message is delivered to and the QP that sent it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Serving {
-    /// Destination RD QP (BTH DestQP).
-    pub qpn: u32,
-    /// Source QP (DETH SrcQP).
-    pub src_qp: u32,
-}
-
-/// The RD facts of a WQE queued on an EEC by an RD QP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RdWqe {
-    /// The RD QP that posted it (the DETH's SrcQP, the completion's qp_num).
-    pub src_qp: u32,
-    /// That QP's PD (local buffer checks) and send CQ.
-    pub pd: PdHandle,
-    pub send_cq: CqHandle,
-    /// That QP signals every WR.
-    pub sq_sig_all: bool,
-    /// Destination QP and Q_Key.
-    pub dest_qpn: u32,
-    pub qkey: u32,
-    /// A RESYNC the EEC sends by itself: no WR, no completion.
-    pub resync: bool,
-}
 
 impl crate::qp::Qp {
     /// The EEC state, when this entry is an EEC.
