@@ -3,7 +3,7 @@
 
 use super::{CounterSample, Event, Fabric};
 use crate::hca::{Endpoint, HcaTx};
-use crate::port::{NOT_WAITING, NO_PEER};
+use crate::port::{DATA_VLS, NOT_WAITING, NO_PEER};
 use crate::time::Picos;
 
 impl Fabric {
@@ -94,11 +94,11 @@ impl Fabric {
                 for v in 0..p.op_vls as usize {
                     if p.fc_pending & (1 << v) != 0 {
                         next = next.min(t + p.fc_interval);
-                    } else if t >= p.fc_last[v] + p.fc_interval {
+                    } else if t >= p.vls[v].fc_last + p.fc_interval {
                         p.fc_pending |= 1 << v;
                         next = next.min(t + p.fc_interval);
                     } else {
-                        next = next.min(p.fc_last[v] + p.fc_interval);
+                        next = next.min(p.vls[v].fc_last + p.fc_interval);
                     }
                 }
                 if next != Picos::MAX {
@@ -126,7 +126,7 @@ impl Fabric {
                         node: p.node,
                         port: p.num,
                         counters: p.counters_at(t),
-                        rx_blocks_used: p.rx.iter().map(|r| r.occupied()).sum(),
+                        rx_blocks_used: p.vls[..DATA_VLS].iter().map(|v| v.rx.occupied()).sum(),
                     });
                 }
                 if let Some(iv) = self.config.sample_interval_ps {

@@ -317,7 +317,7 @@ impl Fabric {
     /// Receive-buffer blocks in use on a data VL of a port.
     pub fn rx_blocks_used(&self, name: &str, port: u8, vl: u8) -> Option<u32> {
         let p = &self.ports[self.port_index(name, port)?];
-        p.rx.get(vl as usize).map(|r| r.occupied())
+        p.vls[..DATA_VLS].get(vl as usize).map(|v| v.rx.occupied())
     }
 
     /// Sum of all ports' counters (errors, packets) as of now.
@@ -448,7 +448,7 @@ impl Fabric {
     /// Blocks routed to output VL `vl` of switch port (`name`, `port`) and not yet sent.
     pub fn queued_blocks(&self, name: &str, port: u8, vl: u8) -> Option<u32> {
         let p = &self.ports[self.port_index(name, port)?];
-        p.queued_blocks.get(vl as usize).copied()
+        p.vls.get(vl as usize).map(|v| v.queued_blocks)
     }
 
     /// Sets the SL2VL table a switch uses from input port `in_port` to output `out_port`.

@@ -79,7 +79,7 @@ impl Fabric {
                     let p = &mut self.ports[qi];
                     if p.credit_stalled & (1 << v) == 0 {
                         p.credit_stalled |= 1 << v;
-                        p.credit_stalls[v] += 1;
+                        p.vls[v].credit_stalls += 1;
                     }
                 }
             }
@@ -102,27 +102,27 @@ impl Fabric {
         };
         let vl = grant.vl;
         let p = &mut self.ports[qi];
-        let queue = &mut p.out_q[vl as usize];
+        let queue = &mut p.vls[vl as usize].out_q;
         let src = if chosen[vl as usize] == 0 {
             queue.pop_front()
         } else {
             queue.remove(chosen[vl as usize])
         }
         .expect("granted VL has a request");
-        if p.out_q[vl as usize].is_empty() {
+        if p.vls[vl as usize].out_q.is_empty() {
             p.nonempty &= !(1 << vl);
         }
         p.credit_stalled &= !(1 << vl);
         // How long this VL waited, read before the grant stops its clock, for the marker.
-        let since = p.vl_wait_since[vl as usize];
+        let since = p.vls[vl as usize].vl_wait_since;
         let waited = if since == NOT_WAITING { 0 } else { now - since };
         // Inputs contending for this output VL at this grant (the granted one included).
-        let requests = p.out_q[vl as usize].len() as u16 + 1;
+        let requests = p.vls[vl as usize].out_q.len() as u16 + 1;
         p.stop_waits(now, vl);
         p.start_waits(now, 1 << vl);
         if let Source::Input { port, .. } = src {
             let num = self.ports[port as usize].num;
-            self.ports[qi].rr_last[vl as usize] = num;
+            self.ports[qi].vls[vl as usize].rr_last = num;
         }
         let p = &mut self.ports[qi];
         let (id, from) = match src {
@@ -131,7 +131,8 @@ impl Fabric {
                 (id, None)
             }
             Source::Input { port, vl: ivl } => {
-                let id = self.ports[port as usize].in_q[ivl as usize]
+                let id = self.ports[port as usize].vls[ivl as usize]
+                    .in_q
                     .pop_front()
                     .expect("requesting input has a head");
                 (id, Some((port, ivl)))
@@ -141,12 +142,13 @@ impl Fabric {
             // Annex A10: the marking decision at the switch output, before the packet leaves.
             if vl != VL15 {
                 let head_wait =
-                    now.saturating_sub(self.ports[ip as usize].head_since[ivl as usize]);
+                    now.saturating_sub(self.ports[ip as usize].vls[ivl as usize].head_since);
                 self.mark_congestion(qi, vl, id, now, (waited, requests, head_wait));
             }
             let blocks = self.pool.get(id).meta.blocks as u32;
             let p = &mut self.ports[qi];
-            p.queued_blocks[vl as usize] = p.queued_blocks[vl as usize].saturating_sub(blocks);
+            p.vls[vl as usize].queued_blocks =
+                p.vls[vl as usize].queued_blocks.saturating_sub(blocks);
         }
         let p = &mut self.ports[qi];
         let pkt = self.pool.get_mut(id);
@@ -155,7 +157,7 @@ impl Fabric {
         pkt.meta.vl = vl;
         p.arb.commit(grant, blocks);
         if vl != VL15 {
-            p.tx[vl as usize].on_send(blocks);
+            p.vls[vl as usize].tx.on_send(blocks);
         }
         p.counters.port_xmit_pkts += 1;
         p.counters.port_xmit_data += data_words(len);
@@ -223,11 +225,11 @@ impl Fabric {
             node: p.node,
             port: p.num,
             vl,
-            queued_blocks: p.queued_blocks[vl as usize],
+            queued_blocks: p.vls[vl as usize].queued_blocks,
             head_wait_ps: head_wait,
             head_wait_blocks: (head_wait / p.ser.ps(64).max(1)).min(u32::MAX as u64) as u32,
-            credit_stalls: p.credit_stalls[vl as usize],
-            credits: p.tx[vl as usize].available(),
+            credit_stalls: p.vls[vl as usize].credit_stalls,
+            credits: p.vls[vl as usize].tx.available(),
             waited_ps: waited,
             requests,
         };
@@ -267,7 +269,7 @@ impl Fabric {
                 self.pool.free(id);
                 return;
             }
-            if p.rx[vl as usize].on_receive(meta.blocks).is_err() {
+            if p.vls[vl as usize].rx.on_receive(meta.blocks).is_err() {
                 p.counters.excessive_buffer_overrun_errors += 1;
                 self.pool.free(id);
                 return;
@@ -279,9 +281,11 @@ impl Fabric {
         };
         if vl != VL15 {
             let p = &mut self.ports[ri];
-            if p.rx[vl as usize].capacity() > MAX_WINDOW as u32 {
-                p.in_flight[vl as usize].push_back((arrive, meta.blocks));
-                p.in_flight_blocks[vl as usize] += meta.blocks as u32;
+            if p.vls[vl as usize].rx.capacity() > MAX_WINDOW as u32 {
+                p.vls[vl as usize]
+                    .in_flight
+                    .push_back((arrive, meta.blocks));
+                p.vls[vl as usize].in_flight_blocks += meta.blocks as u32;
             }
         }
         let at = match self.ports[ri].switch {
