@@ -37,7 +37,7 @@ pub use partition::Partitioning;
 
 use crate::congestion::CongestionMarker;
 use crate::counters::PortCounters;
-use crate::event::{EventQueue, Tie};
+use crate::event::EventQueue;
 use crate::hca::Endpoint;
 use crate::link::{LinkRate, LinkSpeed, LinkWidth};
 use crate::packet::{PacketId, PacketPool};
