@@ -161,8 +161,14 @@ pub struct Packet {
     pub meta: PacketMeta,
     /// When the packet's last byte reaches the port currently holding it (cut-through).
     pub(crate) tail_at: Picos,
-    /// Link epoch of the receiving port when the packet was sent (see `Port::epoch`).
+    /// Link epoch of the sending port when the packet was sent (see `Port::epoch`; both
+    /// ends of a link change epoch together).
     pub(crate) epoch: u32,
+    /// The receiving port accounted the packet in its buffer when its head arrived.
+    pub(crate) accounted: bool,
+    /// The receiving port refused it when its head arrived (VL not operational, buffer
+    /// overrun; counted then): its arrival only frees it.
+    pub(crate) rejected: bool,
     /// Output port (global index) chosen by the switch holding the packet.
     pub(crate) out_port: u32,
     /// Output VL chosen by SL2VL at the switch holding the packet.
@@ -249,6 +255,8 @@ impl PacketPool {
             p.meta = meta;
             p.tail_at = 0;
             p.epoch = 0;
+            p.accounted = false;
+            p.rejected = false;
             return Ok(PacketId(idx));
         }
         let idx = self.slots.len() as u32;
@@ -256,6 +264,8 @@ impl PacketPool {
             meta,
             tail_at: 0,
             epoch: 0,
+            accounted: false,
+            rejected: false,
             out_port: 0,
             out_vl: 0,
             buf: vec![0; CLASS_BYTES[class]],
@@ -278,6 +288,8 @@ impl PacketPool {
             meta: slot.meta,
             tail_at: slot.tail_at,
             epoch: slot.epoch,
+            accounted: slot.accounted,
+            rejected: slot.rejected,
             out_port: slot.out_port,
             out_vl: slot.out_vl,
             buf: std::mem::take(&mut slot.buf),
@@ -287,6 +299,40 @@ impl PacketPool {
     /// Returns a packet taken with [`PacketPool::take`] to its slot.
     pub(crate) fn put_back(&mut self, id: PacketId, p: Packet) {
         self.slots[id.0 as usize] = p;
+    }
+
+    /// Moves a packet out of the pool for another partition of the fabric (a copy of its
+    /// bytes; its slot is freed).
+    pub(crate) fn export(&mut self, id: PacketId) -> Packet {
+        let slot = &self.slots[id.0 as usize];
+        let p = Packet {
+            meta: slot.meta,
+            tail_at: slot.tail_at,
+            epoch: slot.epoch,
+            accounted: slot.accounted,
+            rejected: slot.rejected,
+            out_port: slot.out_port,
+            out_vl: slot.out_vl,
+            buf: slot.buf[..slot.meta.len as usize].to_vec(),
+        };
+        self.free(id);
+        p
+    }
+
+    /// Takes in a packet another partition exported.
+    pub(crate) fn import(&mut self, p: Packet) -> PacketId {
+        let id = self
+            .alloc(p.meta)
+            .expect("an exported packet has a valid length");
+        let slot = &mut self.slots[id.0 as usize];
+        slot.tail_at = p.tail_at;
+        slot.epoch = p.epoch;
+        slot.accounted = p.accounted;
+        slot.rejected = p.rejected;
+        slot.out_port = p.out_port;
+        slot.out_vl = p.out_vl;
+        slot.buf[..p.buf.len()].copy_from_slice(&p.buf);
+        id
     }
 
     /// Two distinct packets at once, the first shared, the second mutable.

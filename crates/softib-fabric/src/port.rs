@@ -29,6 +29,43 @@ pub(crate) enum Source {
     Input { port: u32, vl: u8 },
 }
 
+/// Something the peer sent that takes effect at this port at a later time: the receive
+/// side's accounting of a data packet whose head has reached the port, or a flow-control
+/// packet that has fully arrived. Items are kept in the order the peer sent them and applied
+/// lazily, before the port next reads or changes its credit state
+/// (`Fabric::apply_wire`).
+///
+/// Everything one node does to another goes through these items (or an arrival event), at
+/// least the link's propagation delay after it was sent: that is what lets a partition of
+/// the fabric run ahead of its neighbours by that delay and still compute exactly what one
+/// partition would (`crate::parallel`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WireItem {
+    /// When it takes effect here.
+    pub at: Picos,
+    /// The sender's link epoch when it was sent: items of an earlier epoch were lost on the
+    /// wire when the link went down (both ends' epochs change together).
+    pub epoch: u32,
+    /// What it is.
+    pub kind: WireKind,
+}
+
+/// The two kinds of [`WireItem`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WireKind {
+    /// A data packet's head reached the port: its blocks are accounted in the VL's buffer
+    /// (IBA 7.9.4.3, ABR) and `arrive` is when it is whole (cut-through: its eligibility).
+    Data {
+        id: PacketId,
+        vl: u8,
+        blocks: u16,
+        arrive: Picos,
+    },
+    /// A flow-control packet arrived: ABR := FCTBS for the receive side, the FCCL for the
+    /// transmit side (IBA 7.9.4.2, 7.9.4.3).
+    Fc { vl: u8, fctbs: u16, fccl: u16 },
+}
+
 /// A flow-control packet on the wire (IBA 7.9.4.2), from [`Port::send_fc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FcPacket {
@@ -134,11 +171,14 @@ pub(crate) struct Port {
     pub arb: VlArbiter,
     pub fc_pending: u16,
     pub fc_interval: Picos,
-    /// Flow-control packets on their way to this port: (arrival time, VL, FCCL), in arrival
-    /// order; applied when the port next looks at its credits.
-    pub fc_in: VecDeque<(Picos, u8, u16)>,
+    /// What the peer sent that has not taken effect here yet, in the order it was sent.
+    pub wire_in: VecDeque<WireItem>,
     /// An `FcWake` event is scheduled at this time (NOT_WAITING: none).
     pub fc_wake_at: Picos,
+    /// The port found requests it could not grant, no flow-control packet on its way and no
+    /// wake pending: the next flow-control packet delivered to it schedules a wake at its
+    /// arrival. Cleared when a wake is scheduled.
+    pub fc_blocked: bool,
     pub xbar_retry_at: Picos,
     pub wait_since: Picos,
     /// A local packet left the send queue: the HCA endpoint may refill.
@@ -229,8 +269,9 @@ impl Port {
             arb,
             fc_pending: 0,
             fc_interval: 0,
-            fc_in: VecDeque::new(),
+            wire_in: VecDeque::new(),
             fc_wake_at: NOT_WAITING,
+            fc_blocked: false,
             xbar_retry_at: NOT_WAITING,
             wait_since: NOT_WAITING,
             refill: false,
@@ -245,7 +286,7 @@ impl Port {
     /// Sends the next flow-control packet this port owes, if any, at `now` (the caller has
     /// checked the link is idle): the lowest VL with a pending packet, carrying that VL's
     /// FCTBS and the FCCL it advertises now (IBA 7.9.4.2). The link is busy for the
-    /// packet's serialisation; the peer takes it with [`Port::on_fc_sent_to_me`].
+    /// packet's serialisation; it reaches the peer as a [`WireItem`].
     #[inline]
     pub fn send_fc(&mut self, now: Picos) -> Option<FcPacket> {
         if self.fc_pending == 0 {
@@ -265,44 +306,6 @@ impl Port {
             fccl,
             arrives: now + ser + self.delay,
         })
-    }
-
-    /// The peer sent `fc` to this port at `now`. Returns the time an `FcWake` event must
-    /// look at this port's credits, if it is idle with something to send and not already
-    /// woken; the FCCL itself is applied lazily ([`Port::apply_fc`]).
-    #[inline]
-    pub fn on_fc_sent_to_me(&mut self, fc: FcPacket, now: Picos) -> Option<Picos> {
-        // The receiver's ABR := FCTBS (IBA 7.9.4.3) is applied now, not on arrival: data
-        // packets are accounted at the receiver when they start on the wire (see the
-        // fabric's `transmit_to`), so "every packet sent before this flow-control packet"
-        // is exactly what the receiver has accounted at this instant. Applied on arrival it
-        // would wrongly write off the packets sent in between.
-        if fc.vl < self.op_vls {
-            self.vls[fc.vl as usize].rx.on_fctbs(fc.fctbs);
-        }
-        // The FCCL takes effect here when the packet has arrived. It is applied lazily,
-        // when this port next looks at its credits; only a port that is idle and waiting
-        // for credits needs an event to look at that moment.
-        self.fc_in.push_back((fc.arrives, fc.vl, fc.fccl));
-        if self.nonempty != 0 && self.busy_until <= now && self.fc_wake_at == NOT_WAITING {
-            self.fc_wake_at = fc.arrives;
-            return Some(fc.arrives);
-        }
-        None
-    }
-
-    /// Applies the flow-control packets that have arrived by `now`.
-    pub fn apply_fc(&mut self, now: Picos) {
-        while let Some(&(t, vl, fccl)) = self.fc_in.front() {
-            if t > now {
-                break;
-            }
-            self.fc_in.pop_front();
-            self.counters.fc_packets_rcvd += 1;
-            if vl < self.op_vls {
-                self.vls[vl as usize].tx.on_fccl(fccl);
-            }
-        }
     }
 
     /// The FCCL to advertise for `vl` at `now`.
@@ -375,7 +378,12 @@ impl Port {
     /// Counters as of `now`, with running waits included.
     pub fn counters_at(&self, now: Picos) -> PortCounters {
         let mut c = self.counters.clone();
-        c.fc_packets_rcvd += self.fc_in.iter().take_while(|(t, _, _)| *t <= now).count() as u64;
+        c.fc_packets_rcvd += self
+            .wire_in
+            .iter()
+            .take_while(|w| w.at <= now)
+            .filter(|w| w.epoch == self.epoch && matches!(w.kind, WireKind::Fc { .. }))
+            .count() as u64;
         if self.wait_since != NOT_WAITING {
             c.xmit_wait_ps += now - self.wait_since;
         }

@@ -99,13 +99,21 @@ impl Fabric {
 
     pub(super) fn arrive(&mut self, q: u32, id: PacketId) {
         let qi = q as usize;
+        self.apply_wire(q);
         let meta = self.pool.get(id).meta;
         let vl = meta.vl;
-        if self.pool.get(id).epoch != self.ports[qi].epoch {
-            // On the wire when the link went down: lost. It was accounted in the receive
-            // buffer when it was sent; take it out again.
+        let pkt = self.pool.get(id);
+        if pkt.rejected {
+            // Refused when its head arrived (and counted then).
+            self.pool.free(id);
+            return;
+        }
+        if pkt.epoch != self.ports[qi].epoch {
+            // On the wire when the link went down: lost. If its head had arrived it was
+            // accounted in the receive buffer; take it out again.
+            let accounted = pkt.accounted;
             let p = &mut self.ports[qi];
-            if vl != VL15 && vl < p.op_vls {
+            if accounted && vl != VL15 && vl < p.op_vls {
                 p.vls[vl as usize].rx.on_lost(meta.blocks);
             }
             self.pool.free(id);
@@ -190,6 +198,7 @@ impl Fabric {
     /// Drops a packet that failed its CRC at port `q`: it does not count as received, and
     /// the sender's next FCTBS writes its blocks off (IBA 7.9.4.3).
     pub(super) fn drop_received(&mut self, q: u32, id: PacketId, meta: &crate::packet::PacketMeta) {
+        self.apply_wire(q);
         let p = &mut self.ports[q as usize];
         if meta.vl != VL15 && meta.vl < p.op_vls {
             p.vls[meta.vl as usize].rx.on_drop(meta.blocks);
@@ -200,6 +209,7 @@ impl Fabric {
     }
 
     pub(super) fn release(&mut self, q: u32, vl: u8, blocks: u16) {
+        self.apply_wire(q);
         let p = &mut self.ports[q as usize];
         if vl == VL15 {
             p.vl15_held = p.vl15_held.saturating_sub(1);

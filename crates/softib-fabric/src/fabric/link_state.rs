@@ -28,7 +28,8 @@ impl Fabric {
                 reason: format!("port {port} of `{name}` has no cable"),
             });
         }
-        self.queue.push(
+        self.current = 0;
+        self.schedule(
             at,
             Event::LinkState {
                 port: gp as u32,
@@ -50,7 +51,8 @@ impl Fabric {
         p.epoch = p.epoch.wrapping_add(1);
         p.counters.link_downed_counter += 1;
         p.fc_pending = 0;
-        p.fc_in.clear(); // flow-control packets on the wire are lost too
+        // What is still on the wire towards this port is lost too: its items carry the old
+        // epoch and are skipped when they come due.
         for v in &mut p.vls[..DATA_VLS] {
             v.tx = crate::credits::TxCredits::new();
             v.in_flight.clear();

@@ -28,7 +28,12 @@ mod build;
 mod crossbar;
 mod event_loop;
 mod link_state;
+mod partition;
 mod transmit;
+mod wire;
+
+pub(crate) use partition::Cross;
+pub use partition::Partitioning;
 
 use crate::congestion::CongestionMarker;
 use crate::counters::PortCounters;
@@ -134,7 +139,7 @@ pub enum BuildError {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Event {
+pub(crate) enum Event {
     TxDone(u32),
     Arrive(u32, PacketId),
     /// A port blocked on credits: a flow-control packet for it arrives now.
@@ -206,6 +211,13 @@ pub struct Fabric {
     switches: Vec<Switch>,
     hcas: Vec<Hca>,
     kicks: VecDeque<u32>,
+    /// Per entity (0: the fabric, node n: n + 1), how many events it has scheduled: the
+    /// count in the [`Tie`] of its next event.
+    scheduled_by: Vec<u64>,
+    /// The entity whose state the running code changes, and so schedules as.
+    current: u32,
+    /// This fabric's share of a partitioned run (`None`: it runs every node).
+    part: Option<Box<partition::PartitionState>>,
     started: bool,
     events: u64,
     samples: Vec<CounterSample>,
@@ -317,7 +329,20 @@ impl Fabric {
     /// Receive-buffer blocks in use on a data VL of a port.
     pub fn rx_blocks_used(&self, name: &str, port: u8, vl: u8) -> Option<u32> {
         let p = &self.ports[self.port_index(name, port)?];
-        p.vls[..DATA_VLS].get(vl as usize).map(|v| v.rx.occupied())
+        // Heads that have arrived by now count, whether or not the port has applied them yet.
+        let due: u32 = p
+            .wire_in
+            .iter()
+            .take_while(|w| w.at <= self.now)
+            .filter(|w| w.epoch == p.epoch)
+            .map(|w| match w.kind {
+                crate::port::WireKind::Data { vl: v, blocks, .. } if v == vl => blocks as u32,
+                _ => 0,
+            })
+            .sum();
+        p.vls[..DATA_VLS]
+            .get(vl as usize)
+            .map(|v| v.rx.occupied() + due)
     }
 
     /// Sum of all ports' counters (errors, packets) as of now.
@@ -403,7 +428,8 @@ impl Fabric {
             reason: format!("`{name}` is a switch, endpoints attach to HCAs"),
         })?;
         self.hcas[h as usize].endpoint = Some(endpoint);
-        if self.started {
+        if self.started && self.owns_node(self.ports[gp].node as usize) {
+            self.current = self.entity_of_port(gp as u32);
             self.call_endpoint(h, |ep, tx| ep.on_transmit_ready(tx));
             self.drain_kicks();
         }
