@@ -33,8 +33,8 @@ mod partition;
 mod transmit;
 mod wire;
 
-pub(crate) use partition::Cross;
 pub use cross_codec::CodecError;
+pub(crate) use partition::Cross;
 pub use partition::Partitioning;
 
 use crate::congestion::CongestionMarker;
