@@ -78,6 +78,11 @@ fn class_of(len: usize) -> usize {
 pub struct PacketId(u32);
 
 impl PacketId {
+    /// An id that names no packet yet (filled in when the packet enters a pool).
+    pub(crate) fn placeholder() -> Self {
+        PacketId(u32::MAX)
+    }
+
     /// The slot index (stable for the packet's lifetime, reused afterwards).
     pub fn index(self) -> u32 {
         self.0
@@ -177,6 +182,27 @@ pub struct Packet {
 }
 
 impl Packet {
+    /// A packet from its parts (read back from another partition's bytes): the meta, the
+    /// per-hop state (tail arrival, epoch, accounted, rejected), the switch's choice (output
+    /// port, VL) and `meta.len` bytes.
+    pub(crate) fn from_parts(
+        meta: PacketMeta,
+        (tail_at, epoch, accounted, rejected): (Picos, u32, bool, bool),
+        (out_port, out_vl): (u32, u8),
+        buf: Vec<u8>,
+    ) -> Self {
+        Packet {
+            meta,
+            tail_at,
+            epoch,
+            accounted,
+            rejected,
+            out_port,
+            out_vl,
+            buf,
+        }
+    }
+
     /// The wire bytes, LRH through VCRC (the last six are meaningful only once materialised).
     pub fn bytes(&self) -> &[u8] {
         &self.buf[..self.meta.len as usize]

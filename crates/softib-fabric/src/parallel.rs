@@ -126,6 +126,57 @@ pub fn run_threads<R: Send>(
     })
 }
 
+/// How the partitions of a distributed run (one process each, e.g. an MPI rank) meet at a
+/// window boundary.
+pub trait Exchange {
+    /// Sends `outgoing[p]` to partition `p` (this partition's own entry is empty) and
+    /// returns what every partition sent this one, in partition order.
+    fn all_to_all(&mut self, outgoing: Vec<Vec<u8>>) -> Vec<Vec<u8>>;
+    /// The minimum of `t` over all partitions.
+    fn min_over_partitions(&mut self, t: Picos) -> Picos;
+}
+
+/// Why a distributed run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DistributedError {
+    /// The fabric could not be partitioned.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// Another partition sent bytes this one cannot read.
+    #[error(transparent)]
+    Codec(#[from] crate::fabric::CodecError),
+}
+
+/// Runs partition `me` of `partitioning` in this process until `end`, meeting the other
+/// partitions' processes through `exchange` at every window boundary. `fabric` is this
+/// process's whole fabric with the endpoints of the hosts it owns; every process must build
+/// the same topology, settings and scheduled link changes. Afterwards `fabric` holds this
+/// partition's share of the results.
+pub fn run_distributed(
+    partitioning: &Partitioning,
+    me: usize,
+    fabric: &mut Fabric,
+    end: Picos,
+    exchange: &mut dyn Exchange,
+) -> Result<(), DistributedError> {
+    fabric.set_partition(partitioning, me)?;
+    let window = partitioning.lookahead().max(1);
+    fabric.ensure_started();
+    loop {
+        let incoming = exchange.all_to_all(fabric.take_outbox_bytes());
+        for bytes in &incoming {
+            fabric.deliver_cross_bytes(bytes)?;
+        }
+        let start = exchange.min_over_partitions(fabric.next_event_time().unwrap_or(Picos::MAX));
+        if start > end {
+            break;
+        }
+        fabric.run_window(start.saturating_add(window - 1).min(end));
+    }
+    fabric.finish_at(end);
+    Ok(())
+}
+
 /// A reusable barrier that spins briefly and then yields: a window of a busy fabric lasts
 /// microseconds, where a sleeping barrier's wake-up would cost as much as the window.
 struct SpinBarrier {

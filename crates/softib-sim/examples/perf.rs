@@ -7,6 +7,7 @@
 //! cargo run --release -p softib-fabric --example perf -- rc-one-to-one  # 1 s, engine, 64 KiB WRITEs
 //! cargo run --release -p softib-fabric --example perf -- rc-incast      # 1 s, engine, 8 -> 1
 //! cargo run --release -p softib-fabric --example perf -- rc-permutation # 1 ms, engine, 3456 hosts, 16 KiB
+//! cargo run --release -p softib-fabric --example perf -- rc-permutation-36 # the same, 11,664 hosts
 //! cargo run --release -p softib-fabric --example perf -- one-to-one     # 1 s, 1 -> 1 via one switch
 //! cargo run --release -p softib-fabric --example perf -- incast         # 1 s, 8 -> 1 on one switch
 //! cargo run --release -p softib-fabric --example perf -- permutation    # 1 ms, 3456-host 3-level fat tree (ftree routing;
@@ -200,8 +201,9 @@ fn build(case: &str, minhop: bool, owns: &dyn Fn(usize) -> bool) -> (Fabric, Pic
             rc_flows(&mut f, &flows, 65_536, owns);
             (f, PS_PER_S)
         }
-        "rc-permutation" => {
-            let t = Topology::fat_tree_3(24).unwrap();
+        "rc-permutation" | "rc-permutation-36" => {
+            let k = if case == "rc-permutation" { 24 } else { 36 };
+            let t = Topology::fat_tree_3(k).unwrap();
             let n = t.hcas().count();
             let cfg = FabricConfig {
                 routing: RoutingEngine::Ftree,
@@ -214,7 +216,7 @@ fn build(case: &str, minhop: bool, owns: &dyn Fn(usize) -> bool) -> (Fabric, Pic
         }
         other => {
             eprintln!(
-                "unknown case `{other}`: one-to-one, incast, permutation, rc-one-to-one, rc-incast, rc-permutation"
+                "unknown case `{other}`: one-to-one, incast, permutation, rc-one-to-one, rc-incast, rc-permutation, rc-permutation-36"
             );
             std::process::exit(2);
         }

@@ -25,6 +25,7 @@
 //! [`Fabric::attach`] endpoints, [`Fabric::run_until`] a time, read ports and counters.
 
 mod build;
+mod cross_codec;
 mod crossbar;
 mod event_loop;
 mod link_state;
@@ -33,6 +34,7 @@ mod transmit;
 mod wire;
 
 pub(crate) use partition::Cross;
+pub use cross_codec::CodecError;
 pub use partition::Partitioning;
 
 use crate::congestion::CongestionMarker;

@@ -285,6 +285,29 @@ impl Fabric {
         }
     }
 
+    /// What was sent to other partitions since the last call, per destination, as bytes
+    /// (for partitions in other processes).
+    pub(crate) fn take_outbox_bytes(&mut self) -> Vec<Vec<u8>> {
+        self.take_outbox()
+            .iter()
+            .map(|msgs| {
+                let mut b = Vec::new();
+                super::cross_codec::encode(msgs, &mut b);
+                b
+            })
+            .collect()
+    }
+
+    /// Takes in the bytes another partition's [`Fabric::take_outbox_bytes`] gave.
+    pub(crate) fn deliver_cross_bytes(
+        &mut self,
+        bytes: &[u8],
+    ) -> Result<(), super::cross_codec::CodecError> {
+        let msgs = super::cross_codec::decode(bytes)?;
+        self.deliver_cross(msgs);
+        Ok(())
+    }
+
     /// Takes in what another partition sent.
     pub(crate) fn deliver_cross(&mut self, msgs: Vec<Cross>) {
         for m in msgs {
