@@ -32,6 +32,7 @@ mod memory_windows;
 pub mod oob;
 pub mod raw_memory;
 mod raw_registration;
+mod rd;
 mod region_guard;
 pub mod roce;
 pub mod socket;

@@ -85,6 +85,10 @@ pub enum Conn {
     /// Unreliable Datagram.
     #[value(name = "UD")]
     Ud,
+    /// Reliable Datagram (IBA 9.7; softib only: libibverbs has no RD, so both sides must
+    /// be softib). Each test QP is an RD QP; they share `--rd-eecs` EE contexts.
+    #[value(name = "RD")]
+    Rd,
 }
 
 impl Conn {
@@ -93,6 +97,7 @@ impl Conn {
             Conn::Rc => QpType::Rc,
             Conn::Uc => QpType::Uc,
             Conn::Ud => QpType::Ud,
+            Conn::Rd => QpType::Rd,
         }
     }
     fn name(self) -> &'static str {
@@ -100,6 +105,7 @@ impl Conn {
             Conn::Rc => "RC",
             Conn::Uc => "UC",
             Conn::Ud => "UD",
+            Conn::Rd => "RD",
         }
     }
 }
@@ -184,6 +190,10 @@ pub struct PerfArgs {
     /// device rdma_cm listens on); the port (-p) is an rdma_cm port.
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
+    /// `-c RD`: EE contexts the test QPs share (QP i uses EEC i mod N; both sides must
+    /// give the same N). 1 = every QP over one EEC, which carries one message at a time.
+    #[arg(long = "rd-eecs", default_value_t = 1)]
+    pub rd_eecs: u32,
     /// Device options.
     #[command(flatten)]
     pub dev: DeviceArgs,
@@ -230,6 +240,8 @@ pub struct Params {
     pub qp_timeout: u8,
     /// Exchange and QPs over rdma_cm (`-R`).
     pub rdma_cm: bool,
+    /// `-c RD`: EE contexts shared by the QPs.
+    pub rd_eecs: usize,
 }
 
 /// Largest message `-a` runs (`MAX_SIZE`).
@@ -258,6 +270,14 @@ impl Params {
         }
         if a.rdma_cm && a.conn == Conn::Ud {
             bail!("-R with -c UD is not supported: softib's tools connect only RC QPs through rdma_cm (UD ids need SIDR); use -c RC");
+        }
+        if a.rdma_cm && a.conn == Conn::Rd {
+            bail!(
+                "-R with -c RD: rdma_cm has no RD; RD EE contexts connect through the TCP exchange"
+            );
+        }
+        if a.conn == Conn::Rd && (a.rd_eecs == 0 || a.rd_eecs > a.qps) {
+            bail!("--rd-eecs {}: 1..=-q ({}) EE contexts", a.rd_eecs, a.qps);
         }
         if a.qps == 0 || a.qps > 1024 {
             bail!("-q {}: the number of QPs must be 1..=1024", a.qps);
@@ -358,6 +378,7 @@ impl Params {
             tool: tool.to_string(),
             qp_timeout,
             rdma_cm: a.rdma_cm,
+            rd_eecs: a.rd_eecs as usize,
         })
     }
 
@@ -400,6 +421,8 @@ pub struct Session {
     pub rem: Vec<PerftestDest>,
     /// UD address handles, per QP.
     pub ahs: Vec<Option<AhHandle>>,
+    /// `-c RD`: the EE context each QP sends over (EEC i mod `--rd-eecs`).
+    pub eecs: Vec<u32>,
     /// The MTU both sides use.
     pub mtu: Mtu,
     /// Counters file.
@@ -619,6 +642,23 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
     let mut qpns = Vec::new();
     let mut my = Vec::new();
     let mut cm_conns = Vec::new();
+    // RD: a domain, its EE contexts (each carries the messages of every QP using it), and
+    // the EEC of each QP (what the peer learns in the SRQN field of the exchange).
+    let mut eecs = Vec::new();
+    let mut eec_psns = Vec::new();
+    let rdd = (p.conn == Conn::Rd).then(|| ctx.alloc_rdd());
+    if let Some(rdd) = rdd {
+        let per_eec = p.qps.div_ceil(p.rd_eecs) as u32;
+        let depth = (p.tx_depth.max(16) + 1) * per_eec;
+        let all: Vec<u32> = (0..p.rd_eecs)
+            .map(|_| ctx.create_eec_number(rdd, depth))
+            .collect::<Result<_, _>>()?;
+        let psns: Vec<u32> = all.iter().map(|_| ctx.random_psn()).collect();
+        for i in 0..p.qps {
+            eecs.push(all[i % p.rd_eecs]);
+            eec_psns.push(psns[i % p.rd_eecs]);
+        }
+    }
     if p.rdma_cm {
         // perftest's create_rdma_cm_connection: a handshake, the test connections through
         // rdma_cm to the exchange's port, another handshake.
@@ -663,33 +703,35 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
             });
             continue;
         }
-        let qpn = ctx.create_qp(
-            pd,
-            QpInitAttr {
-                qp_type: p.conn.qp_type(),
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: p.tx_depth.max(16) + 1,
-                    max_recv_wr: p.rx_depth.max(16),
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: p.inline,
-                },
-                sq_sig_all: false,
+        let init = QpInitAttr {
+            qp_type: p.conn.qp_type(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: p.tx_depth.max(16) + 1,
+                max_recv_wr: p.rx_depth.max(16),
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: p.inline,
             },
-        )?;
+            sq_sig_all: false,
+        };
+        let qpn = match rdd {
+            Some(rdd) => ctx.create_rd_qp(pd, rdd, init)?,
+            None => ctx.create_qp(pd, init)?,
+        };
         qpns.push(qpn);
         my.push(PerftestDest {
             lid: 0,
             out_reads: p.out_reads,
             qpn,
-            psn: ctx.random_psn(),
+            // RD: the PSN and number of the QP's EEC (softib to softib only).
+            psn: eec_psns.get(i).copied().unwrap_or_else(|| ctx.random_psn()),
             rkey: mr.keys.rkey,
             vaddr: mr.addr + (p.qps + i) as u64 * slot,
             gid: Some(ctx.gid()),
-            srqn: 0,
+            srqn: eecs.get(i).copied().unwrap_or(0),
         });
     }
     let mut s = Session {
@@ -703,6 +745,7 @@ fn establish(p: &Params, args: &PerfArgs) -> anyhow::Result<Session> {
         rem: Vec::new(),
         my,
         ahs: vec![None; p.qps],
+        eecs,
         mtu,
         publisher,
         timeout,
@@ -865,6 +908,9 @@ fn connect_qp(s: &mut Session, p: &Params, i: usize, peer_ip: IpAddr) -> anyhow:
     s.ctx
         .connect(s.qpns[i], p.conn.qp_type(), s.my[i].psn, &endpoint, &opts)
         .with_context(|| format!("cannot connect QP {:#x}", s.qpns[i]))?;
+    if p.conn == Conn::Rd {
+        connect_eec(s, p, i, &endpoint, &opts)?;
+    }
     if p.conn == Conn::Ud {
         let ah = s.ctx.create_ah(
             s.pd,
@@ -883,6 +929,36 @@ fn connect_qp(s: &mut Session, p: &Params, i: usize, peer_ip: IpAddr) -> anyhow:
         )?;
         s.ahs[i] = Some(ah);
     }
+    Ok(())
+}
+
+/// `-c RD`: the first QP of each EE context connects it to the peer's (whose number came
+/// in the exchange's SRQN field), as an RC connection (IBA 10.2.7).
+fn connect_eec(
+    s: &mut Session,
+    p: &Params,
+    i: usize,
+    endpoint: &Endpoint,
+    opts: &ConnectOptions,
+) -> anyhow::Result<()> {
+    let k = i % p.rd_eecs;
+    let theirs = s.rem[i].srqn;
+    if s.rem[i].srqn == 0 || s.rem[k].srqn != theirs {
+        bail!(
+            "-c RD: the peer's QPs do not share EE contexts as ours do (is the peer softib, with the same -q and --rd-eecs?)"
+        );
+    }
+    if i >= p.rd_eecs {
+        return Ok(());
+    }
+    let remote = Endpoint {
+        qpn: theirs,
+        psn: s.rem[i].psn,
+        ..endpoint.clone()
+    };
+    s.ctx
+        .connect(s.eecs[i], QpType::Rc, s.my[i].psn, &remote, opts)
+        .with_context(|| format!("cannot connect EEC {:#x}", s.eecs[i]))?;
     Ok(())
 }
 
