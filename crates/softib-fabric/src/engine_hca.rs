@@ -248,6 +248,12 @@ impl EngineHca {
         // and by a cap on the whole backlog.
         let cap = tx.depth() * BACKLOG_CAP_FACTOR;
         while tx.any_room() && tx.backlog() < cap {
+            // No QP is scheduled: the engine has nothing to offer, and asking would cost a
+            // packet buffer taken from the pool and given back (after every received
+            // packet, whose handling rarely makes one ready).
+            if self.dev.is_idle() {
+                break;
+            }
             let dev = &mut self.dev;
             let r = tx.send_with(self.max_len, 0, |buf| {
                 // A payload of zeros (ZeroMemory) stays a description: no fill, no copy.

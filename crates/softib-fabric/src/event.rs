@@ -1,7 +1,12 @@
-//! The event queue: events ordered by (time, insertion sequence).
+//! The event queue: events ordered by (time, tie), where the tie is chosen by the caller.
 //!
-//! Two events at the same picosecond run in the order they were scheduled, so a run is a pure
-//! function of the scenario and its seed.
+//! The fabric's tie is (entity that scheduled the event, that entity's own count of events
+//! scheduled so far), see [`Tie`]. Two events at the same picosecond so run in an order that
+//! depends only on what each entity did, not on the order in which a partition of the
+//! fabric happened to interleave the entities: a run is a pure function of the scenario and
+//! its seed, and the same whether the fabric runs as one partition or several
+//! (`crate::parallel`). An earlier version broke ties by a global insertion counter, which a
+//! partitioned run cannot reproduce.
 //!
 //! Structure: a calendar of `BUCKETS` buckets of `2^WIDTH_SHIFT` ps (about 1 ns, 4.2 us of
 //! horizon) in front of a binary heap for events beyond the horizon (flow-control refreshes,
@@ -32,7 +37,31 @@ const WORDS: usize = BUCKETS / 64;
 /// End of a bucket's list and of the free list.
 const NIL: u32 = u32::MAX;
 
-/// (time, seq) packed into one integer, so that an entry comparison is a single 128-bit
+/// The order of events at one picosecond: bits 40..64 name the entity that scheduled the
+/// event (0 = the fabric itself, node n = n + 1), bits 0..40 count that entity's events.
+/// Counts at or above [`Tie::RESERVED`] are keys an entity's event has whatever code
+/// schedules it (see the fabric's flow-control wake).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tie(pub u64);
+
+impl Tie {
+    /// Bits of the per-entity count.
+    pub const COUNT_BITS: u32 = 40;
+    /// First count of the reserved range (2^39): ordinary counts stay below it.
+    pub const RESERVED: u64 = 1 << (Self::COUNT_BITS - 1);
+
+    /// The tie of `entity`'s event number `count`.
+    pub fn new(entity: u32, count: u64) -> Tie {
+        debug_assert!(
+            entity < 1 << (64 - Self::COUNT_BITS),
+            "entity {entity} too large"
+        );
+        debug_assert!(count < 1 << Self::COUNT_BITS);
+        Tie((entity as u64) << Self::COUNT_BITS | count)
+    }
+}
+
+/// (time, tie) packed into one integer, so that an entry comparison is a single 128-bit
 /// compare on the hot path.
 #[derive(Clone, Copy)]
 struct Entry<E> {
@@ -101,7 +130,7 @@ pub struct EventQueue<E> {
     ring_len: usize,
     /// Entries at or beyond bucket base + BUCKETS.
     overflow: BinaryHeap<Entry<E>>,
-    next_seq: u64,
+    scheduled: u64,
 }
 
 impl<E: Copy> Default for EventQueue<E> {
@@ -126,16 +155,16 @@ impl<E: Copy> EventQueue<E> {
             summary: 0,
             ring_len: 0,
             overflow: BinaryHeap::new(),
-            next_seq: 0,
+            scheduled: 0,
         }
     }
 
-    /// Schedules `event` at `time`. Events at equal times pop in scheduling order.
-    pub fn push(&mut self, time: Picos, event: E) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
+    /// Schedules `event` at `time`. Events at equal times pop in `tie` order; two events
+    /// with the same time and tie pop in an unspecified order (give them distinct ties).
+    pub fn push(&mut self, time: Picos, tie: Tie, event: E) {
+        self.scheduled += 1;
         let e = Entry {
-            key: (time as u128) << 64 | seq as u128,
+            key: (time as u128) << 64 | tie.0 as u128,
             event,
         };
         self.place(e);
@@ -144,7 +173,7 @@ impl<E: Copy> EventQueue<E> {
     fn place(&mut self, e: Entry<E>) {
         let b = e.bucket();
         if b <= self.base {
-            // Nearly always the latest key: appended. Keys are unique, so the place is exact.
+            // Nearly always the latest key: appended.
             if self.active.last().is_none_or(|last| last.key < e.key) {
                 self.active.push(e);
             } else {
@@ -293,7 +322,7 @@ impl<E: Copy> EventQueue<E> {
 
     /// How many events were ever scheduled (a cheap progress and cost measure).
     pub fn scheduled_total(&self) -> u64 {
-        self.next_seq
+        self.scheduled
     }
 }
 
@@ -303,13 +332,13 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     #[test]
-    fn pops_by_time_then_insertion_order() {
+    fn pops_by_time_then_tie() {
         let mut q = EventQueue::new();
-        q.push(30, "c");
-        q.push(10, "a1");
-        q.push(20, "b");
-        q.push(10, "a2");
-        q.push(10, "a3");
+        q.push(30, Tie::new(1, 0), "c");
+        q.push(10, Tie::new(2, 0), "a3");
+        q.push(20, Tie::new(1, 1), "b");
+        q.push(10, Tie::new(1, 5), "a2");
+        q.push(10, Tie::new(0, 9), "a1");
         let order: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
         assert_eq!(
             order,
@@ -320,12 +349,12 @@ mod tests {
     }
 
     #[test]
-    fn interleaved_push_pop_keeps_fifo_among_equal_times() {
+    fn interleaved_push_pop_keeps_tie_order_among_equal_times() {
         let mut q = EventQueue::new();
-        q.push(5, 0u32);
-        q.push(5, 1);
+        q.push(5, Tie::new(1, 0), 0u32);
+        q.push(5, Tie::new(1, 1), 1);
         assert_eq!(q.pop(), Some((5, 0)));
-        q.push(5, 2);
+        q.push(5, Tie::new(1, 2), 2);
         assert_eq!(q.peek_time(), Some(5));
         assert_eq!(q.pop(), Some((5, 1)));
         assert_eq!(q.pop(), Some((5, 2)));
@@ -343,7 +372,7 @@ mod tests {
         let mut now = 0u64;
         for _ in 0..2_000 {
             let t = now + rng.gen_range(0..50_000);
-            q.push(t, seq);
+            q.push(t, Tie(seq), seq);
             reference.insert((t, seq));
             seq += 1;
         }
@@ -355,7 +384,7 @@ mod tests {
                     2..=4 => rng.gen_range(0..5_000_000),
                     _ => rng.gen_range(0..400_000),
                 };
-                q.push(now + delay, seq);
+                q.push(now + delay, Tie(seq), seq);
                 reference.insert((now + delay, seq));
                 seq += 1;
             } else {

@@ -75,7 +75,7 @@ impl HcaTx<'_> {
     /// Whether a packet of `sl` can be queued now.
     pub fn has_room(&self, sl: u8) -> bool {
         let vl = self.vl_for(sl);
-        vl < self.port.op_vls && self.port.out_q[vl as usize].len() < self.depth
+        vl < self.port.op_vls && self.port.vls[vl as usize].out_q.len() < self.depth
     }
 
     /// The port's SL2VL table.
@@ -88,18 +88,18 @@ impl HcaTx<'_> {
         // An HCA queues only on its operational data VLs and VL15 (`queue`, `send_with`), so
         // the other queues are empty and not worth reading: on a large fabric each is a cache
         // miss, and the engine adapter asks before every packet it pulls.
-        let data: usize = self.port.out_q[..self.port.op_vls as usize]
+        let data: usize = self.port.vls[..self.port.op_vls as usize]
             .iter()
-            .map(|q| q.len())
+            .map(|v| v.out_q.len())
             .sum();
-        data + self.port.out_q[VL15 as usize].len()
+        data + self.port.vls[VL15 as usize].out_q.len()
     }
 
     /// Whether some operational data VL's send queue is below the depth.
     pub fn any_room(&self) -> bool {
-        self.port.out_q[..self.port.op_vls as usize]
+        self.port.vls[..self.port.op_vls as usize]
             .iter()
-            .any(|q| q.len() < self.depth)
+            .any(|v| v.out_q.len() < self.depth)
     }
 
     /// The configured send queue depth (packets per VL).
@@ -109,7 +109,7 @@ impl HcaTx<'_> {
 
     /// Whether a VL15 (subnet management) packet can be queued now.
     pub fn has_management_room(&self) -> bool {
-        self.port.out_q[VL15 as usize].len() < self.depth
+        self.port.vls[VL15 as usize].out_q.len() < self.depth
     }
 
     /// Queues a data packet of `len` bytes LRH through VCRC for `dlid` on `sl`. `write`
@@ -152,7 +152,7 @@ impl HcaTx<'_> {
         flow: u32,
         write: impl FnOnce(&mut [u8]),
     ) -> Result<(), SendError> {
-        if self.port.out_q[vl as usize].len() >= self.depth {
+        if self.port.vls[vl as usize].out_q.len() >= self.depth {
             return Err(SendError::QueueFull { vl });
         }
         let mut meta = PacketMeta::new(dlid, self.lid, sl, vl, len);

@@ -28,9 +28,10 @@
 //! nodes), [`event`], [`rng`], [`time`]. The port state (`port`) and the fabric's
 //! own jobs (construction, the event loop, transmit, crossbar, link state) are private.
 //!
-//! Determinism: time is simulated ([`time::Picos`]), events run in (time, insertion order)
-//! ([`event::EventQueue`]), and every random stream is derived from the scenario seed
-//! ([`rng::SeedTree`]). Nothing here reads a clock.
+//! Determinism: time is simulated ([`time::Picos`]), events run in (time, entity, that
+//! entity's count) order ([`event::EventQueue`], [`event::Tie`]), and every random stream is
+//! derived from the scenario seed ([`rng::SeedTree`]). Nothing here reads a clock. A fabric
+//! split into partitions on threads ([`parallel`]) computes exactly what one fabric does.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -46,6 +47,7 @@ pub mod fabric;
 pub mod hca;
 pub mod link;
 pub mod packet;
+pub mod parallel;
 mod port;
 pub mod qos;
 pub mod rng;

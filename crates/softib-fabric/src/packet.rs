@@ -56,11 +56,21 @@ pub(crate) fn same_class(a: usize, b: usize) -> bool {
     class_of(a) == class_of(b)
 }
 
+/// The smallest class whose buffers hold `len` bytes (the largest for anything longer).
+/// Written as ranges, which compile to a few comparisons: the pool asks this three to
+/// four times per packet, and a search of `CLASS_BYTES` was over 1% of a 1 -> 1 run.
+/// `class_ranges_match_class_bytes` checks it against the table.
 fn class_of(len: usize) -> usize {
-    CLASS_BYTES
-        .iter()
-        .position(|&c| c >= len)
-        .unwrap_or(CLASSES - 1)
+    match len {
+        0..=64 => 0,
+        65..=128 => 1,
+        129..=384 => 2,
+        385..=640 => 3,
+        641..=1152 => 4,
+        1153..=2176 => 5,
+        2177..=4224 => 6,
+        _ => CLASSES - 1,
+    }
 }
 
 /// Handle of a packet in a [`PacketPool`].
@@ -68,6 +78,11 @@ fn class_of(len: usize) -> usize {
 pub struct PacketId(u32);
 
 impl PacketId {
+    /// An id that names no packet yet (filled in when the packet enters a pool).
+    pub(crate) fn placeholder() -> Self {
+        PacketId(u32::MAX)
+    }
+
     /// The slot index (stable for the packet's lifetime, reused afterwards).
     pub fn index(self) -> u32 {
         self.0
@@ -151,8 +166,14 @@ pub struct Packet {
     pub meta: PacketMeta,
     /// When the packet's last byte reaches the port currently holding it (cut-through).
     pub(crate) tail_at: Picos,
-    /// Link epoch of the receiving port when the packet was sent (see `Port::epoch`).
+    /// Link epoch of the sending port when the packet was sent (see `Port::epoch`; both
+    /// ends of a link change epoch together).
     pub(crate) epoch: u32,
+    /// The receiving port accounted the packet in its buffer when its head arrived.
+    pub(crate) accounted: bool,
+    /// The receiving port refused it when its head arrived (VL not operational, buffer
+    /// overrun; counted then): its arrival only frees it.
+    pub(crate) rejected: bool,
     /// Output port (global index) chosen by the switch holding the packet.
     pub(crate) out_port: u32,
     /// Output VL chosen by SL2VL at the switch holding the packet.
@@ -161,6 +182,27 @@ pub struct Packet {
 }
 
 impl Packet {
+    /// A packet from its parts (read back from another partition's bytes): the meta, the
+    /// per-hop state (tail arrival, epoch, accounted, rejected), the switch's choice (output
+    /// port, VL) and `meta.len` bytes.
+    pub(crate) fn from_parts(
+        meta: PacketMeta,
+        (tail_at, epoch, accounted, rejected): (Picos, u32, bool, bool),
+        (out_port, out_vl): (u32, u8),
+        buf: Vec<u8>,
+    ) -> Self {
+        Packet {
+            meta,
+            tail_at,
+            epoch,
+            accounted,
+            rejected,
+            out_port,
+            out_vl,
+            buf,
+        }
+    }
+
     /// The wire bytes, LRH through VCRC (the last six are meaningful only once materialised).
     pub fn bytes(&self) -> &[u8] {
         &self.buf[..self.meta.len as usize]
@@ -239,6 +281,8 @@ impl PacketPool {
             p.meta = meta;
             p.tail_at = 0;
             p.epoch = 0;
+            p.accounted = false;
+            p.rejected = false;
             return Ok(PacketId(idx));
         }
         let idx = self.slots.len() as u32;
@@ -246,6 +290,8 @@ impl PacketPool {
             meta,
             tail_at: 0,
             epoch: 0,
+            accounted: false,
+            rejected: false,
             out_port: 0,
             out_vl: 0,
             buf: vec![0; CLASS_BYTES[class]],
@@ -268,6 +314,8 @@ impl PacketPool {
             meta: slot.meta,
             tail_at: slot.tail_at,
             epoch: slot.epoch,
+            accounted: slot.accounted,
+            rejected: slot.rejected,
             out_port: slot.out_port,
             out_vl: slot.out_vl,
             buf: std::mem::take(&mut slot.buf),
@@ -277,6 +325,40 @@ impl PacketPool {
     /// Returns a packet taken with [`PacketPool::take`] to its slot.
     pub(crate) fn put_back(&mut self, id: PacketId, p: Packet) {
         self.slots[id.0 as usize] = p;
+    }
+
+    /// Moves a packet out of the pool for another partition of the fabric (a copy of its
+    /// bytes; its slot is freed).
+    pub(crate) fn export(&mut self, id: PacketId) -> Packet {
+        let slot = &self.slots[id.0 as usize];
+        let p = Packet {
+            meta: slot.meta,
+            tail_at: slot.tail_at,
+            epoch: slot.epoch,
+            accounted: slot.accounted,
+            rejected: slot.rejected,
+            out_port: slot.out_port,
+            out_vl: slot.out_vl,
+            buf: slot.buf[..slot.meta.len as usize].to_vec(),
+        };
+        self.free(id);
+        p
+    }
+
+    /// Takes in a packet another partition exported.
+    pub(crate) fn import(&mut self, p: Packet) -> PacketId {
+        let id = self
+            .alloc(p.meta)
+            .expect("an exported packet has a valid length");
+        let slot = &mut self.slots[id.0 as usize];
+        slot.tail_at = p.tail_at;
+        slot.epoch = p.epoch;
+        slot.accounted = p.accounted;
+        slot.rejected = p.rejected;
+        slot.out_port = p.out_port;
+        slot.out_vl = p.out_vl;
+        slot.buf[..p.buf.len()].copy_from_slice(&p.buf);
+        id
     }
 
     /// Two distinct packets at once, the first shared, the second mutable.
@@ -321,6 +403,17 @@ impl PacketPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_ranges_match_class_bytes() {
+        for len in 0..=MAX_PACKET_BYTES + 1 {
+            let by_table = CLASS_BYTES
+                .iter()
+                .position(|&c| c >= len)
+                .unwrap_or(CLASSES - 1);
+            assert_eq!(class_of(len), by_table, "length {len}");
+        }
+    }
 
     #[test]
     fn blocks_round_up_to_64_bytes() {

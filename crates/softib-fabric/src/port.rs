@@ -29,6 +29,43 @@ pub(crate) enum Source {
     Input { port: u32, vl: u8 },
 }
 
+/// Something the peer sent that takes effect at this port at a later time: the receive
+/// side's accounting of a data packet whose head has reached the port, or a flow-control
+/// packet that has fully arrived. Items are kept in the order the peer sent them and applied
+/// lazily, before the port next reads or changes its credit state
+/// (`Fabric::apply_wire`).
+///
+/// Everything one node does to another goes through these items (or an arrival event), at
+/// least the link's propagation delay after it was sent: that is what lets a partition of
+/// the fabric run ahead of its neighbours by that delay and still compute exactly what one
+/// partition would (`crate::parallel`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WireItem {
+    /// When it takes effect here.
+    pub at: Picos,
+    /// The sender's link epoch when it was sent: items of an earlier epoch were lost on the
+    /// wire when the link went down (both ends' epochs change together).
+    pub epoch: u32,
+    /// What it is.
+    pub kind: WireKind,
+}
+
+/// The two kinds of [`WireItem`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WireKind {
+    /// A data packet's head reached the port: its blocks are accounted in the VL's buffer
+    /// (IBA 7.9.4.3, ABR) and `arrive` is when it is whole (cut-through: its eligibility).
+    Data {
+        id: PacketId,
+        vl: u8,
+        blocks: u16,
+        arrive: Picos,
+    },
+    /// A flow-control packet arrived: ABR := FCTBS for the receive side, the FCCL for the
+    /// transmit side (IBA 7.9.4.2, 7.9.4.3).
+    Fc { vl: u8, fctbs: u16, fccl: u16 },
+}
+
 /// A flow-control packet on the wire (IBA 7.9.4.2), from [`Port::send_fc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FcPacket {
@@ -40,6 +77,59 @@ pub(crate) struct FcPacket {
     pub fccl: u16,
     /// When it has fully arrived at the peer.
     pub arrives: Picos,
+}
+
+/// One VL's state at a port: its transmit side (output queue, credits, arbitration and
+/// marking inputs) and its receive side (buffer credits, input FIFO), in one struct.
+///
+/// A packet's hop reads and writes most of these for its VL. Kept in per-field arrays they
+/// were a dozen cache lines apart in a 3 KB `Port`, each a miss on a large fabric; together
+/// they are three lines. VL15 (index 15) uses only the queues, `rr_last`, `queued_blocks`
+/// and the waiting clock: it has no link-level credits (IBA 7.9.4), so its `tx` and `rx`
+/// stay as built.
+pub(crate) struct VlState {
+    // Transmit side.
+    pub out_q: VecDeque<Source>,
+    pub tx: TxCredits,
+    /// Of a switch output VL, blocks of the packets routed to it and not yet sent.
+    pub queued_blocks: u32,
+    /// How many times this output VL was found blocked on credits (counted once per
+    /// blocked spell, for the congestion marker's root/victim test).
+    pub credit_stalls: u64,
+    /// When this VL started waiting to send (NOT_WAITING: it is not waiting).
+    pub vl_wait_since: Picos,
+    /// When the last flow-control packet for this VL was sent.
+    pub fc_last: Picos,
+    /// The input port number served last (round-robin among inputs).
+    pub rr_last: u8,
+    // Receive side.
+    pub rx: RxCredits,
+    pub in_q: VecDeque<PacketId>,
+    /// Of a switch input VL, when the FIFO's current head requested its output.
+    pub head_since: Picos,
+    /// Packets accounted in `rx` that are still on the wire: (arrival time, blocks), kept
+    /// only for buffers above the 2048-block window (see `RxCredits::fccl_with_in_flight`).
+    pub in_flight: VecDeque<(Picos, u16)>,
+    pub in_flight_blocks: u32,
+}
+
+impl VlState {
+    fn new(rx_blocks: u32) -> Self {
+        VlState {
+            out_q: VecDeque::new(),
+            tx: TxCredits::new(),
+            queued_blocks: 0,
+            credit_stalls: 0,
+            vl_wait_since: NOT_WAITING,
+            fc_last: 0,
+            rr_last: 0,
+            rx: RxCredits::new(rx_blocks),
+            in_q: VecDeque::new(),
+            head_since: 0,
+            in_flight: VecDeque::new(),
+            in_flight_blocks: 0,
+        }
+    }
 }
 
 pub(crate) struct Port {
@@ -64,6 +154,8 @@ pub(crate) struct Port {
     pub op_vls: u8,
     /// SL2VL of an HCA port (switches keep theirs per (in, out) pair).
     pub sl2vl: Sl2Vl,
+    /// The state of each VL (VL0..VL14, then VL15), transmit and receive side together.
+    pub vls: [VlState; 16],
 
     // Transmit side.
     /// The link is busy (a packet or flow-control packet is being serialized) until then.
@@ -73,44 +165,28 @@ pub(crate) struct Port {
     /// Input buffer (port, VL, blocks) to free when the current transmission completes
     /// (its crossbar transfer ends exactly then).
     pub release_on_done: Option<(u32, u8, u16)>,
-    pub tx: [TxCredits; DATA_VLS],
-    pub out_q: [VecDeque<Source>; 16],
     pub nonempty: u16,
-    /// Per output VL of a switch port, blocks of the packets routed to it and not yet sent.
-    pub queued_blocks: [u32; 16],
     /// Output VLs found blocked on credits with a request waiting, since their last grant.
     pub credit_stalled: u16,
-    /// Per output VL, how many times it was found blocked on credits (counted once per
-    /// blocked spell, for the congestion marker's root/victim test).
-    pub credit_stalls: [u64; 16],
-    /// Per output VL, the input port number served last (round-robin among inputs).
-    pub rr_last: [u8; 16],
     pub arb: VlArbiter,
     pub fc_pending: u16,
-    pub fc_last: [Picos; DATA_VLS],
     pub fc_interval: Picos,
-    /// Flow-control packets on their way to this port: (arrival time, VL, FCCL), in arrival
-    /// order; applied when the port next looks at its credits.
-    pub fc_in: VecDeque<(Picos, u8, u16)>,
+    /// What the peer sent that has not taken effect here yet, in the order it was sent.
+    pub wire_in: VecDeque<WireItem>,
     /// An `FcWake` event is scheduled at this time (NOT_WAITING: none).
     pub fc_wake_at: Picos,
+    /// The port found requests it could not grant, no flow-control packet on its way and no
+    /// wake pending: the next flow-control packet delivered to it schedules a wake at its
+    /// arrival. Cleared when a wake is scheduled.
+    pub fc_blocked: bool,
     pub xbar_retry_at: Picos,
     pub wait_since: Picos,
-    pub vl_wait_since: [Picos; 16],
     /// A local packet left the send queue: the HCA endpoint may refill.
     pub refill: bool,
 
     // Receive side.
-    pub rx: [RxCredits; DATA_VLS],
-    /// Packets accounted in `rx` that are still on the wire: (arrival time, blocks), per VL,
-    /// kept only for buffers above the 2048-block window (see `RxCredits::fccl_with_in_flight`).
-    pub in_flight: [VecDeque<(Picos, u16)>; DATA_VLS],
-    pub in_flight_blocks: [u32; DATA_VLS],
     pub vl15_held: u32,
     pub vl15_cap: u32,
-    pub in_q: [VecDeque<PacketId>; 16],
-    /// Per input VL of a switch port, when the FIFO's current head requested its output.
-    pub head_since: [Picos; 16],
     pub xbar_free_at: Picos,
 
     pub counters: PortCounters,
@@ -169,10 +245,8 @@ impl Port {
         arb: VlArbiter,
         sl2vl: Sl2Vl,
     ) -> Self {
-        let mut rx = [RxCredits::new(0); DATA_VLS];
-        for r in rx.iter_mut().take(op_vls as usize) {
-            *r = RxCredits::new(rx_blocks);
-        }
+        let vls =
+            std::array::from_fn(|v| VlState::new(if v < op_vls as usize { rx_blocks } else { 0 }));
         Port {
             node,
             num,
@@ -186,33 +260,23 @@ impl Port {
             delay,
             op_vls,
             sl2vl,
+            vls,
             busy_until: 0,
             done_scheduled: false,
             release_on_done: None,
-            tx: [TxCredits::new(); DATA_VLS],
-            out_q: Default::default(),
             nonempty: 0,
-            rr_last: [0; 16],
-            queued_blocks: [0; 16],
             credit_stalled: 0,
-            credit_stalls: [0; 16],
             arb,
             fc_pending: 0,
-            fc_last: [0; DATA_VLS],
             fc_interval: 0,
-            fc_in: VecDeque::new(),
+            wire_in: VecDeque::new(),
             fc_wake_at: NOT_WAITING,
+            fc_blocked: false,
             xbar_retry_at: NOT_WAITING,
             wait_since: NOT_WAITING,
-            vl_wait_since: [NOT_WAITING; 16],
             refill: false,
-            rx,
-            in_flight: Default::default(),
-            in_flight_blocks: [0; DATA_VLS],
             vl15_held: 0,
             vl15_cap,
-            in_q: Default::default(),
-            head_since: [0; 16],
             xbar_free_at: 0,
             counters: PortCounters::default(),
             errors: None,
@@ -222,7 +286,7 @@ impl Port {
     /// Sends the next flow-control packet this port owes, if any, at `now` (the caller has
     /// checked the link is idle): the lowest VL with a pending packet, carrying that VL's
     /// FCTBS and the FCCL it advertises now (IBA 7.9.4.2). The link is busy for the
-    /// packet's serialisation; the peer takes it with [`Port::on_fc_sent_to_me`].
+    /// packet's serialisation; it reaches the peer as a [`WireItem`].
     #[inline]
     pub fn send_fc(&mut self, now: Picos) -> Option<FcPacket> {
         if self.fc_pending == 0 {
@@ -230,9 +294,9 @@ impl Port {
         }
         let vl = self.fc_pending.trailing_zeros() as u8;
         self.fc_pending &= !(1 << vl);
-        let fctbs = self.tx[vl as usize].fctbs();
+        let fctbs = self.vls[vl as usize].tx.fctbs();
         let fccl = self.advertise(vl as usize, now);
-        self.fc_last[vl as usize] = now;
+        self.vls[vl as usize].fc_last = now;
         self.counters.fc_packets_sent += 1;
         let ser = self.ser.ps(FC_PACKET_BYTES);
         self.busy_until = now + ser;
@@ -244,55 +308,19 @@ impl Port {
         })
     }
 
-    /// The peer sent `fc` to this port at `now`. Returns the time an `FcWake` event must
-    /// look at this port's credits, if it is idle with something to send and not already
-    /// woken; the FCCL itself is applied lazily ([`Port::apply_fc`]).
-    #[inline]
-    pub fn on_fc_sent_to_me(&mut self, fc: FcPacket, now: Picos) -> Option<Picos> {
-        // The receiver's ABR := FCTBS (IBA 7.9.4.3) is applied now, not on arrival: data
-        // packets are accounted at the receiver when they start on the wire (see the
-        // fabric's `transmit_to`), so "every packet sent before this flow-control packet"
-        // is exactly what the receiver has accounted at this instant. Applied on arrival it
-        // would wrongly write off the packets sent in between.
-        if fc.vl < self.op_vls {
-            self.rx[fc.vl as usize].on_fctbs(fc.fctbs);
-        }
-        // The FCCL takes effect here when the packet has arrived. It is applied lazily,
-        // when this port next looks at its credits; only a port that is idle and waiting
-        // for credits needs an event to look at that moment.
-        self.fc_in.push_back((fc.arrives, fc.vl, fc.fccl));
-        if self.nonempty != 0 && self.busy_until <= now && self.fc_wake_at == NOT_WAITING {
-            self.fc_wake_at = fc.arrives;
-            return Some(fc.arrives);
-        }
-        None
-    }
-
-    /// Applies the flow-control packets that have arrived by `now`.
-    pub fn apply_fc(&mut self, now: Picos) {
-        while let Some(&(t, vl, fccl)) = self.fc_in.front() {
-            if t > now {
-                break;
-            }
-            self.fc_in.pop_front();
-            self.counters.fc_packets_rcvd += 1;
-            if vl < self.op_vls {
-                self.tx[vl as usize].on_fccl(fccl);
-            }
-        }
-    }
-
     /// The FCCL to advertise for `vl` at `now`.
     pub fn advertise(&mut self, vl: usize, now: Picos) -> u16 {
-        let q = &mut self.in_flight[vl];
+        let q = &mut self.vls[vl].in_flight;
         while let Some(&(t, b)) = q.front() {
             if t > now {
                 break;
             }
             q.pop_front();
-            self.in_flight_blocks[vl] -= b as u32;
+            self.vls[vl].in_flight_blocks -= b as u32;
         }
-        self.rx[vl].fccl_with_in_flight(self.in_flight_blocks[vl])
+        self.vls[vl]
+            .rx
+            .fccl_with_in_flight(self.vls[vl].in_flight_blocks)
     }
 
     /// Mask of the operational data VLs.
@@ -301,7 +329,7 @@ impl Port {
     }
 
     pub fn enqueue(&mut self, vl: u8, s: Source) {
-        self.out_q[vl as usize].push_back(s);
+        self.vls[vl as usize].out_q.push_back(s);
         self.nonempty |= 1 << vl;
     }
 
@@ -314,8 +342,8 @@ impl Port {
         while m != 0 {
             let v = m.trailing_zeros() as usize;
             m &= m - 1;
-            if self.vl_wait_since[v] == NOT_WAITING {
-                self.vl_wait_since[v] = now;
+            if self.vls[v].vl_wait_since == NOT_WAITING {
+                self.vls[v].vl_wait_since = now;
             }
         }
     }
@@ -327,9 +355,9 @@ impl Port {
             self.wait_since = NOT_WAITING;
         }
         let v = vl as usize;
-        if self.vl_wait_since[v] != NOT_WAITING {
-            self.counters.vl_xmit_wait_ps[v] += now - self.vl_wait_since[v];
-            self.vl_wait_since[v] = NOT_WAITING;
+        if self.vls[v].vl_wait_since != NOT_WAITING {
+            self.counters.vl_xmit_wait_ps[v] += now - self.vls[v].vl_wait_since;
+            self.vls[v].vl_wait_since = NOT_WAITING;
         }
     }
 
@@ -340,9 +368,9 @@ impl Port {
             self.wait_since = NOT_WAITING;
         }
         for v in 0..16 {
-            if self.vl_wait_since[v] != NOT_WAITING {
-                self.counters.vl_xmit_wait_ps[v] += now - self.vl_wait_since[v];
-                self.vl_wait_since[v] = NOT_WAITING;
+            if self.vls[v].vl_wait_since != NOT_WAITING {
+                self.counters.vl_xmit_wait_ps[v] += now - self.vls[v].vl_wait_since;
+                self.vls[v].vl_wait_since = NOT_WAITING;
             }
         }
     }
@@ -350,13 +378,18 @@ impl Port {
     /// Counters as of `now`, with running waits included.
     pub fn counters_at(&self, now: Picos) -> PortCounters {
         let mut c = self.counters.clone();
-        c.fc_packets_rcvd += self.fc_in.iter().take_while(|(t, _, _)| *t <= now).count() as u64;
+        c.fc_packets_rcvd += self
+            .wire_in
+            .iter()
+            .take_while(|w| w.at <= now)
+            .filter(|w| w.epoch == self.epoch && matches!(w.kind, WireKind::Fc { .. }))
+            .count() as u64;
         if self.wait_since != NOT_WAITING {
             c.xmit_wait_ps += now - self.wait_since;
         }
         for v in 0..16 {
-            if self.vl_wait_since[v] != NOT_WAITING {
-                c.vl_xmit_wait_ps[v] += now - self.vl_wait_since[v];
+            if self.vls[v].vl_wait_since != NOT_WAITING {
+                c.vl_xmit_wait_ps[v] += now - self.vls[v].vl_wait_since;
             }
         }
         c

@@ -185,6 +185,7 @@ impl Fabric {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
+        let entities = topo.nodes.len() + 1;
         Ok(Fabric {
             config,
             topo,
@@ -198,6 +199,9 @@ impl Fabric {
             switches,
             hcas,
             kicks: VecDeque::new(),
+            scheduled_by: vec![0; entities],
+            current: 0,
+            part: None,
             started: false,
             events: 0,
             samples: Vec::new(),

@@ -21,12 +21,12 @@ impl Fabric {
     /// does not lose its turn to inputs that re-requested earlier.
     pub(super) fn pick(&self, q: usize, vl: usize) -> Result<usize, Option<Picos>> {
         let p = &self.ports[q];
-        let queue = &p.out_q[vl];
+        let queue = &p.vls[vl].out_q;
         let (index, id) = match queue.front() {
             None => return Err(None),
             Some(&Source::Local(id)) => (0, id),
             Some(_) => {
-                let last = p.rr_last[vl] as u32;
+                let last = p.vls[vl].rr_last as u32;
                 let mut best: Option<(u32, usize)> = None;
                 let mut retry = NOT_WAITING;
                 for (i, src) in queue.iter().enumerate() {
@@ -50,13 +50,14 @@ impl Fabric {
                 let Source::Input { port, vl: ivl } = queue[i] else {
                     unreachable!("switch queues hold inputs")
                 };
-                let head = *self.ports[port as usize].in_q[ivl as usize]
+                let head = *self.ports[port as usize].vls[ivl as usize]
+                    .in_q
                     .front()
                     .expect("requesting input has a head");
                 (i, head)
             }
         };
-        if vl == VL15 as usize || p.tx[vl].can_send(self.pool.get(id).meta.blocks) {
+        if vl == VL15 as usize || p.vls[vl].tx.can_send(self.pool.get(id).meta.blocks) {
             Ok(index)
         } else {
             Err(None)
@@ -98,14 +99,22 @@ impl Fabric {
 
     pub(super) fn arrive(&mut self, q: u32, id: PacketId) {
         let qi = q as usize;
+        self.apply_wire(q);
         let meta = self.pool.get(id).meta;
         let vl = meta.vl;
-        if self.pool.get(id).epoch != self.ports[qi].epoch {
-            // On the wire when the link went down: lost. It was accounted in the receive
-            // buffer when it was sent; take it out again.
+        let pkt = self.pool.get(id);
+        if pkt.rejected {
+            // Refused when its head arrived (and counted then).
+            self.pool.free(id);
+            return;
+        }
+        if pkt.epoch != self.ports[qi].epoch {
+            // On the wire when the link went down: lost. If its head had arrived it was
+            // accounted in the receive buffer; take it out again.
+            let accounted = pkt.accounted;
             let p = &mut self.ports[qi];
-            if vl != VL15 && vl < p.op_vls {
-                p.rx[vl as usize].on_lost(meta.blocks);
+            if accounted && vl != VL15 && vl < p.op_vls {
+                p.vls[vl as usize].rx.on_lost(meta.blocks);
             }
             self.pool.free(id);
             return;
@@ -178,10 +187,10 @@ impl Fabric {
             self.release(q, vl, meta.blocks);
             return;
         }
-        self.ports[op as usize].queued_blocks[ovl as usize] += meta.blocks as u32;
+        self.ports[op as usize].vls[ovl as usize].queued_blocks += meta.blocks as u32;
         let p = &mut self.ports[qi];
-        p.in_q[vl as usize].push_back(id);
-        if p.in_q[vl as usize].len() == 1 {
+        p.vls[vl as usize].in_q.push_back(id);
+        if p.vls[vl as usize].in_q.len() == 1 {
             self.request_head(q, vl);
         }
     }
@@ -189,9 +198,10 @@ impl Fabric {
     /// Drops a packet that failed its CRC at port `q`: it does not count as received, and
     /// the sender's next FCTBS writes its blocks off (IBA 7.9.4.3).
     pub(super) fn drop_received(&mut self, q: u32, id: PacketId, meta: &crate::packet::PacketMeta) {
+        self.apply_wire(q);
         let p = &mut self.ports[q as usize];
         if meta.vl != VL15 && meta.vl < p.op_vls {
-            p.rx[meta.vl as usize].on_drop(meta.blocks);
+            p.vls[meta.vl as usize].rx.on_drop(meta.blocks);
             p.fc_pending |= 1 << meta.vl;
             self.kicks.push_back(q);
         }
@@ -199,11 +209,12 @@ impl Fabric {
     }
 
     pub(super) fn release(&mut self, q: u32, vl: u8, blocks: u16) {
+        self.apply_wire(q);
         let p = &mut self.ports[q as usize];
         if vl == VL15 {
             p.vl15_held = p.vl15_held.saturating_sub(1);
         } else {
-            p.rx[vl as usize].on_release(blocks);
+            p.vls[vl as usize].rx.on_release(blocks);
             // Tell the upstream transmitter (IBA 7.9.4.2: when credits free up).
             p.fc_pending |= 1 << vl;
             self.kicks.push_back(q);
@@ -213,7 +224,7 @@ impl Fabric {
     /// The next packet of input FIFO (`ip`, `ivl`) became its head: it requests its output.
     /// Packets enter a FIFO only when eligible, so a new head is always ready to go.
     pub(super) fn promote_head(&mut self, ip: u32, ivl: u8) {
-        if !self.ports[ip as usize].in_q[ivl as usize].is_empty() {
+        if !self.ports[ip as usize].vls[ivl as usize].in_q.is_empty() {
             self.request_head(ip, ivl);
         }
     }
@@ -221,7 +232,7 @@ impl Fabric {
     /// The head of (`ip`, `ivl`) requests its output. Heads for an output whose link is
     /// down are discarded (PortXmitDiscards at that output) and the next head tries.
     pub(super) fn request_head(&mut self, ip: u32, ivl: u8) {
-        while let Some(&id) = self.ports[ip as usize].in_q[ivl as usize].front() {
+        while let Some(&id) = self.ports[ip as usize].vls[ivl as usize].in_q.front() {
             let pkt = self.pool.get(id);
             let (op, ovl, blocks) = (pkt.out_port, pkt.out_vl, pkt.meta.blocks);
             if self.ports[op as usize].link_up {
@@ -229,7 +240,7 @@ impl Fabric {
                 // Its wait for the output starts when its input's crossbar port is free:
                 // before that it waits for its own input, not for the output.
                 let input = &mut self.ports[ip as usize];
-                input.head_since[ivl as usize] = self.now.max(input.xbar_free_at);
+                input.vls[ivl as usize].head_since = self.now.max(input.xbar_free_at);
                 self.kicks.push_back(op);
                 return;
             }
@@ -239,13 +250,15 @@ impl Fabric {
 
     /// Drops the head of input FIFO (`ip`, `ivl`), routed to output `op`/`ovl`.
     pub(super) fn discard_head(&mut self, ip: u32, ivl: u8, op: u32, ovl: u8, blocks: u16) {
-        let id = self.ports[ip as usize].in_q[ivl as usize]
+        let id = self.ports[ip as usize].vls[ivl as usize]
+            .in_q
             .pop_front()
             .expect("discarding a head that exists");
         let out = &mut self.ports[op as usize];
         out.counters.port_xmit_discards += 1;
-        out.queued_blocks[ovl as usize] =
-            out.queued_blocks[ovl as usize].saturating_sub(blocks as u32);
+        out.vls[ovl as usize].queued_blocks = out.vls[ovl as usize]
+            .queued_blocks
+            .saturating_sub(blocks as u32);
         self.pool.free(id);
         self.release(ip, ivl, blocks);
     }

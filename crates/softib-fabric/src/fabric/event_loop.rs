@@ -1,17 +1,30 @@
-//! The event loop: runs events in (time, insertion order) until a time, dispatches each to
-//! the port, switch or HCA it concerns, and calls the endpoints of the HCAs.
+//! The event loop: runs events in (time, tie) order until a time, dispatches each to the
+//! port, switch or HCA it concerns, and calls the endpoints of the HCAs. The code handling
+//! an event schedules as the entity whose state it changes (see `wire`).
 
 use super::{CounterSample, Event, Fabric};
 use crate::hca::{Endpoint, HcaTx};
-use crate::port::{NOT_WAITING, NO_PEER};
+use crate::port::{DATA_VLS, NOT_WAITING, NO_PEER};
 use crate::time::Picos;
 
 impl Fabric {
     /// Runs the simulation until simulated time `end` (events at exactly `end` included).
+    ///
+    /// A partitioned fabric (`set_partition`) runs through `crate::parallel` instead.
     pub fn run_until(&mut self, end: Picos) {
+        assert!(
+            self.part.is_none(),
+            "a partitioned fabric runs through softib_fabric::parallel"
+        );
         if !self.started {
             self.start();
         }
+        self.run_events(end);
+        self.now = self.now.max(end);
+    }
+
+    /// Runs the events up to and including `end`.
+    pub(super) fn run_events(&mut self, end: Picos) {
         while let Some(t) = self.queue.peek_time() {
             if t > end {
                 break;
@@ -22,33 +35,40 @@ impl Fabric {
             self.handle(t, ev);
             self.drain_kicks();
         }
-        self.now = self.now.max(end);
     }
 
     pub(super) fn start(&mut self) {
         self.started = true;
         for q in 0..self.ports.len() {
-            let p = &mut self.ports[q];
-            if p.peer == NO_PEER {
+            let node = self.ports[q].node;
+            if self.ports[q].peer == NO_PEER || !self.owns_node(node as usize) {
                 continue;
             }
+            self.current = node + 1;
+            let p = &mut self.ports[q];
             // Link bring-up: each side advertises its receive buffers (IBA 7.9.4.1).
             p.fc_pending = p.data_vl_mask();
             let at = p.fc_interval;
-            self.queue.push(at, Event::FcRefresh(q as u32));
+            self.schedule(at, Event::FcRefresh(q as u32));
             self.kicks.push_back(q as u32);
         }
         for h in 0..self.hcas.len() as u32 {
-            self.call_endpoint(h, |ep, tx| ep.on_transmit_ready(tx));
+            let gp = self.hcas[h as usize].port;
+            if self.owns_node(self.ports[gp as usize].node as usize) {
+                self.current = self.entity_of_port(gp);
+                self.call_endpoint(h, |ep, tx| ep.on_transmit_ready(tx));
+            }
         }
         if let Some(iv) = self.config.sample_interval_ps {
-            self.queue.push(iv.max(1), Event::Sample);
+            self.current = 0;
+            self.schedule(iv.max(1), Event::Sample);
         }
         self.drain_kicks();
     }
 
     pub(super) fn drain_kicks(&mut self) {
         while let Some(q) = self.kicks.pop_front() {
+            self.current = self.entity_of_port(q);
             self.try_send(q);
             let p = &mut self.ports[q as usize];
             if p.refill {
@@ -61,6 +81,23 @@ impl Fabric {
     }
 
     pub(super) fn handle(&mut self, t: Picos, ev: Event) {
+        self.current = match ev {
+            Event::TxDone(q)
+            | Event::Arrive(q, _)
+            | Event::FcWake(q)
+            | Event::Release { port: q, .. }
+            | Event::FcRefresh(q)
+            | Event::XbarRetry(q) => self.entity_of_port(q),
+            Event::HcaWake(h) => self.entity_of_port(self.hcas[h as usize].port),
+            Event::LinkState { .. } | Event::Sample => {
+                // Every partition runs the fabric's own events (each for its own nodes);
+                // they count once, in the first.
+                if self.part.as_ref().is_some_and(|p| !p.is_first()) {
+                    self.events -= 1;
+                }
+                0
+            }
+        };
         match ev {
             Event::TxDone(q) => {
                 let p = &mut self.ports[q as usize];
@@ -77,9 +114,16 @@ impl Fabric {
             }
             Event::Release { port, vl, blocks } => self.release(port, vl, blocks),
             Event::LinkState { port, up } => {
+                // Both ends change together; each partition changes the ends it owns.
                 let peer = self.ports[port as usize].peer;
-                if peer != NO_PEER && self.ports[port as usize].link_up != up {
+                if peer != NO_PEER {
                     for q in [port, peer] {
+                        let node = self.ports[q as usize].node;
+                        if !self.owns_node(node as usize) || self.ports[q as usize].link_up == up {
+                            continue;
+                        }
+                        self.current = node + 1;
+                        self.apply_wire(q);
                         if up {
                             self.link_up(q);
                         } else {
@@ -94,15 +138,15 @@ impl Fabric {
                 for v in 0..p.op_vls as usize {
                     if p.fc_pending & (1 << v) != 0 {
                         next = next.min(t + p.fc_interval);
-                    } else if t >= p.fc_last[v] + p.fc_interval {
+                    } else if t >= p.vls[v].fc_last + p.fc_interval {
                         p.fc_pending |= 1 << v;
                         next = next.min(t + p.fc_interval);
                     } else {
-                        next = next.min(p.fc_last[v] + p.fc_interval);
+                        next = next.min(p.vls[v].fc_last + p.fc_interval);
                     }
                 }
                 if next != Picos::MAX {
-                    self.queue.push(next, Event::FcRefresh(q));
+                    self.schedule(next, Event::FcRefresh(q));
                 }
                 self.kicks.push_back(q);
             }
@@ -117,20 +161,24 @@ impl Fabric {
                 }
             }
             Event::Sample => {
-                for p in &self.ports {
-                    if p.peer == NO_PEER {
+                for q in 0..self.ports.len() as u32 {
+                    let node = self.ports[q as usize].node as usize;
+                    if self.ports[q as usize].peer == NO_PEER || !self.owns_node(node) {
                         continue;
                     }
+                    self.apply_wire(q);
+                    let p = &self.ports[q as usize];
                     self.samples.push(CounterSample {
                         time: t,
                         node: p.node,
                         port: p.num,
                         counters: p.counters_at(t),
-                        rx_blocks_used: p.rx.iter().map(|r| r.occupied()).sum(),
+                        rx_blocks_used: p.vls[..DATA_VLS].iter().map(|v| v.rx.occupied()).sum(),
                     });
                 }
                 if let Some(iv) = self.config.sample_interval_ps {
-                    self.queue.push(t + iv.max(1), Event::Sample);
+                    self.current = 0;
+                    self.schedule(t + iv.max(1), Event::Sample);
                 }
             }
         }
@@ -162,7 +210,7 @@ impl Fabric {
         if wake != hca.wake_at {
             hca.wake_at = wake;
             if wake != NOT_WAITING {
-                self.queue.push(wake, Event::HcaWake(h));
+                self.schedule(wake, Event::HcaWake(h));
             }
         }
         if self.ports[gp as usize].nonempty != 0 {

@@ -28,7 +28,8 @@ impl Fabric {
                 reason: format!("port {port} of `{name}` has no cable"),
             });
         }
-        self.queue.push(
+        self.current = 0;
+        self.schedule(
             at,
             Event::LinkState {
                 port: gp as u32,
@@ -50,20 +51,22 @@ impl Fabric {
         p.epoch = p.epoch.wrapping_add(1);
         p.counters.link_downed_counter += 1;
         p.fc_pending = 0;
-        p.fc_in.clear(); // flow-control packets on the wire are lost too
-        p.tx = [crate::credits::TxCredits::new(); DATA_VLS];
-        for v in 0..DATA_VLS {
-            p.in_flight[v].clear();
-            p.in_flight_blocks[v] = 0;
+        // What is still on the wire towards this port is lost too: its items carry the old
+        // epoch and are skipped when they come due.
+        for v in &mut p.vls[..DATA_VLS] {
+            v.tx = crate::credits::TxCredits::new();
+            v.in_flight.clear();
+            v.in_flight_blocks = 0;
         }
         if p.switch.is_none() {
             return;
         }
         for v in 0..16u8 {
-            while let Some(src) = self.ports[q as usize].out_q[v as usize].pop_front() {
+            while let Some(src) = self.ports[q as usize].vls[v as usize].out_q.pop_front() {
                 if let Source::Input { port, vl } = src {
                     let blocks = {
-                        let head = *self.ports[port as usize].in_q[vl as usize]
+                        let head = *self.ports[port as usize].vls[vl as usize]
+                            .in_q
                             .front()
                             .expect("requesting input has a head");
                         self.pool.get(head).meta.blocks
@@ -82,8 +85,8 @@ impl Fabric {
     pub(super) fn link_up(&mut self, q: u32) {
         let p = &mut self.ports[q as usize];
         p.link_up = true;
-        for r in p.rx.iter_mut() {
-            r.reset_abr();
+        for v in &mut p.vls[..DATA_VLS] {
+            v.rx.reset_abr();
         }
         p.fc_pending = p.data_vl_mask();
         self.kicks.push_back(q);

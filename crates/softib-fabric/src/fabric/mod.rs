@@ -25,11 +25,19 @@
 //! [`Fabric::attach`] endpoints, [`Fabric::run_until`] a time, read ports and counters.
 
 mod build;
+mod cross;
+mod cross_codec;
 mod crossbar;
 mod event_loop;
 mod link_state;
+mod partition;
 mod program;
 mod transmit;
+mod wire;
+
+pub(crate) use cross::Cross;
+pub use cross_codec::CodecError;
+pub use partition::Partitioning;
 
 pub use program::SubnetProgram;
 
@@ -137,7 +145,7 @@ pub enum BuildError {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Event {
+pub(crate) enum Event {
     TxDone(u32),
     Arrive(u32, PacketId),
     /// A port blocked on credits: a flow-control packet for it arrives now.
@@ -209,6 +217,13 @@ pub struct Fabric {
     switches: Vec<Switch>,
     hcas: Vec<Hca>,
     kicks: VecDeque<u32>,
+    /// Per entity (0: the fabric, node n: n + 1), how many events it has scheduled: the
+    /// count in the [`Tie`] of its next event.
+    scheduled_by: Vec<u64>,
+    /// The entity whose state the running code changes, and so schedules as.
+    current: u32,
+    /// This fabric's share of a partitioned run (`None`: it runs every node).
+    part: Option<Box<cross::PartitionState>>,
     started: bool,
     events: u64,
     samples: Vec<CounterSample>,
@@ -320,7 +335,20 @@ impl Fabric {
     /// Receive-buffer blocks in use on a data VL of a port.
     pub fn rx_blocks_used(&self, name: &str, port: u8, vl: u8) -> Option<u32> {
         let p = &self.ports[self.port_index(name, port)?];
-        p.rx.get(vl as usize).map(|r| r.occupied())
+        // Heads that have arrived by now count, whether or not the port has applied them yet.
+        let due: u32 = p
+            .wire_in
+            .iter()
+            .take_while(|w| w.at <= self.now)
+            .filter(|w| w.epoch == p.epoch)
+            .map(|w| match w.kind {
+                crate::port::WireKind::Data { vl: v, blocks, .. } if v == vl => blocks as u32,
+                _ => 0,
+            })
+            .sum();
+        p.vls[..DATA_VLS]
+            .get(vl as usize)
+            .map(|v| v.rx.occupied() + due)
     }
 
     /// Sum of all ports' counters (errors, packets) as of now.
@@ -406,7 +434,8 @@ impl Fabric {
             reason: format!("`{name}` is a switch, endpoints attach to HCAs"),
         })?;
         self.hcas[h as usize].endpoint = Some(endpoint);
-        if self.started {
+        if self.started && self.owns_node(self.ports[gp].node as usize) {
+            self.current = self.entity_of_port(gp as u32);
             self.call_endpoint(h, |ep, tx| ep.on_transmit_ready(tx));
             self.drain_kicks();
         }
@@ -451,7 +480,7 @@ impl Fabric {
     /// Blocks routed to output VL `vl` of switch port (`name`, `port`) and not yet sent.
     pub fn queued_blocks(&self, name: &str, port: u8, vl: u8) -> Option<u32> {
         let p = &self.ports[self.port_index(name, port)?];
-        p.queued_blocks.get(vl as usize).copied()
+        p.vls.get(vl as usize).map(|v| v.queued_blocks)
     }
 
     /// Sets the SL2VL table a switch uses from input port `in_port` to output `out_port`.

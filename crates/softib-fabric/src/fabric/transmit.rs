@@ -7,9 +7,8 @@
 use super::{Event, Fabric, Forwarding, LRH_BYTES};
 use crate::congestion::OutputState;
 use crate::counters::data_words;
-use crate::credits::MAX_WINDOW;
 use crate::packet::{CrcState, PacketId};
-use crate::port::{Source, NOT_WAITING, NO_PEER};
+use crate::port::{Source, WireItem, WireKind, NOT_WAITING, NO_PEER};
 use crate::time::Picos;
 use crate::vlarb::VL15;
 
@@ -20,7 +19,7 @@ impl Fabric {
         if !p.done_scheduled {
             p.done_scheduled = true;
             let at = p.busy_until;
-            self.queue.push(at, Event::TxDone(q));
+            self.schedule(at, Event::TxDone(q));
         }
     }
 
@@ -46,14 +45,23 @@ impl Fabric {
         if let Some((ip, ivl, blocks)) = self.ports[qi].release_on_done.take() {
             self.release(ip, ivl, blocks);
         }
-        self.ports[qi].apply_fc(now);
+        self.apply_wire(q);
         // Link packets go first (IBA 7.9.4: flow-control packets are not subject to VL
         // arbitration).
         if let Some(fc) = self.ports[qi].send_fc(now) {
-            let peer = self.ports[qi].peer;
-            if let Some(wake) = self.ports[peer as usize].on_fc_sent_to_me(fc, now) {
-                self.queue.push(wake, Event::FcWake(peer));
-            }
+            let (peer, epoch) = (self.ports[qi].peer, self.ports[qi].epoch);
+            self.send_fc(
+                peer,
+                WireItem {
+                    at: fc.arrives,
+                    epoch,
+                    kind: WireKind::Fc {
+                        vl: fc.vl,
+                        fctbs: fc.fctbs,
+                        fccl: fc.fccl,
+                    },
+                },
+            );
             let p = &self.ports[qi];
             if p.nonempty != 0 || p.fc_pending != 0 {
                 self.schedule_done(q);
@@ -79,7 +87,7 @@ impl Fabric {
                     let p = &mut self.ports[qi];
                     if p.credit_stalled & (1 << v) == 0 {
                         p.credit_stalled |= 1 << v;
-                        p.credit_stalls[v] += 1;
+                        p.vls[v].credit_stalls += 1;
                     }
                 }
             }
@@ -88,41 +96,49 @@ impl Fabric {
         let Some(grant) = grant else {
             let p = &mut self.ports[qi];
             p.start_waits(now, 0);
-            if let Some(&(t, _, _)) = p.fc_in.front() {
-                if p.fc_wake_at == NOT_WAITING {
-                    p.fc_wake_at = t;
-                    self.queue.push(t, Event::FcWake(q));
+            if p.fc_wake_at == NOT_WAITING {
+                // Look at the credits again when the next flow-control packet arrives; if
+                // none is on its way yet, its delivery schedules that (`deliver_fc`).
+                let next_fc = p
+                    .wire_in
+                    .iter()
+                    .find(|w| matches!(w.kind, WireKind::Fc { .. }))
+                    .map(|w| w.at);
+                match next_fc {
+                    Some(t) => self.schedule_fc_wake(q, t),
+                    None => p.fc_blocked = true,
                 }
             }
+            let p = &mut self.ports[qi];
             if retry != NOT_WAITING && p.xbar_retry_at != retry {
                 p.xbar_retry_at = retry;
-                self.queue.push(retry, Event::XbarRetry(q));
+                self.schedule(retry, Event::XbarRetry(q));
             }
             return;
         };
         let vl = grant.vl;
         let p = &mut self.ports[qi];
-        let queue = &mut p.out_q[vl as usize];
+        let queue = &mut p.vls[vl as usize].out_q;
         let src = if chosen[vl as usize] == 0 {
             queue.pop_front()
         } else {
             queue.remove(chosen[vl as usize])
         }
         .expect("granted VL has a request");
-        if p.out_q[vl as usize].is_empty() {
+        if p.vls[vl as usize].out_q.is_empty() {
             p.nonempty &= !(1 << vl);
         }
         p.credit_stalled &= !(1 << vl);
         // How long this VL waited, read before the grant stops its clock, for the marker.
-        let since = p.vl_wait_since[vl as usize];
+        let since = p.vls[vl as usize].vl_wait_since;
         let waited = if since == NOT_WAITING { 0 } else { now - since };
         // Inputs contending for this output VL at this grant (the granted one included).
-        let requests = p.out_q[vl as usize].len() as u16 + 1;
+        let requests = p.vls[vl as usize].out_q.len() as u16 + 1;
         p.stop_waits(now, vl);
         p.start_waits(now, 1 << vl);
         if let Source::Input { port, .. } = src {
             let num = self.ports[port as usize].num;
-            self.ports[qi].rr_last[vl as usize] = num;
+            self.ports[qi].vls[vl as usize].rr_last = num;
         }
         let p = &mut self.ports[qi];
         let (id, from) = match src {
@@ -131,7 +147,8 @@ impl Fabric {
                 (id, None)
             }
             Source::Input { port, vl: ivl } => {
-                let id = self.ports[port as usize].in_q[ivl as usize]
+                let id = self.ports[port as usize].vls[ivl as usize]
+                    .in_q
                     .pop_front()
                     .expect("requesting input has a head");
                 (id, Some((port, ivl)))
@@ -141,12 +158,13 @@ impl Fabric {
             // Annex A10: the marking decision at the switch output, before the packet leaves.
             if vl != VL15 {
                 let head_wait =
-                    now.saturating_sub(self.ports[ip as usize].head_since[ivl as usize]);
+                    now.saturating_sub(self.ports[ip as usize].vls[ivl as usize].head_since);
                 self.mark_congestion(qi, vl, id, now, (waited, requests, head_wait));
             }
             let blocks = self.pool.get(id).meta.blocks as u32;
             let p = &mut self.ports[qi];
-            p.queued_blocks[vl as usize] = p.queued_blocks[vl as usize].saturating_sub(blocks);
+            p.vls[vl as usize].queued_blocks =
+                p.vls[vl as usize].queued_blocks.saturating_sub(blocks);
         }
         let p = &mut self.ports[qi];
         let pkt = self.pool.get_mut(id);
@@ -155,7 +173,7 @@ impl Fabric {
         pkt.meta.vl = vl;
         p.arb.commit(grant, blocks);
         if vl != VL15 {
-            p.tx[vl as usize].on_send(blocks);
+            p.vls[vl as usize].tx.on_send(blocks);
         }
         p.counters.port_xmit_pkts += 1;
         p.counters.port_xmit_data += data_words(len);
@@ -170,6 +188,9 @@ impl Fabric {
             }
         }
         let meta = pkt.meta;
+        pkt.epoch = p.epoch;
+        pkt.accounted = false;
+        pkt.rejected = false;
         if let Some(tap) = self.tap.as_mut() {
             tap.see(qi, peer as usize, now + ser, tail, self.pool.get(id));
         }
@@ -177,7 +198,7 @@ impl Fabric {
             peer,
             id,
             meta,
-            now + delay + timing.ps(LRH_BYTES).min(ser),
+            (now + delay, now + delay + timing.ps(LRH_BYTES).min(ser)),
             tail,
         );
         if let Some((ip, ivl)) = from {
@@ -188,7 +209,7 @@ impl Fabric {
             if release == now + ser {
                 self.ports[qi].release_on_done = Some((ip, ivl, blocks));
             } else {
-                self.queue.push(
+                self.schedule(
                     release,
                     Event::Release {
                         port: ip,
@@ -223,11 +244,11 @@ impl Fabric {
             node: p.node,
             port: p.num,
             vl,
-            queued_blocks: p.queued_blocks[vl as usize],
+            queued_blocks: p.vls[vl as usize].queued_blocks,
             head_wait_ps: head_wait,
             head_wait_blocks: (head_wait / p.ser.ps(64).max(1)).min(u32::MAX as u64) as u32,
-            credit_stalls: p.credit_stalls[vl as usize],
-            credits: p.tx[vl as usize].available(),
+            credit_stalls: p.vls[vl as usize].credit_stalls,
+            credits: p.vls[vl as usize].tx.available(),
             waited_ps: waited,
             requests,
         };
@@ -242,48 +263,35 @@ impl Fabric {
         }
     }
 
-    /// A data packet starts on the wire towards port `r`, its head arriving at `head` and its
-    /// tail at `tail`. The receiver's credit accounting (ABR, buffer occupancy) is done now:
-    /// it leaves FCCL = ABR + free unchanged, so when it happens is invisible to the
-    /// transmitter, and doing it before any later flow-control packet from the same link can
-    /// arrive keeps the FCTBS resynchronisation exact. A switch routes the packet now too (its
-    /// tables are static), so a hop needs a single arrival event, at the time the packet
-    /// becomes eligible for forwarding.
+    /// A data packet starts on the wire towards port `r`: its first bit reaches `r` at
+    /// `first`, its LRH at `head` and its tail at `tail`. The receiver accounts its blocks when
+    /// its first bit arrives (a [`WireItem`] applied in order with the flow-control packets
+    /// from the same link, which keeps the FCTBS resynchronisation exact; IBA 7.9.4.3). A
+    /// switch's routing is decided now, from its static tables, so a hop needs a single
+    /// arrival event, at the time the packet becomes eligible for forwarding.
     pub(super) fn transmit_to(
         &mut self,
         r: u32,
         id: PacketId,
         meta: crate::packet::PacketMeta,
-        head: Picos,
+        (first, head): (Picos, Picos),
         tail: Picos,
     ) {
         let ri = r as usize;
-        self.pool.get_mut(id).epoch = self.ports[ri].epoch;
-        let vl = meta.vl;
-        if vl != VL15 {
-            let p = &mut self.ports[ri];
-            if vl >= p.op_vls {
-                p.counters.port_rcv_errors += 1;
-                self.pool.free(id);
-                return;
-            }
-            if p.rx[vl as usize].on_receive(meta.blocks).is_err() {
-                p.counters.excessive_buffer_overrun_errors += 1;
-                self.pool.free(id);
-                return;
-            }
-        }
         let arrive = match (self.ports[ri].switch, self.config.forwarding) {
             (Some(_), Forwarding::CutThrough) => head,
             _ => tail,
         };
-        if vl != VL15 {
-            let p = &mut self.ports[ri];
-            if p.rx[vl as usize].capacity() > MAX_WINDOW as u32 {
-                p.in_flight[vl as usize].push_back((arrive, meta.blocks));
-                p.in_flight_blocks[vl as usize] += meta.blocks as u32;
-            }
-        }
+        let item = (meta.vl != VL15).then(|| WireItem {
+            at: first,
+            epoch: self.pool.get(id).epoch,
+            kind: WireKind::Data {
+                id,
+                vl: meta.vl,
+                blocks: meta.blocks,
+                arrive,
+            },
+        });
         let at = match self.ports[ri].switch {
             None => tail,
             Some(s) => {
@@ -306,6 +314,6 @@ impl Fabric {
                 }
             }
         };
-        self.queue.push(at, Event::Arrive(r, id));
+        self.send_data(r, id, item, at);
     }
 }
