@@ -9,7 +9,7 @@
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rand::{Rng, SeedableRng};
 use softib_fabric::credits::TxCredits;
-use softib_fabric::event::EventQueue;
+use softib_fabric::event::{EventQueue, Tie};
 use softib_fabric::fabric::{Fabric, FabricConfig};
 use softib_fabric::hca::{Endpoint, HcaTx};
 use softib_fabric::packet::Packet;
@@ -23,15 +23,23 @@ fn event_queue(c: &mut Criterion) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let mut q = EventQueue::new();
         let mut now = 0u64;
+        let mut count = 0u64;
         for i in 0..pending {
-            q.push(rng.gen_range(0..400_000), i as u32);
+            q.push(rng.gen_range(0..400_000), Tie::new(1 + i as u32 % 64, count), i as u32);
+            count += 1;
         }
         g.throughput(Throughput::Elements(1));
         g.bench_function(format!("pop_push_{pending}_pending"), |b| {
             b.iter(|| {
                 let (t, e) = q.pop().expect("steady state");
                 now = t;
-                q.push(now + 1 + (e as u64 * 7919) % 400_000, e);
+                // Ties as the fabric makes them: 64 entities, each counting its events.
+                q.push(
+                    now + 1 + (e as u64 * 7919) % 400_000,
+                    Tie::new(1 + e % 64, count),
+                    e,
+                );
+                count += 1;
             })
         });
     }

@@ -14,7 +14,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -125,6 +126,16 @@ struct Shared {
     driver: Mutex<Driver>,
     /// Signalled when the device thread received something (completions may be ready).
     activity: Condvar,
+    /// Threads waiting on `activity` (counted under the driver lock before they look at
+    /// the state they wait for): the device thread signals only when one waits, because
+    /// `notify_all` costs a system call even when nobody listens.
+    waiters: AtomicUsize,
+    /// The instant the engine's clock counts from: the device thread reads the engine time
+    /// without the driver lock.
+    epoch: Instant,
+    /// The driver's wake-up descriptor (it lives as long as the driver, which `Shared`
+    /// owns).
+    wake_fd: RawFd,
     stop: AtomicBool,
     /// Engine time until which the device thread sleeps (u64::MAX: forever, 0: awake).
     sleeping_until: AtomicU64,
@@ -151,6 +162,42 @@ struct Router {
 }
 
 impl Shared {
+    /// The engine's time, read without the driver lock.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Until when the application drives the device with its polls (`APP_DRIVES_FOR` after
+    /// its latest one), or `None` when it does not (it never polled, stopped a while ago,
+    /// or said it is about to block).
+    fn app_drives_until(&self, now: u64) -> Option<u64> {
+        let polled = self.app_polled_at.load(Ordering::Relaxed);
+        let until = polled.checked_add(APP_DRIVES_FOR.as_nanos() as u64)?;
+        (polled != 0 && until > now).then_some(until)
+    }
+
+    /// Wakes the threads waiting for the device thread's progress, if any.
+    fn notify_activity(&self) {
+        if self.waiters.load(Ordering::Acquire) != 0 {
+            self.activity.notify_all();
+        }
+    }
+
+    /// Waits on `activity` for at most `timeout`, counted in `waiters`.
+    fn wait_activity<'a>(
+        &self,
+        d: MutexGuard<'a, Driver>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, Driver> {
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        let d = match self.activity.wait_timeout(d, timeout) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
+        d
+    }
+
     fn router(&self) -> MutexGuard<'_, Router> {
         self.router.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -218,9 +265,13 @@ impl Context {
         let driver = Driver::open(config)?;
         let waker = driver.waker().map_err(NetError::Wake)?;
         let (local, gid, mtu) = (driver.local_addr(), driver.gid(), driver.mtu());
+        let (epoch, wake_fd) = (driver.epoch(), driver.wait_fds().1);
         let shared = Arc::new(Shared {
             driver: Mutex::new(driver),
             activity: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            epoch,
+            wake_fd,
             stop: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(0),
             waker,
@@ -494,6 +545,11 @@ impl Context {
                 .store(d.last_now().max(1), Ordering::Relaxed);
         }
         self.shared.route_events(&mut d);
+        if moved {
+            // Another thread of the application may wait (`wait_cq`, a CM wait) for what
+            // this poll received: the device thread stands back now and will not tell it.
+            self.shared.notify_activity();
+        }
         let n = d.engine_mut().poll_cq(cq, out);
         if n == 0 && d.holds_only_new_acks() {
             // This turn's ACKs, and nothing for the application to answer them with (a
@@ -510,6 +566,37 @@ impl Context {
             }
         }
         (n, moved)
+    }
+
+    /// For a polling loop that found nothing for a while (the peer it waits for is not
+    /// running, on a busy machine): sleeps in this thread until a datagram is readable on
+    /// the device's sockets, the engine's next timer, or `max`, without the driver lock;
+    /// the caller's next poll then receives what arrived, so nothing is handed over to the
+    /// device thread, which keeps standing back meanwhile. Held ACKs leave first.
+    ///
+    /// Why not `sched_yield`: the scheduler (CFS and EEVDF alike) keeps a yielding thread
+    /// runnable behind every other runnable thread, so on a machine with more of them than
+    /// cores each yield can cost a whole time slice of some unrelated job (milliseconds),
+    /// while a sleeping thread is woken as soon as its datagram arrives and keeps its claim
+    /// to the core.
+    pub fn sleep_until_readable(&self, max: Duration) {
+        let mut d = self.lock();
+        let _ = d.release_acks();
+        let now = d.now();
+        let until = d
+            .next_deadline()
+            .unwrap_or(u64::MAX)
+            .min(now.saturating_add(max.as_nanos() as u64));
+        if until <= now {
+            return;
+        }
+        let (fds, _) = d.wait_fds();
+        // The device thread stands back until APP_DRIVES_FOR after this sleep ends.
+        self.shared.app_polled_at.store(until, Ordering::Relaxed);
+        drop(d);
+        // No wake-up descriptor (-1: ppoll skips it): a verb of another thread sends what
+        // it makes itself, and the timers bound the sleep.
+        let _ = crate::driver::wait_on(&fds, -1, Some(Duration::from_nanos(until - now)));
     }
 
     /// The application is about to block: the device thread must watch the socket again
@@ -534,14 +621,9 @@ impl Context {
             if left.is_zero() {
                 return 0;
             }
-            d = match self
+            d = self
                 .shared
-                .activity
-                .wait_timeout(d, left.min(Duration::from_millis(10)))
-            {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+                .wait_activity(d, left.min(Duration::from_millis(10)));
         }
     }
 
@@ -566,14 +648,9 @@ impl Context {
             if left.is_zero() {
                 return None;
             }
-            d = match self
+            d = self
                 .shared
-                .activity
-                .wait_timeout(d, left.min(Duration::from_millis(10)))
-            {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+                .wait_activity(d, left.min(Duration::from_millis(10)));
         }
     }
 
@@ -855,12 +932,16 @@ impl Context {
     /// Takes the next asynchronous event (CQ notification, SRQ limit, QP fatal, ...).
     pub fn poll_event(&self) -> Option<AsyncEvent> {
         let mut d = self.lock();
-        let _ = d.process();
+        let moved = d.process().is_ok_and(|p| p.any());
         self.shared
             .app_polled_at
             .store(d.last_now().max(1), Ordering::Relaxed);
         self.shared.route_events(&mut d);
         drop(d);
+        if moved {
+            // As in `poll_cq_progress`: a waiting thread learns of it from this poll.
+            self.shared.notify_activity();
+        }
         self.shared.router().events.pop_front()
     }
 
@@ -878,14 +959,9 @@ impl Context {
             if left.is_zero() {
                 return None;
             }
-            d = match self
+            d = self
                 .shared
-                .activity
-                .wait_timeout(d, left.min(Duration::from_millis(10)))
-            {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+                .wait_activity(d, left.min(Duration::from_millis(10)));
         }
     }
 
@@ -983,6 +1059,21 @@ fn device_loop(s: &Shared, mode: WaitMode) {
     let mut last_activity = Instant::now();
     let mut woken = false;
     while !s.stop.load(Ordering::Acquire) {
+        // While the application polls, its polls receive, fire the timers and send
+        // (`Context::poll_cq_progress`): stand back without touching the driver lock until
+        // it stops, so the polling thread never sleeps on the lock behind a device turn (a
+        // futex sleep costs the polling thread its core, tens of us or more on a busy
+        // machine). A verb that needs the thread sooner (datagrams left behind a full
+        // socket buffer, a timer earlier than this sleep) wakes it.
+        if !woken && mode != WaitMode::Polling {
+            if let Some(until) = s.app_drives_until(s.now()) {
+                s.sleeping_until.store(until, Ordering::Release);
+                let timeout = Duration::from_nanos(until.saturating_sub(s.now()));
+                woken = crate::driver::wait_on(&[], s.wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
+                s.sleeping_until.store(0, Ordering::Release);
+                continue;
+            }
+        }
         let mut d = s.driver.lock().unwrap_or_else(|p| p.into_inner());
         if std::mem::take(&mut woken) {
             d.drain_wake();
@@ -1007,7 +1098,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
             let (_, wake_fd) = d.wait_fds();
             drop(d);
             if active {
-                s.activity.notify_all();
+                s.notify_activity();
             }
             let timeout = Duration::from_nanos(until.saturating_sub(now));
             woken = crate::driver::wait_on(&[], wake_fd, Some(timeout)).is_ok_and(|(_, w)| w);
@@ -1017,7 +1108,7 @@ fn device_loop(s: &Shared, mode: WaitMode) {
         if active {
             last_activity = Instant::now();
             drop(d);
-            s.activity.notify_all();
+            s.notify_activity();
             continue;
         }
         // A timer due within the spin window is cheaper to spin for than to sleep for.
@@ -1048,6 +1139,6 @@ fn device_loop(s: &Shared, mode: WaitMode) {
         drop(d);
         woken = crate::driver::wait_on(&fd, wake_fd, timeout).is_ok_and(|(_, w)| w);
         s.sleeping_until.store(0, Ordering::Release);
-        s.activity.notify_all();
+        s.notify_activity();
     }
 }

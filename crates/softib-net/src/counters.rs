@@ -1,7 +1,7 @@
 //! A serialisable snapshot of a device's counters: the engine's device-wide and per-QP
 //! counters and the driver's, by name, so tools can publish them (`softib counters`) and
-//! compare runs. Names are the Rust field names; a counter added to the engine or the
-//! driver appears here once it is listed below.
+//! compare runs. Names are the Rust field names; a counter added to the engine appears here
+//! by itself (`QpCounters::named`), one added to the driver once it is listed below.
 
 use std::collections::BTreeMap;
 
@@ -33,40 +33,7 @@ macro_rules! put {
 
 /// The per-QP counters by name.
 pub fn qp_map(c: &QpCounters) -> CounterMap {
-    let mut m = CounterMap::new();
-    put!(
-        m,
-        "",
-        c,
-        packets_sent,
-        bytes_sent,
-        packets_received,
-        bytes_received,
-        retransmitted_packets,
-        local_ack_timeouts,
-        seq_naks_sent,
-        seq_naks_received,
-        rnr_naks_sent,
-        rnr_naks_received,
-        duplicates_received,
-        out_of_sequence_drops,
-        remote_access_errors,
-        invalid_requests,
-        remote_operational_errors,
-        stale_responses,
-        fecn_received,
-        becn_received,
-        ecn_ce_received,
-        cnps_sent,
-        cnps_received,
-        becns_sent,
-        throttled_ns,
-        wrong_state_drops,
-        bad_pkey_drops,
-        bad_qkey_drops,
-        xrc_bad_srq,
-    );
-    m
+    c.named().map(|(name, v)| (name.to_string(), v)).collect()
 }
 
 /// The device-wide engine counters by name: the QP sums, then the device's own drop
@@ -74,22 +41,7 @@ pub fn qp_map(c: &QpCounters) -> CounterMap {
 /// reached no QP).
 pub fn device_map(c: &DeviceCounters) -> CounterMap {
     let mut m = qp_map(&c.qp);
-    put!(
-        m,
-        "",
-        c,
-        malformed_drops,
-        unknown_qp_drops,
-        bad_pkey_drops,
-        bad_qkey_drops,
-        wrong_state_drops,
-        wrong_service_drops,
-        foreign_source_drops,
-        icrc_drops,
-        vcrc_drops,
-        format_drops,
-        cq_overflows,
-    );
+    m.extend(c.named().map(|(name, v)| (name.to_string(), v)));
     m
 }
 

@@ -49,6 +49,11 @@ const MAX_ROCE_DATAGRAM: usize = 4096 + 64 + ICRC_LEN;
 /// `Driver::receive`): half of 16 outstanding atomics, perftest's default depth.
 const RX_ANSWER_EVERY: usize = 8;
 
+/// Turns between two reads of the port owner's own slot and listener sockets
+/// (`Driver::group_read_due`): what waits there is stale, so a read every 16 turns (a few
+/// tens of microseconds in a polling loop) costs nothing in latency.
+const OWNER_GROUP_READ_EVERY: u32 = 16;
+
 /// Distinct (peer, QP) pairs one send call fails for EMSGSIZE; more are left to a later
 /// send (their next datagram is refused too).
 const REFUSED_PER_SEND: usize = 8;
@@ -271,6 +276,9 @@ pub struct Driver {
     acks: AckHold,
     /// How many of them were held before the current turn began.
     acks_before_turn: usize,
+    /// Turns since the port owner last read its own slot and listener sockets (see
+    /// [`OWNER_GROUP_READ_EVERY`]).
+    turns_since_group_read: u32,
 }
 
 /// What a flush does with the positive ACKs it holds (`ack_hold.rs`).
@@ -455,6 +463,7 @@ impl Driver {
             wake_tx,
             acks: AckHold::default(),
             acks_before_turn: 0,
+            turns_since_group_read: 0,
         })
     }
 
@@ -532,6 +541,12 @@ impl Driver {
     /// Nanoseconds since the driver opened (the engine's clock).
     pub fn now(&self) -> Nanos {
         self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    /// The instant the engine's clock counts from (so another thread can read the engine
+    /// time without the driver).
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
     }
 
     /// The engine time [`Driver::process`] last read (the start of its latest turn).
@@ -618,7 +633,10 @@ impl Driver {
         } else {
             AckRelease::AfterData
         };
-        progress.received = self.receive(now, release)? + self.receive_from_group(now);
+        progress.received = self.receive(now, release)?;
+        if self.group_read_due() {
+            progress.received += self.receive_from_group(now);
+        }
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
@@ -746,6 +764,27 @@ impl Driver {
             parts.deliver(now, &d, &mut self.counters);
         }
         n
+    }
+
+    /// Whether this turn reads the slot and listener sockets. A process that is not the
+    /// port owner receives everything there, so it reads them every turn. The owner
+    /// forwards to the others and never to itself, so its own sockets hold only what an
+    /// earlier owner forwarded before this process took over: reading them every turn would
+    /// cost an empty `recvfrom` per turn of a polling loop (a third of its turn's system
+    /// time), so it reads them every [`OWNER_GROUP_READ_EVERY`] turns.
+    fn group_read_due(&mut self) -> bool {
+        let Some(g) = self.group.as_ref() else {
+            return false;
+        };
+        if !g.is_owner() {
+            return true;
+        }
+        self.turns_since_group_read += 1;
+        if self.turns_since_group_read < OWNER_GROUP_READ_EVERY {
+            return false;
+        }
+        self.turns_since_group_read = 0;
+        true
     }
 
     /// When the next owner probe is due, if this driver needs one.

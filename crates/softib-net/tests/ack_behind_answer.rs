@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{pattern, side, Side};
-use softib_transport::{QpType, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
+use common::{pattern, rc_pair, Side};
+use softib_transport::{RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 
 const ROUND_TRIPS: u64 = 300;
 const LEN: u32 = 64;
@@ -64,11 +64,7 @@ fn await_receive(s: &Side, sends_done: &mut u64) -> u64 {
 
 #[test]
 fn acks_leave_behind_the_answer_and_none_is_lost() {
-    let a = side("127.0.0.1:0", QpType::Rc, 1 << 16, |_| {});
-    let b = side("127.0.0.2:0", QpType::Rc, 1 << 16, |_| {});
-    let (ea, eb) = (a.endpoint(), b.endpoint());
-    a.connect(QpType::Rc, &eb);
-    b.connect(QpType::Rc, &ea);
+    let (a, b) = rc_pair("127.0.0.1:0", "127.0.0.2:0", 1 << 16);
     for seq in 0..8 {
         a.ctx.post_recv(a.qpn, &[recv(&a, seq)]).unwrap();
         b.ctx.post_recv(b.qpn, &[recv(&b, seq)]).unwrap();

@@ -6,18 +6,14 @@
 
 mod common;
 
-use common::side;
-use softib_transport::{QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode};
+use common::rc_pair;
+use softib_transport::{SendFlags, SendWr, Sge, WcStatus, WrOpcode};
 
 const BURST: u64 = 16;
 
 #[test]
 fn a_burst_of_atomics_is_answered_in_parts_with_exact_results() {
-    let a = side("127.0.0.1:0", QpType::Rc, 1 << 16, |_| {});
-    let b = side("127.0.0.2:0", QpType::Rc, 1 << 16, |_| {});
-    let (ea, eb) = (a.endpoint(), b.endpoint());
-    a.connect(QpType::Rc, &eb);
-    b.connect(QpType::Rc, &ea);
+    let (a, b) = rc_pair("127.0.0.1:0", "127.0.0.2:0", 1 << 16);
     let (_, b0) = b.ctx.counters();
     let wrs: Vec<SendWr> = (0..BURST)
         .map(|i| SendWr {

@@ -11,8 +11,7 @@
 
 mod common;
 
-use std::process::Command;
-
+use common::netns::{run, Namespace};
 use common::{pattern, side};
 use softib_transport::{
     QpState, QpType, SendFlags, SendWr, Sge, VendorErr, WcOpcode, WcStatus, WrOpcode,
@@ -20,59 +19,12 @@ use softib_transport::{
 
 const ROLE: &str = "SOFTIB_EMSGSIZE_NETNS_CHILD";
 
-/// The namespace, deleted on drop even when the test fails.
-struct Namespace(String);
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn run(cmd: &[&str]) {
-    let out = Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e} (needs iproute2)", cmd[0]));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed (needs root): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn a_datagram_refused_for_its_size_later_fails_the_wr_with_its_own_status() {
-    let ns = Namespace(format!("softib-emsgsize-{}", std::process::id()));
-    run(&["ip", "netns", "add", &ns.0]);
-    let n = ns.0.as_str();
-    run(&["ip", "-n", n, "link", "set", "lo", "mtu", "1500"]);
-    run(&["ip", "-n", n, "link", "set", "lo", "up"]);
-    let out = Command::new("ip")
-        .args(["netns", "exec", n])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "emsgsize_checks_inside_the_namespace",
-            "--nocapture",
-        ])
-        .env(ROLE, "1")
-        .output()
-        .expect("run the checks inside the namespace");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "the checks inside {n} failed:\n{text}"
-    );
-    assert!(
-        text.contains("test emsgsize_checks_inside_the_namespace ... ok"),
-        "the checks did not run:\n{text}"
-    );
+    let ns = Namespace::new("emsgsize");
+    ns.ip(&["link", "set", "lo", "mtu", "1500"]);
+    ns.ip(&["link", "set", "lo", "up"]);
+    ns.run_checks("emsgsize_checks_inside_the_namespace", ROLE);
 }
 
 fn write(a: &common::Side, b: &common::Side, wr_id: u64, len: u32) -> SendWr {

@@ -9,12 +9,12 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{pattern, side, unique_loopback};
+use common::{pattern, rc_pair, third_host_socket, unique_loopback};
 use softib_net::roce::seal;
-use softib_transport::{QpType, SendFlags, SendWr, Sge, WrOpcode};
+use softib_transport::{SendFlags, SendWr, Sge, WrOpcode};
 use softib_wire::{BthRepr, Opcode, PacketRepr, RethRepr};
 
 const REGION: usize = 2 << 20;
@@ -61,20 +61,12 @@ fn foreign_write(
 
 #[test]
 fn a_third_host_cannot_touch_a_live_connection() {
-    let a = side(&unique_loopback(1, 0x51), QpType::Rc, REGION, |_| {});
-    let b = side(&unique_loopback(2, 0x51), QpType::Rc, REGION, |_| {});
-    let (ea, eb) = (a.endpoint(), b.endpoint());
-    a.connect(QpType::Rc, &eb);
-    b.connect(QpType::Rc, &ea);
+    let (a, b) = rc_pair(&unique_loopback(1, 0x51), &unique_loopback(2, 0x51), REGION);
 
     let data = pattern(7, TRANSFER);
     a.ctx.write_mr(&a.mr, 0, &data).unwrap();
     let b_addr: SocketAddr = b.ctx.local_addr();
-    let third: SocketAddr = unique_loopback(3, 0x51)
-        .replace(":4791", ":0")
-        .parse()
-        .unwrap();
-    let spoofer = UdpSocket::bind(third).expect("bind the third host's socket");
+    let spoofer = third_host_socket(0x51);
     let third = spoofer.local_addr().unwrap();
     let send_foreign = |k: usize| {
         for i in 0..k {

@@ -7,12 +7,12 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{pattern, side, unique_loopback};
+use common::{pattern, rc_pair, third_host_socket, unique_loopback};
 use softib_net::roce::seal;
-use softib_transport::{QpType, SendFlags, SendWr, Sge, WrOpcode};
+use softib_transport::{SendFlags, SendWr, Sge, WrOpcode};
 
 const REGION: usize = 1 << 20;
 const GARBAGE: u64 = 100;
@@ -22,19 +22,11 @@ const SEALED: u64 = 100;
 
 #[test]
 fn hostile_datagrams_are_dropped_and_counted_by_cause_while_a_transfer_runs() {
-    let a = side(&unique_loopback(1, 0x61), QpType::Rc, REGION, |_| {});
-    let b = side(&unique_loopback(2, 0x61), QpType::Rc, REGION, |_| {});
-    let (ea, eb) = (a.endpoint(), b.endpoint());
-    a.connect(QpType::Rc, &eb);
-    b.connect(QpType::Rc, &ea);
+    let (a, b) = rc_pair(&unique_loopback(1, 0x61), &unique_loopback(2, 0x61), REGION);
     let data = pattern(11, REGION);
     a.ctx.write_mr(&a.mr, 0, &data).unwrap();
     let b_addr: SocketAddr = b.ctx.local_addr();
-    let from: SocketAddr = unique_loopback(3, 0x61)
-        .replace(":4791", ":0")
-        .parse()
-        .unwrap();
-    let hostile = UdpSocket::bind(from).expect("bind the hostile socket");
+    let hostile = third_host_socket(0x61);
     let from = hostile.local_addr().unwrap();
     let before = b.ctx.counters();
 

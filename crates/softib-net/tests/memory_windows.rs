@@ -7,18 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{pattern, side, Side};
+use common::{pattern, rc_pair, Side};
 use softib_transport::{
-    AccessFlags, MwBind, MwType, QpType, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
+    AccessFlags, MwBind, MwType, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
 };
 
 fn pair() -> (Side, Side) {
-    let a = side("127.0.0.1:0", QpType::Rc, 1 << 16, |_| {});
-    let b = side("127.0.0.2:0", QpType::Rc, 1 << 16, |_| {});
-    let (ea, eb) = (a.endpoint(), b.endpoint());
-    a.connect(QpType::Rc, &eb);
-    b.connect(QpType::Rc, &ea);
+    let (a, b) = rc_pair("127.0.0.1:0", "127.0.0.2:0", 1 << 16);
     (a, b)
 }
 

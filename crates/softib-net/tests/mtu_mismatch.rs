@@ -9,9 +9,11 @@
 //! Needs root (`ip netns`, veth); fails with the reason otherwise. The checks run in a child
 //! of this test binary inside the namespace (`--ignored --exact mtu_checks_inside_the_namespace`).
 
-use std::net::SocketAddr;
-use std::process::Command;
+mod common;
 
+use std::net::SocketAddr;
+
+use common::netns::Namespace;
 use softib_net::context::{Context, WaitMode};
 use softib_net::driver::{NetConfig, NetError};
 use softib_transport::{AccessFlags, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType};
@@ -20,73 +22,17 @@ const ROLE: &str = "SOFTIB_MTU_NETNS_CHILD";
 /// The device's address on the namespace's veth end.
 const ADDR: &str = "10.231.0.1";
 
-/// The namespace, deleted on drop even when the test fails.
-struct Namespace(String);
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn run(cmd: &[&str]) {
-    let out = Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e} (needs iproute2)", cmd[0]));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed (needs root): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn a_path_mtu_the_interface_cannot_carry_is_refused_with_both_mtus_named() {
-    let ns = Namespace(format!("softib-mtu-{}", std::process::id()));
-    run(&["ip", "netns", "add", &ns.0]);
-    let n = ns.0.as_str();
-    run(&[
-        "ip", "-n", n, "link", "add", "sib0", "type", "veth", "peer", "name", "sib1",
+    let ns = Namespace::new("mtu");
+    ns.ip(&[
+        "link", "add", "sib0", "type", "veth", "peer", "name", "sib1",
     ]);
-    run(&[
-        "ip",
-        "-n",
-        n,
-        "addr",
-        "add",
-        &format!("{ADDR}/24"),
-        "dev",
-        "sib0",
-    ]);
+    ns.ip(&["addr", "add", &format!("{ADDR}/24"), "dev", "sib0"]);
     for dev in ["lo", "sib0", "sib1"] {
-        run(&["ip", "-n", n, "link", "set", dev, "up"]);
+        ns.ip(&["link", "set", dev, "up"]);
     }
-    let out = Command::new("ip")
-        .args(["netns", "exec", n])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "mtu_checks_inside_the_namespace",
-            "--nocapture",
-        ])
-        .env(ROLE, "1")
-        .output()
-        .expect("run the checks inside the namespace");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "the checks inside {n} failed:\n{text}"
-    );
-    assert!(
-        text.contains("test mtu_checks_inside_the_namespace ... ok"),
-        "the checks did not run:\n{text}"
-    );
+    ns.run_checks("mtu_checks_inside_the_namespace", ROLE);
 }
 
 #[test]

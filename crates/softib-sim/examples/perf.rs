@@ -8,6 +8,12 @@
 //! cargo run --release -p softib-fabric --example perf -- rc-incast      # 1 s, engine, 8 -> 1
 //! cargo run --release -p softib-fabric --example perf -- rc-permutation # 1 ms, engine, 3456 hosts, 16 KiB
 //! cargo run --release -p softib-fabric --example perf -- rc-permutation-36 # the same, 11,664 hosts
+//! ```
+//!
+//! With `--features mpi`, `mpirun -np N perf CASE --mpi` runs partition r in rank r
+//! (`softib_sim::mpi_exchange`); rank 0 prints the figures, summed over the ranks.
+//!
+//! ```sh
 //! cargo run --release -p softib-fabric --example perf -- one-to-one     # 1 s, 1 -> 1 via one switch
 //! cargo run --release -p softib-fabric --example perf -- incast         # 1 s, 8 -> 1 on one switch
 //! cargo run --release -p softib-fabric --example perf -- permutation    # 1 ms, 3456-host 3-level fat tree (ftree routing;
@@ -201,8 +207,11 @@ fn build(case: &str, minhop: bool, owns: &dyn Fn(usize) -> bool) -> (Fabric, Pic
             rc_flows(&mut f, &flows, 65_536, owns);
             (f, PS_PER_S)
         }
-        "rc-permutation" | "rc-permutation-36" => {
-            let k = if case == "rc-permutation" { 24 } else { 36 };
+        c if c == "rc-permutation" || c.starts_with("rc-permutation-") => {
+            // rc-permutation-K: switches of K ports (default 24).
+            let k: u8 = c.strip_prefix("rc-permutation-").map_or(24, |k| {
+                k.parse().expect("rc-permutation-K takes a port count")
+            });
             let t = Topology::fat_tree_3(k).unwrap();
             let n = t.hcas().count();
             let cfg = FabricConfig {
@@ -232,6 +241,31 @@ struct Figures {
     delivered: u64,
     buffers: usize,
     queue_bytes: usize,
+    /// Sum over the ports this fabric runs of a hash of (node, port, every counter): equal
+    /// sums mean, but for a hash collision, equal counters everywhere.
+    digest: u64,
+}
+
+/// FNV-1a of `bytes`.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// See [`Figures::digest`].
+fn port_digest(f: &Fabric) -> u64 {
+    let mut sum = 0u64;
+    for (n, node) in f.topology().nodes.iter().enumerate() {
+        if !f.owns(&node.name) {
+            continue;
+        }
+        for p in 1..=node.ports {
+            let c = f.port_counters(&node.name, p).expect("the port exists");
+            sum = sum.wrapping_add(fnv(format!("{n}:{p}:{c:?}").as_bytes()));
+        }
+    }
+    sum
 }
 
 impl Figures {
@@ -243,6 +277,7 @@ impl Figures {
             delivered: f.packets_delivered(),
             buffers: f.packet_buffers(),
             queue_bytes: f.event_queue_bytes(),
+            digest: port_digest(f),
         }
     }
 
@@ -266,6 +301,53 @@ impl Figures {
         self.delivered += o.delivered;
         self.buffers += o.buffers;
         self.queue_bytes += o.queue_bytes;
+        self.digest = self.digest.wrapping_add(o.digest);
+    }
+}
+
+/// One rank of `mpirun -np N perf CASE --mpi`: partition `rank` of N, the figures summed
+/// over the ranks and printed by rank 0.
+#[cfg(feature = "mpi")]
+fn run_mpi(case: &str, minhop: bool, serial: Fabric, duration: Picos) {
+    use softib_sim::mpi_exchange::MpiExchange;
+    let universe = mpi::initialize().expect("MPI initialises once");
+    let mut ex = MpiExchange::new(mpi::topology::Communicator::duplicate(&universe.world()));
+    let (rank, ranks) = (ex.rank(), ex.size());
+    let p = Partitioning::by_leaf_groups(serial.topology(), ranks, serial.config().link_delay_ps)
+        .expect("partitioning");
+    drop(serial);
+    let mut f = build(case, minhop, &|n| p.owner(n) == rank).0;
+    let start = Instant::now();
+    softib_fabric::parallel::run_distributed(&p, rank, &mut f, duration, &mut ex)
+        .expect("distributed run");
+    let wall = start.elapsed().as_secs_f64();
+    let fig = Figures::of(&f);
+    let c = &fig.counters;
+    let hops = ex.sum(c.port_xmit_pkts);
+    let events = ex.sum(fig.events);
+    let delivered = ex.sum(fig.delivered);
+    let errors = ex.sum(c.errors());
+    let rss = ex.sum((peak_rss_mib() * 1024.0) as u64);
+    // Wrapping sum of the ranks' digests: the same as one fabric's.
+    let digests = ex.gather_to_all(fig.digest);
+    let digest = digests.iter().fold(0u64, |a, &d| a.wrapping_add(d));
+    if rank == 0 {
+        println!("case                 {case}");
+        println!(
+            "ranks                {ranks} (lookahead {} ps)",
+            p.lookahead()
+        );
+        println!(
+            "simulated            {:.6} s",
+            duration as f64 / PS_PER_S as f64
+        );
+        println!("wall                 {wall:.3} s");
+        println!("packet-hops          {hops}");
+        println!("events               {events}");
+        println!("delivered            {delivered}");
+        println!("errors               {errors}");
+        println!("counters digest      {digest:016x}");
+        println!("peak RSS, all ranks  {:.1} MiB", rss as f64 / 1024.0);
     }
 }
 
@@ -287,6 +369,11 @@ fn main() {
         .map_or(duration, |us| us * 1_000_000);
     let build_time = build_start.elapsed();
     let start = Instant::now();
+    #[cfg(feature = "mpi")]
+    if args.iter().any(|a| a == "--mpi") {
+        run_mpi(&case, minhop, f, duration);
+        return;
+    }
     let fig = if threads <= 1 {
         f.run_until(duration);
         Figures::of(&f)
@@ -342,5 +429,6 @@ fn main() {
         fig.queue_bytes as f64 / 1048576.0
     );
     println!("errors               {}", c.errors());
+    println!("counters digest      {:016x}", fig.digest);
     println!("peak RSS             {:.1} MiB", peak_rss_mib());
 }

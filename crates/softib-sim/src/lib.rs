@@ -14,6 +14,8 @@
 pub mod apps;
 pub mod cases;
 pub mod cc_trace;
+#[cfg(feature = "mpi")]
+pub mod mpi_exchange;
 pub mod report;
 pub mod scenario;
 pub mod serve;

@@ -58,3 +58,17 @@ fn the_648_host_all_to_all_delivers_every_shift_without_waiting_in_the_switches(
     assert_eq!(via_spines, crossing);
     assert!(crossing > 648 * SHIFTS / 2, "most shifts leave the leaf");
 }
+
+const FT_11664: &str = include_str!("../../../scenarios/large/fat-tree-11664-permutation.toml");
+
+#[test]
+fn the_11664_host_scale_scenario_is_a_36_port_three_level_fat_tree_run_for_1_ms() {
+    // Building and running it takes minutes (docs/design/fabric.md, "Parallel runs"); here
+    // only what it is: 11,664 hosts, 1,620 switches, every host a flow, 1 ms.
+    let s = Scenario::parse(FT_11664).unwrap();
+    let t = s.topology().unwrap();
+    assert_eq!(t.hcas().count(), 11_664);
+    assert_eq!(t.switches().count(), 1_620);
+    assert_eq!(s.duration_us, Some(1000));
+    assert_eq!(s.flow_plan(0).unwrap().len(), 11_664);
+}

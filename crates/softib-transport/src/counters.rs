@@ -1,4 +1,59 @@
-//! Per-QP and per-device counters (issue 3's list; CNP/ECN ones feed issue 6).
+//! Per-QP and per-device counters: what the engine counts, by QP and for the device as a
+//! whole. Each struct is declared through [`counters!`], which also gives it the list of
+//! its counters by name, so a counter added here reaches every table that prints them
+//! (`softib counters`, the simulator's reports) without a second list to keep in step.
+
+/// Declares a struct of `u64` counters (optionally led by one `sum` field of another
+/// counter struct) and, from the same field list, `named()` (every counter with its field
+/// name, in declaration order) and, for a plain struct, `accumulate()`.
+macro_rules! counters {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$fmeta:meta])* pub $field:ident: u64, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: u64, )*
+        }
+
+        impl $name {
+            /// Every counter with its field name, in declaration order.
+            pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$( (stringify!($field), self.$field) ),*].into_iter()
+            }
+
+            /// Adds every counter of `other` to `self`.
+            pub fn accumulate(&mut self, other: &$name) {
+                $( self.$field += other.$field; )*
+            }
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(#[$smeta:meta])* sum $sum:ident: $sum_ty:ty,
+            $( $(#[$fmeta:meta])* pub $field:ident: u64, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $(#[$smeta])* pub $sum: $sum_ty,
+            $( $(#[$fmeta])* pub $field: u64, )*
+        }
+
+        impl $name {
+            /// This struct's own counters (not the summed field) with their field names,
+            /// in declaration order.
+            pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$( (stringify!($field), self.$field) ),*].into_iter()
+            }
+        }
+    };
+}
+
+counters! {
 
 /// Counters of one QP. Every field counts events since the QP was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,43 +113,6 @@ pub struct QpCounters {
     /// XRC requests whose XRCETH named no XRC SRQ of the target QP's domain (NAKed).
     pub xrc_bad_srq: u64,
 }
-
-impl QpCounters {
-    /// Adds every field of `other` to `self`.
-    pub fn accumulate(&mut self, other: &QpCounters) {
-        macro_rules! add {
-            ($($f:ident),*) => { $( self.$f += other.$f; )* };
-        }
-        add!(
-            packets_sent,
-            bytes_sent,
-            packets_received,
-            bytes_received,
-            retransmitted_packets,
-            local_ack_timeouts,
-            seq_naks_sent,
-            seq_naks_received,
-            rnr_naks_sent,
-            rnr_naks_received,
-            duplicates_received,
-            out_of_sequence_drops,
-            remote_access_errors,
-            invalid_requests,
-            remote_operational_errors,
-            stale_responses,
-            fecn_received,
-            becn_received,
-            ecn_ce_received,
-            cnps_sent,
-            cnps_received,
-            becns_sent,
-            throttled_ns,
-            wrong_state_drops,
-            bad_pkey_drops,
-            bad_qkey_drops,
-            xrc_bad_srq
-        );
-    }
 }
 
 /// Why the driver dropped a packet before the engine saw it (it reports these through
@@ -109,12 +127,13 @@ pub enum DriverDrop {
     Format,
 }
 
+counters! {
 /// Device-wide counters: the sum of all QPs' counters (also of destroyed ones) plus drops
 /// that belong to no QP.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounters {
     /// Sum over every QP (live and destroyed).
-    pub qp: QpCounters,
+    sum qp: QpCounters,
     /// Packets whose transport headers did not parse (bad opcode, truncated, bad pad).
     pub malformed_drops: u64,
     /// Packets for a QPN with no QP.
@@ -139,6 +158,7 @@ pub struct DeviceCounters {
     pub format_drops: u64,
     /// Completions lost to full CQs (each also raised `AsyncEvent::CqOverflow`).
     pub cq_overflows: u64,
+}
 }
 
 #[cfg(test)]
@@ -172,5 +192,29 @@ mod tests {
                 ..QpCounters::default()
             }
         );
+    }
+
+    #[test]
+    fn named_lists_every_counter_once_by_its_field_name() {
+        let c = QpCounters {
+            packets_sent: 3,
+            xrc_bad_srq: 5,
+            ..QpCounters::default()
+        };
+        let named: Vec<_> = c.named().collect();
+        assert_eq!(named.len(), core::mem::size_of::<QpCounters>() / 8);
+        assert_eq!(named[0], ("packets_sent", 3));
+        assert_eq!(*named.last().unwrap(), ("xrc_bad_srq", 5));
+        let d = DeviceCounters {
+            qp: c,
+            cq_overflows: 2,
+            ..DeviceCounters::default()
+        };
+        let own: Vec<_> = d.named().collect();
+        assert_eq!(
+            own.len(),
+            (core::mem::size_of::<DeviceCounters>() - core::mem::size_of::<QpCounters>()) / 8
+        );
+        assert_eq!(*own.last().unwrap(), ("cq_overflows", 2));
     }
 }

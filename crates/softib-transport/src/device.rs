@@ -997,25 +997,12 @@ impl Device {
                 wr_id: wr.wr_id,
             });
         }
-        let supported = match qp.qp_type {
-            QpType::Rc => true,
-            // IBA 1.5 defines ATOMIC WRITE on RC; rxe offers it there only.
-            QpType::XrcSend => wr.opcode != WrOpcode::AtomicWrite,
-            // IBA Annex A14: a target QP has no send queue.
-            QpType::XrcRecv => false,
-            // Local operations run on RC and UC send queues (rxe's opcode table).
-            QpType::Uc => matches!(
-                wr.opcode,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm
-                    | WrOpcode::RdmaWrite
-                    | WrOpcode::RdmaWriteWithImm
-                    | WrOpcode::BindMw
-                    | WrOpcode::LocalInv
-            ),
-            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
-        };
-        if !supported {
+        // A target QP has no send queue (IBA Annex A14): refused at post time, as a
+        // provider without the queue must. Every other QP accepts an operation its service
+        // does not carry, as rxe and the kernel do (rdma-core 44's rxe `validate_send_wr`
+        // checks no opcode against the QP type): the WR fails at the head of the send
+        // queue with IBV_WC_LOC_QP_OP_ERR and the QP moves to ERR (qp/local_ops.rs).
+        if qp.qp_type == QpType::XrcRecv {
             return Err(VerbsError::OpcodeNotSupported {
                 wr_id: wr.wr_id,
                 opcode: wr.opcode,

@@ -114,7 +114,10 @@ pub enum VerbsError {
         /// The queue's max_*_sge.
         max: u32,
     },
-    /// The opcode is not valid for the QP type (IBA 9.8.1 table 38... "service types").
+    /// The QP has no send queue to take the WR: an XRC target QP (IBA Annex A14). An
+    /// operation that a QP's service does not carry (an atomic on UC) is accepted instead,
+    /// as the kernel accepts it, and fails at the head of the send queue
+    /// ([`crate::VendorErr::OpcodeForService`]).
     #[error("{opcode} is not supported on a {qp_type:?} QP (wr_id {wr_id})")]
     OpcodeNotSupported {
         /// The refused WR.

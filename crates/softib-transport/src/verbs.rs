@@ -81,6 +81,29 @@ impl QpType {
     pub const fn is_xrc(self) -> bool {
         matches!(self, QpType::XrcSend | QpType::XrcRecv)
     }
+
+    /// True if this service's send queue carries `opcode` (IBA 9.2 Table 38's per-service
+    /// opcodes, 9.8.2 for UC, 9.8.3 for UD; rxe's `rxe_wr_opcode_info`): RC carries every
+    /// operation, an XRC initiator every one but ATOMIC WRITE (IBA 1.5 defines it on RC,
+    /// rxe offers it there only), UC SENDs, WRITEs and the local operations, UD SENDs.
+    /// An XRC target has no send queue (IBA Annex A14) and carries nothing.
+    pub fn carries(self, opcode: WrOpcode) -> bool {
+        match self {
+            QpType::Rc => true,
+            QpType::XrcSend => opcode != WrOpcode::AtomicWrite,
+            QpType::XrcRecv => false,
+            QpType::Uc => matches!(
+                opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::BindMw
+                    | WrOpcode::LocalInv
+            ),
+            QpType::Ud => matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        }
+    }
 }
 
 /// An XRC domain (`ibv_xrcd`, IBA Annex A14): XRC SRQs and XRC target QPs of one domain
@@ -334,6 +357,10 @@ pub enum VendorErr {
     /// [`crate::Device::transmit_refused`]: e.g. larger than the path MTU after the route or
     /// the interface MTU changed), so the connection cannot go on.
     TransmitRefused = 14,
+    /// The WR's operation is one the QP's service does not carry (an atomic or an RDMA
+    /// READ on UC, an RDMA operation on UD): accepted at post time as the kernel does, it
+    /// fails when it reaches the head of the send queue ([`QpType::carries`]).
+    OpcodeForService = 15,
 }
 
 bit_flags! {

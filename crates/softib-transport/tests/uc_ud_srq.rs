@@ -5,8 +5,8 @@ mod common;
 use common::*;
 use softib_transport::harness::{Pair, QpOptions, Verdict};
 use softib_transport::{
-    AhAttr, AsyncEvent, GlobalRoute, Mtu, QpType, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
-    WrOpcode,
+    AhAttr, AsyncEvent, GlobalRoute, Mtu, QpState, QpType, SendWr, Sge, UdDest, WcFlags, WcOpcode,
+    WcStatus, WrOpcode,
 };
 
 #[test]
@@ -206,9 +206,23 @@ fn ud_message_larger_than_the_mtu_is_refused() {
         .post_send(0, a.qpn, &ud_send(&a, ah, b.qpn, 0x1111_1111, 5000))
         .unwrap_err();
     assert!(e.to_string().contains("MTU"), "{e}");
+}
+
+#[test]
+fn an_rdma_write_on_ud_is_accepted_then_fails_with_loc_qp_op_err_as_on_rxe() {
+    let (mut pair, a, b, ah) = ud_pair(44);
     let mut w = ud_send(&a, ah, b.qpn, 0x1111_1111, 8);
     w.opcode = WrOpcode::RdmaWrite;
-    assert!(pair.dev(0).post_send(0, a.qpn, &w).is_err());
+    pair.dev(0).post_send(0, a.qpn, &w).unwrap();
+    pair.drive(SEC);
+    let wcs = pair.completions(0, &a);
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!(wcs[0].status, WcStatus::LocQpOpErr, "{wcs:?}");
+    assert_eq!(
+        pair.device(0).query_qp(a.qpn).unwrap().qp_state,
+        QpState::Err
+    );
+    assert!(recv_wcs(&mut pair, &b).is_empty());
 }
 
 #[test]

@@ -1,25 +1,27 @@
 //! Atomics on a UC QP through the shim (field case 12): `tests/c/uc_atomics.c`, compiled
 //! against the installed verbs.h and libibverbs and run with the shim preloaded. IBA defines
-//! atomics for RC and RD only (IBA 9.8.2); softib refuses them on UC at `ibv_post_send`
-//! (EOPNOTSUPP, bad_wr at the atomic), leaving the QP in RTS and usable, and the same
-//! FetchAdd on RC works. Needs cc and libibverbs-dev (.ci/run).
+//! atomics for RC and RD only (IBA 9.8.2). As on rxe, `ibv_post_send` accepts them on UC,
+//! the first completes with IBV_WC_LOC_QP_OP_ERR, the QP goes to ERR, the rest is flushed
+//! and the target is untouched; the same FetchAdd on RC works. Needs cc and libibverbs-dev
+//! (.ci/run).
 
 mod common;
 
 const RULES: &[&str] = &[
-    "uc.fetch_add_refused_at_post",
-    "uc.cmp_swap_refused_at_post",
-    "uc.nothing_completes",
-    "uc.qp_stays_rts",
+    "uc.fetch_add_accepted_at_post",
+    "uc.cmp_swap_accepted_at_post",
+    "uc.fetch_add_loc_qp_op_err",
+    "uc.cmp_swap_flushed",
+    "uc.qp_in_err",
     "uc.remote_memory_untouched",
-    "uc.write_after_refusal_works",
-    "uc.write_lands",
+    "uc.write_after_is_flushed",
+    "uc.flushed_write_lands_nowhere",
     "rc.fetch_add_works",
     "rc.fetch_add_result",
 ];
 
 #[test]
-fn atomics_on_uc_are_refused_at_post_and_work_on_rc() {
+fn atomics_on_uc_fail_as_on_rxe_and_work_on_rc() {
     let run = common::run_c_program(
         "uc_atomics",
         ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),

@@ -230,7 +230,7 @@ fn client_run(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<BwResult
             }
         }
         let (n, moved) = s.poll_progress(&mut wcs)?;
-        idle.turn(n > 0 || moved);
+        idle.turn(&s.ctx, n > 0 || moved);
         if n > 0 {
             let now = start.elapsed().as_secs_f64();
             for wc in &wcs[..n] {
@@ -345,7 +345,7 @@ fn server_recv(s: &mut Session, p: &Params, size: u64) -> anyhow::Result<BwResul
         turns = turns.wrapping_add(1);
         let look = turns % 64 == 0;
         let (n, moved) = s.poll_progress(&mut wcs)?;
-        idle.turn(n > 0 || moved);
+        idle.turn(&s.ctx, n > 0 || moved);
         for wc in &wcs[..n] {
             if wc.opcode != WcOpcode::Recv {
                 continue;

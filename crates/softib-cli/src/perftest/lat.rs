@@ -134,7 +134,7 @@ fn spin_until(
     let mut idle = IdleYield::default();
     loop {
         let (n, moved) = s.poll_progress(&mut wcs)?;
-        idle.turn(n > 0 || moved);
+        idle.turn(&s.ctx, n > 0 || moved);
         if f(s, &wcs[..n])? {
             return Ok(true);
         }

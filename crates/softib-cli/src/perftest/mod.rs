@@ -445,7 +445,7 @@ impl Session {
             let mut idle = IdleYield::default();
             loop {
                 let (n, moved) = self.poll_progress(&mut wcs)?;
-                idle.turn(n > 0 || moved);
+                idle.turn(&self.ctx, n > 0 || moved);
                 polls = polls.wrapping_add(1);
                 if polls % 64 == 0 && Instant::now() >= slice_end {
                     break;
@@ -516,28 +516,34 @@ impl Session {
 }
 
 /// Turns of a polling loop without progress (no completion, no datagram in or out) after
-/// which it yields its core: about 25-50 us of nothing at 0.4-0.8 us a turn, longer than a
-/// loopback round trip, so an undisturbed run never yields. On a machine with more runnable
-/// threads than cores, the peer this loop waits for may be queued behind it on its own core;
-/// spinning on would only burn the time slice the peer needs (measured with `bench/run.sh`'s
-/// FETCH_AND_ADD step under a load average of 10 on 2 cores: see docs/design/net.md).
-const IDLE_TURNS_BEFORE_YIELD: u32 = 64;
+/// which it sleeps until a datagram arrives: about 25-50 us of nothing at 0.4-0.8 us a turn,
+/// longer than a loopback round trip, so an undisturbed run never sleeps. On a machine with
+/// more runnable threads than cores, the peer this loop waits for may be queued behind it on
+/// its own core; spinning on would only burn the time slice the peer needs.
+const IDLE_TURNS_BEFORE_SLEEP: u32 = 64;
 
-/// Counts idle turns of a polling loop and yields the core after [`IDLE_TURNS_BEFORE_YIELD`].
+/// The longest such sleep: the engine's timers end it sooner when due.
+const IDLE_SLEEP_MAX: Duration = Duration::from_millis(1);
+
+/// Counts idle turns of a polling loop and, after [`IDLE_TURNS_BEFORE_SLEEP`], sleeps until
+/// the device's socket is readable ([`softib_net::Context::sleep_until_readable`]). It
+/// used to `sched_yield`, which on a busy machine hands the core to any other runnable job
+/// for a whole time slice: FETCH_AND_ADD in `bench/run.sh` unpinned at load 12 ran at
+/// 0.05-0.07 M ops/s against 0.36 pinned (docs/design/net.md, "Idle polling loops").
 #[derive(Debug, Default)]
 pub(crate) struct IdleYield(u32);
 
 impl IdleYield {
     /// One turn of the loop; `progressed` when it completed, received or sent anything.
-    pub(crate) fn turn(&mut self, progressed: bool) {
+    pub(crate) fn turn(&mut self, ctx: &Context, progressed: bool) {
         if progressed {
             self.0 = 0;
             return;
         }
         self.0 += 1;
-        if self.0 >= IDLE_TURNS_BEFORE_YIELD {
+        if self.0 >= IDLE_TURNS_BEFORE_SLEEP {
             self.0 = 0;
-            std::thread::yield_now();
+            ctx.sleep_until_readable(IDLE_SLEEP_MAX);
         }
     }
 }

@@ -34,7 +34,10 @@ pub(crate) fn encode(msgs: &[Cross], out: &mut Vec<u8>) {
                 match item {
                     None => out.push(0),
                     Some(w) => {
-                        let WireKind::Data { vl, blocks, arrive, .. } = w.kind else {
+                        let WireKind::Data {
+                            vl, blocks, arrive, ..
+                        } = w.kind
+                        else {
                             unreachable!("a data packet's item is a data item")
                         };
                         out.push(1);

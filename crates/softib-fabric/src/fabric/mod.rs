@@ -30,12 +30,15 @@ mod crossbar;
 mod event_loop;
 mod link_state;
 mod partition;
+mod program;
 mod transmit;
 mod wire;
 
-pub(crate) use partition::Cross;
 pub use cross_codec::CodecError;
+pub(crate) use partition::Cross;
 pub use partition::Partitioning;
+
+pub use program::SubnetProgram;
 
 use crate::congestion::CongestionMarker;
 use crate::counters::PortCounters;

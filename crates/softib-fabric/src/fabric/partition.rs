@@ -71,9 +71,9 @@ impl Partitioning {
             }
             groups.push(g);
         }
-        for i in 0..n {
-            if topo.nodes[i].kind == NodeKind::Hca && !grouped[i] {
-                grouped[i] = true;
+        for (i, done) in grouped.iter_mut().enumerate() {
+            if topo.nodes[i].kind == NodeKind::Hca && !*done {
+                *done = true;
                 groups.push(vec![i]);
             }
         }

@@ -1,6 +1,8 @@
 //! Helpers shared by the device integration tests.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -139,6 +141,27 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Two RC sides on `addr_a` and `addr_b`, each with a registered buffer of `region` bytes,
+/// connected to each other.
+pub fn rc_pair(addr_a: &str, addr_b: &str, region: usize) -> (Side, Side) {
+    let a = side(addr_a, QpType::Rc, region, |_| {});
+    let b = side(addr_b, QpType::Rc, region, |_| {});
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    a.connect(QpType::Rc, &eb);
+    b.connect(QpType::Rc, &ea);
+    (a, b)
+}
+
+/// A UDP socket on a third loopback host of this process (an ephemeral port at
+/// `unique_loopback(3, salt)`): another machine's packets, for the peer-source rule.
+pub fn third_host_socket(salt: u8) -> std::net::UdpSocket {
+    let addr: SocketAddr = unique_loopback(3, salt)
+        .replace(":4791", ":0")
+        .parse()
+        .unwrap();
+    std::net::UdpSocket::bind(addr).expect("bind the third host's socket")
 }
 
 /// A loopback address unique to this process (`127.P.P.host`), so devices can bind the real

@@ -1,8 +1,8 @@
 //! Case 12: "atomics over UC" for distributed locks, a misconception. IBA defines atomics
 //! for RC and RD only (IBA 9.8.2: UC carries SEND and RDMA WRITE; 9.4.5: atomics need the
-//! responder's reliable, replay-safe execution). softib refuses the work request at post
-//! time (the engine's OpcodeNotSupported; `ibv_post_send` returns EOPNOTSUPP through the
-//! shim), a scenario asking for it does not parse, and the closest thing UC offers, updates
+//! responder's reliable, replay-safe execution). As on the kernel's rxe, `ibv_post_send`
+//! accepts the work request and it then fails: IBV_WC_LOC_QP_OP_ERR, the QP in ERR. A
+//! scenario asking for it does not parse, and the closest thing UC offers, updates
 //! sent as UC SENDs, loses some on a link with bit errors without anyone being told. The
 //! answer is RC, with updates aggregated locally and written in batches (case 7's fix).
 
@@ -10,7 +10,7 @@ use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome};
 use crate::report::Report;
 use crate::scenario::Scenario;
 use softib_transport::harness::{Pair, QpOptions};
-use softib_transport::{QpState, QpType, SendFlags, SendWr, Sge, VerbsError, WrOpcode};
+use softib_transport::{QpState, QpType, SendFlags, SendWr, Sge, VerbsError, WcStatus, WrOpcode};
 
 /// The case.
 pub const CASE: Case = Case {
@@ -66,13 +66,18 @@ fn error_completions(r: &Report) -> u64 {
 
 /// What the engine says to a FetchAdd and a CmpSwap posted on a UC QP in RTS, and the QP's
 /// state afterwards.
-fn engine_on_uc() -> (Vec<Result<(), VerbsError>>, QpState) {
+/// What the engine does with FetchAdd then CmpSwap posted to a UC QP, as the kernel's rxe
+/// does: both posts are accepted; the first fails at the head of the send queue with
+/// `LocQpOpErr`, the QP moves to ERR and the second is flushed. Returns the post results,
+/// the completions, the QP's state and the target word afterwards.
+fn engine_on_uc() -> UcAtomicsOutcome {
     let mut pair = Pair::new(12);
     let (a, b) = pair.connect(&QpOptions {
         qp_type: QpType::Uc,
         ..Default::default()
     });
-    let results = [WrOpcode::AtomicFetchAndAdd, WrOpcode::AtomicCmpAndSwp]
+    pair.fill(1, &b, 0, &7u64.to_le_bytes());
+    let posts = [WrOpcode::AtomicFetchAndAdd, WrOpcode::AtomicCmpAndSwp]
         .into_iter()
         .enumerate()
         .map(|(i, opcode)| {
@@ -93,11 +98,31 @@ fn engine_on_uc() -> (Vec<Result<(), VerbsError>>, QpState) {
             pair.dev(0).post_send(0, a.qpn, &wr)
         })
         .collect();
+    pair.drive(1_000_000);
+    let completions = pair
+        .completions(0, &a)
+        .into_iter()
+        .map(|wc| (wc.wr_id, wc.status))
+        .collect();
     let state = pair
         .device(0)
         .query_qp(a.qpn)
         .map_or(QpState::Err, |q| q.qp_state);
-    (results, state)
+    let word = u64::from_le_bytes(pair.read(1, &b, 0, 8).try_into().expect("8 bytes"));
+    UcAtomicsOutcome {
+        posts,
+        completions,
+        state,
+        word,
+    }
+}
+
+/// [`engine_on_uc`]'s findings.
+struct UcAtomicsOutcome {
+    posts: Vec<Result<(), VerbsError>>,
+    completions: Vec<(u64, WcStatus)>,
+    state: QpState,
+    word: u64,
 }
 
 fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
@@ -139,30 +164,32 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         refused.clone().unwrap_or_else(|| "it parsed".into()),
         refused.is_some_and(|m| m.contains("flow[0].service") && m.contains("9.8.2")),
     );
-    let (results, state) = engine_on_uc();
-    let all_refused = results.iter().all(|r| {
-        matches!(
-            r,
-            Err(VerbsError::OpcodeNotSupported {
-                qp_type: QpType::Uc,
-                ..
-            })
-        )
-    });
+    let uc = engine_on_uc();
+    let as_kernel = uc.posts.iter().all(Result::is_ok)
+        && uc.completions == [(0, WcStatus::LocQpOpErr), (1, WcStatus::WrFlushErr)]
+        && uc.state == QpState::Err
+        && uc.word == 7;
     e.check(
-        "the engine refuses FetchAdd and CmpSwap on a UC QP at post time (OpcodeNotSupported, EOPNOTSUPP through the shim) and the QP stays in RTS",
+        "the engine, as the kernel's rxe: FetchAdd and CmpSwap posted on a UC QP are accepted, the first completes with LOC_QP_OP_ERR, the QP goes to ERR, the second is flushed, and the target is untouched",
         format!(
-            "{}; QP {state:?}",
-            results
+            "posts: {}; completions: {}; QP {:?}; target {}",
+            uc.posts
                 .iter()
                 .map(|r| match r {
                     Ok(()) => "accepted".to_string(),
                     Err(err) => err.to_string(),
                 })
                 .collect::<Vec<_>>()
-                .join("; ")
+                .join(", "),
+            uc.completions
+                .iter()
+                .map(|(id, st)| format!("wr {id} {st}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            uc.state,
+            uc.word
         ),
-        all_refused && state == QpState::Rts,
+        as_kernel,
     );
     let (p, f, uc) = (reports[0], reports[1], reports[2]);
     e.check(

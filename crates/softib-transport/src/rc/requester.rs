@@ -98,7 +98,7 @@ impl Qp {
     fn rc_start_next(&mut self, sh: &mut Shared) -> bool {
         let idx = self.sq.started;
         let w = &self.sq.wqes[idx];
-        if w.opcode.is_local() {
+        if self.runs_at_head(w.opcode) {
             // Runs once every earlier WR has completed (qp/local_ops.rs).
             self.req.blocked_local_error = true;
             return false;

@@ -18,7 +18,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
-#include <infiniband/verbs.h>
+#include "softib_test.h"
 
 /* From rdma-core's libibverbs/driver.h, which libibverbs-dev does not install; the
  * function is exported (ibv_devinfo calls it). */
@@ -26,30 +26,6 @@ enum { GID_TYPE_SYSFS_IB_ROCE_V1 = 0, GID_TYPE_SYSFS_ROCE_V2 = 1 };
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
 		       int *type);
 
-static int checks, failures;
-
-#define RULE(name, cond, ...)                                               \
-	do {                                                                \
-		checks++;                                                   \
-		if (cond) {                                                 \
-			printf("ok %s\n", name);                            \
-		} else {                                                    \
-			failures++;                                         \
-			printf("FAIL %s: %s: ", name, #cond);               \
-			printf(__VA_ARGS__);                                \
-			printf("\n");                                       \
-		}                                                           \
-		fflush(stdout);                                             \
-	} while (0)
-
-/* Fatal setup step (not a rule): without it the rest cannot run. */
-#define NEED(cond, what)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			printf("FAIL setup: %s (errno %d)\n", what, errno); \
-			exit(2);                                            \
-		}                                                           \
-	} while (0)
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -667,10 +643,5 @@ int main(void)
 	ibv_destroy_cq(cq);
 	RULE("dealloc_pd.idle_at_end", ibv_dealloc_pd(pd) == 0, "errno %d", errno);
 	ibv_close_device(ctx);
-	if (failures) {
-		printf("kernel_semantics: %d of %d checks failed\n", failures, checks);
-		return 1;
-	}
-	printf("kernel_semantics: all %d checks passed\n", checks);
-	return 0;
+	return rules_verdict("kernel_semantics");
 }

@@ -13,17 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <infiniband/verbs.h>
+#include "softib_test.h"
 
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "FAILED line %d: %s: ", __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fprintf(stderr, "\n");                              \
-			exit(1);                                            \
-		}                                                           \
-	} while (0)
 
 enum { BUF = 16384, WIN_OFF = 4096, WIN_LEN = 4096 };
 
@@ -34,49 +25,7 @@ static union ibv_gid gid;
 
 static struct ibv_wc wait_one(void)
 {
-	struct ibv_wc wc;
-	for (long i = 0; i < 200000000L; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		CHECK(n >= 0, "poll_cq returned %d", n);
-		if (n == 1)
-			return wc;
-	}
-	CHECK(0, "no completion");
-	return wc;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t dest)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				     IBV_QP_ACCESS_FLAGS), "INIT errno %d", errno);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 100;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-	      "RTR errno %d", errno);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 100;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				     IBV_QP_MAX_QP_RD_ATOMIC), "RTS errno %d", errno);
+	return wait_one_on(cq);
 }
 
 /* Two RC QPs connected to each other. */
@@ -88,8 +37,8 @@ static void qp_pair(struct ibv_qp **a, struct ibv_qp **b)
 	*a = ibv_create_qp(pd, &qa);
 	*b = ibv_create_qp(pd, &qa);
 	CHECK(*a && *b, "qps errno %d", errno);
-	connect_qp(*a, (*b)->qp_num);
-	connect_qp(*b, (*a)->qp_num);
+	CONNECT(*a, (*b)->qp_num, gid, 100, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	CONNECT(*b, (*a)->qp_num, gid, 100, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
 static int rdma(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *lmr, void *local,

@@ -14,17 +14,10 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <infiniband/verbs.h>
+#include "softib_test.h"
 
-#define CHECK(cond, ...)                                                            \
-	do {                                                                        \
-		if (!(cond)) {                                                      \
-			fprintf(stderr, "FAILED line %d: %s: ", __LINE__, #cond);   \
-			fprintf(stderr, __VA_ARGS__);                               \
-			fprintf(stderr, "\n");                                      \
-			exit(1);                                                    \
-		}                                                                   \
-	} while (0)
+
+enum { RIGHTS = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
 
 static struct ibv_cq_ex *cqx;
 
@@ -90,40 +83,6 @@ static struct got wait_ex(void)
 	g.wall = ibv_wc_read_completion_wallclock_ns(cqx);
 	ibv_end_poll(cqx);
 	return g;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				     IBV_QP_ACCESS_FLAGS), "INIT errno %d", errno);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 7;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-	      "RTR errno %d", errno);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 7;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				     IBV_QP_MAX_QP_RD_ATOMIC), "RTS errno %d", errno);
 }
 
 static struct ibv_qp *qp_ex_create(struct ibv_context *ctx, struct ibv_pd *pd,
@@ -197,8 +156,8 @@ int main(void)
 	CHECK(a && b, "qp_ex errno %d", errno);
 	struct ibv_qp_ex *ax = ibv_qp_to_qp_ex(a);
 	CHECK(ax && (void *)ax == (void *)a, "qp_to_qp_ex");
-	connect_qp(a, b->qp_num, gid);
-	connect_qp(b, a->qp_num, gid);
+	CONNECT(a, b->qp_num, gid, 7, RIGHTS);
+	CONNECT(b, a->qp_num, gid, 7, RIGHTS);
 
 	enum { N = 4096 };
 	char *abuf = aligned_alloc(4096, N), *bbuf = aligned_alloc(4096, N);
