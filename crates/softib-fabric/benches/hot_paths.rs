@@ -25,7 +25,11 @@ fn event_queue(c: &mut Criterion) {
         let mut now = 0u64;
         let mut count = 0u64;
         for i in 0..pending {
-            q.push(rng.gen_range(0..400_000), Tie::new(1 + i as u32 % 64, count), i as u32);
+            q.push(
+                rng.gen_range(0..400_000),
+                Tie::new(1 + i as u32 % 64, count),
+                i as u32,
+            );
             count += 1;
         }
         g.throughput(Throughput::Elements(1));
