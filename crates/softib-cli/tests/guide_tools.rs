@@ -50,14 +50,11 @@ const CASES: &[GuideCase] = &[
     GuideCase {
         slug: "03-cc-slope",
         ports: &[("sw0", 8), ("h0", 1)],
-        extra: &[
-            &["ibccquery", "CACongestionSetting", "{h0}"],
-            &["ibccquery", "CongestionControlTable", "{h0}"],
-        ],
+        extra: &[&["ibccquery", "CACongestionSetting", "{h0}"]],
         reading: "the wait is at the congestion point, the switch port towards the receiver \
                   (sw0:8); the senders hardly wait (CC holds them back before credits run \
-                  out). `ibccquery` shows the sender's CCTI_Timer and the first CCT block: \
-                  the shallow slope the fix makes steeper.",
+                  out). `ibccquery` shows the sender's CC setting per SL: CCTI_Timer 300 \
+                  (x 1.024 us, the slow step down the fix shortens) and CCTI_Increase 1.",
     },
     GuideCase {
         slug: "08-vl-starvation",
@@ -227,7 +224,9 @@ fn excerpts(case: &GuideCase) -> String {
         let n = subnet
             .find_node(name)
             .unwrap_or_else(|| panic!("no node {name}"));
-        subnet.nodes[n].ports[1].lid.max(subnet.nodes[n].ports[0].lid)
+        subnet.nodes[n].ports[1]
+            .lid
+            .max(subnet.nodes[n].ports[0].lid)
     };
 
     let served = serve(&scenario, &sock, &dir);
@@ -266,7 +265,11 @@ fn excerpts(case: &GuideCase) -> String {
     for &(node, port) in case.ports {
         let name = format!("{node}:{port}");
         let want = port_wait(&summary, &name);
-        let args = vec!["perfquery".to_string(), lid(node).to_string(), port.to_string()];
+        let args = vec![
+            "perfquery".to_string(),
+            lid(node).to_string(),
+            port.to_string(),
+        ];
         let out = tool(&served, &args);
         assert_eq!(
             field(&out, "PortXmitWait"),
@@ -290,10 +293,12 @@ fn excerpts(case: &GuideCase) -> String {
     for extra in case.extra {
         let args: Vec<String> = extra
             .iter()
-            .map(|a| match a.strip_prefix('{').and_then(|a| a.strip_suffix('}')) {
-                Some(node) => lid(node).to_string(),
-                None => a.to_string(),
-            })
+            .map(
+                |a| match a.strip_prefix('{').and_then(|a| a.strip_suffix('}')) {
+                    Some(node) => lid(node).to_string(),
+                    None => a.to_string(),
+                },
+            )
             .collect();
         let out = tool(&served, &args);
         show(&args, "", &out);
@@ -330,7 +335,9 @@ fn guide_tool_excerpts_match_the_tools_and_softibs_counters() {
             ),
             None if regen => {
                 let end = format!("<!-- END GENERATED {} -->", case.slug);
-                let at = guide.find(&end).unwrap_or_else(|| panic!("no {end} in the guide"))
+                let at = guide
+                    .find(&end)
+                    .unwrap_or_else(|| panic!("no {end} in the guide"))
                     + end.len();
                 guide.insert_str(at, &format!("\n\n{block}"));
             }
