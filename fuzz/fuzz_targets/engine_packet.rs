@@ -1,5 +1,5 @@
 //! Arbitrary input -> `Device::handle_packet` of an engine holding live QPs of every type
-//! (RC, UC, UD, XRC initiator and target) in every state (RESET, INIT, RTR, RTS, SQD, SQE,
+//! (RC, UC, UD, XRC initiator and target, RD) in every state (RESET, INIT, RTR, RTS, SQD, SQE,
 //! ERR), with send WRs outstanding (writes, reads, atomics, sends) and receive WRs posted
 //! (also in an XRC SRQ), and memory windows bound (a type 1 and a type 2 window over the
 //! writable region), so random ACKs, read responses and requests meet real requester and
@@ -9,7 +9,8 @@
 //! - `0`: raw bytes (u16 length, then the bytes) handed to `handle_packet` as they are;
 //! - `1`: a structured packet: a valid opcode and headers whose fields come from the input
 //!   (DestQP picked among the live QPs, PSN near their expected PSNs, the real or a wrong
-//!   R_Key (region or window)/Q_Key/P_Key/XRC SRQ, addresses in and around the registered
+//!   R_Key (region or window)/Q_Key/P_Key/XRC SRQ, RD packets naming a live EE context
+//!   (in RESET, RTS or ERR, with messages of RD QPs queued) or a random one, addresses in and around the registered
 //!   region), so the fuzzer gets
 //!   past parsing into the transport logic;
 //! - `2`: advance virtual time and run the due timers;
@@ -23,9 +24,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use softib_transport::{
-    bring_up_steps, AccessFlags, AhAttr, Device, DeviceConfig, GlobalRoute, Memory, MrKeys, Mtu, MwBind, MwType,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RxGrh, RxMeta, SendFlags,
-    SendWr, Sge, SrqAttr, UdDest, VecMemory, WrOpcode,
+    bring_up_steps, AccessFlags, AhAttr, Device, DeviceConfig, GlobalRoute, Memory, MrKeys, Mtu,
+    MwBind, MwType, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, RxGrh, RxMeta,
+    SendFlags, SendWr, Sge, SrqAttr, UdDest, VecMemory, WrOpcode,
 };
 use softib_wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Opcode, PacketRepr, RethRepr,
@@ -136,6 +137,10 @@ struct Bench {
     /// R_Keys of the type 1 and type 2 windows over the writable region (0 until bound).
     mw1: u32,
     mw2: u32,
+    /// The reliable datagram domain of the RD QPs and EECs.
+    rdd: softib_transport::RddHandle,
+    /// EE contexts: (EECN, PSN its peer sends from, its own send PSN).
+    eecs: Vec<(u32, u32, u32)>,
 }
 
 fn gid(last: u8) -> [u8; 16] {
@@ -242,8 +247,14 @@ impl Bench {
             xrc_srqn,
             mw1: 0,
             mw2: 0,
+            rdd: softib_transport::RddHandle(0),
+            eecs: Vec::new(),
         };
         bench.bind_windows(pd, cq, mtu);
+        bench.rdd = bench.dev.alloc_rdd();
+        for state in [QpState::Rts, QpState::Reset, QpState::Err] {
+            bench.add_eec(state, mtu);
+        }
         let states = [
             QpState::Reset,
             QpState::Init,
@@ -259,6 +270,7 @@ impl Bench {
             QpType::Ud,
             QpType::XrcSend,
             QpType::XrcRecv,
+            QpType::Rd,
         ] {
             for state in states {
                 let use_srq = matches!(qp_type, QpType::Rc | QpType::Uc) && selector & 0x80 != 0;
@@ -282,6 +294,25 @@ impl Bench {
     ) {
         let created = if qp_type == QpType::XrcRecv {
             self.dev.create_xrc_target_qp(self.xrcd)
+        } else if qp_type == QpType::Rd {
+            self.dev.create_rd_qp(
+                pd,
+                self.rdd,
+                QpInitAttr {
+                    qp_type,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq,
+                    cap: QpCap {
+                        max_send_wr: 16,
+                        max_recv_wr: 16,
+                        max_send_sge: 2,
+                        max_recv_sge: 2,
+                        max_inline_data: 64,
+                    },
+                    sq_sig_all: false,
+                },
+            )
         } else {
             self.dev.create_qp(
                 pd,
@@ -406,6 +437,13 @@ impl Bench {
             QpType::Uc => &[WrOpcode::RdmaWrite, WrOpcode::Send, WrOpcode::SendWithImm],
             QpType::Ud => &[WrOpcode::Send, WrOpcode::SendWithImm],
             QpType::XrcRecv => &[],
+            QpType::Rd => &[
+                WrOpcode::Send,
+                WrOpcode::RdmaWrite,
+                WrOpcode::RdmaRead,
+                WrOpcode::AtomicFetchAndAdd,
+                WrOpcode::SendWithImm,
+            ],
         };
         for (i, &op) in ops.iter().enumerate() {
             let len = if op.is_atomic() {
@@ -437,8 +475,56 @@ impl Bench {
                 }),
                 bind_mw: None,
                 xrc_remote_srqn: self.xrc_srqn,
+                // RD: over each EEC in turn (one in RTS, one in RESET, one in ERR).
+                rd: (qp_type == QpType::Rd && !self.eecs.is_empty()).then(|| {
+                    softib_transport::RdDest {
+                        eec: self.eecs[i % self.eecs.len()].0,
+                        remote_qpn: 0x77,
+                        remote_qkey: QKEY,
+                    }
+                }),
             };
             let _ = self.dev.post_send(self.now, qpn, &wr);
+        }
+    }
+
+    /// An EE context brought to `target` (RESET, RTS or ERR) with RC's attributes.
+    fn add_eec(&mut self, target: QpState, mtu: Mtu) {
+        let Ok(eecn) = self.dev.create_eec(self.rdd, 16) else {
+            return;
+        };
+        let rq_psn = PSN_BASE.wrapping_add(eecn * 0x10) & 0xFF_FFFF;
+        let sq_psn = PSN_BASE.wrapping_add(0x8000 + eecn) & 0xFF_FFFF;
+        self.eecs.push((eecn, rq_psn, sq_psn));
+        if target == QpState::Reset {
+            return;
+        }
+        let attr = QpAttr {
+            pkey_index: 0,
+            port_num: 1,
+            qp_access_flags: AccessFlags::REMOTE_WRITE,
+            path_mtu: mtu,
+            dest_qp_num: 0x99,
+            rq_psn,
+            sq_psn,
+            max_rd_atomic: 2,
+            max_dest_rd_atomic: 2,
+            min_rnr_timer: 1,
+            timeout: 8,
+            retry_cnt: 2,
+            rnr_retry: 1,
+            ah_attr: av(),
+            ..QpAttr::default()
+        };
+        self.dev
+            .bring_up_qp(0, eecn, QpType::Rc, &attr, QpState::Rts)
+            .expect("an EEC comes up with RC's attributes");
+        if target == QpState::Err {
+            let err = QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            };
+            let _ = self.dev.modify_eec(0, eecn, &err, QpAttrMask::STATE);
         }
     }
 
@@ -566,6 +652,24 @@ impl Bench {
         } else {
             base_psn
         };
+        // RD packets name an EE context, live most of the time; its PSNs are the base.
+        let eec = (opcode.has_rdeth() && !self.eecs.is_empty())
+            .then(|| {
+                self.eecs
+                    .get(usize::from(pick >> 4) % (self.eecs.len() + 1))
+                    .copied()
+            })
+            .flatten();
+        let base = match eec {
+            Some((_, rq, sq)) => {
+                if opcode.is_response() || opcode.has_aeth() {
+                    sq
+                } else {
+                    rq
+                }
+            }
+            None => base,
+        };
         let psn = (base as i32).wrapping_add(psn_delta) as u32 & 0xFF_FFFF;
         let pkey = match flags & 3 {
             0 | 1 => 0xFFFF,
@@ -649,8 +753,9 @@ impl Bench {
             repr.ieth = Some(rkey);
         }
         if opcode.has_rdeth() {
+            let random = inp.u32();
             repr.rdeth = Some(softib_wire::RdethRepr {
-                ee_context: inp.u32(),
+                ee_context: eec.map_or(random, |(n, _, _)| n),
             });
         }
         if opcode.has_xrceth() {

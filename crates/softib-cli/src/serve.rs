@@ -8,17 +8,54 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use softib_fabric::agents::Subnet;
 use softib_fabric::time::Picos;
-use softib_sim::report::run::run_and_keep;
-use softib_sim::serve::{mad_log, Server, Transport};
+use softib_sim::report::run::{run_and_keep, RunOptions};
+use softib_sim::serve::{mad_log, Server, SmRun, Transport};
 
 use crate::sim::{emit, load, options, out_dir, SimArgs};
 
-/// Runs the scenario of `args` to the serving instant and returns the frozen subnet.
-fn frozen(args: &SimArgs, at: Option<Picos>) -> Result<(String, Subnet)> {
+/// What `--serve` serves: the scenario's name, the subnet, and with an external SM the run
+/// that follows its bring-up.
+struct ToServe {
+    name: String,
+    subnet: Subnet,
+    run: Option<SmRun>,
+}
+
+/// Runs the scenario of `args` to the serving instant `at` and returns the frozen subnet;
+/// or, with an external SM (`[subnet_manager] external = true`), the fabric held at time 0
+/// as it powers up, and the run to `at` that starts once the SM has brought every port up.
+fn frozen(args: &SimArgs, at: Option<Picos>) -> Result<ToServe> {
     let l = load(args.scenario.as_deref(), args.seed, &args.set)?;
+    if let Some(host) = l.scenario.external_sm_host()? {
+        let fabric = l
+            .scenario
+            .build()
+            .with_context(|| format!("building {}", l.name))?;
+        let mut subnet = Subnet::unconfigured(&fabric);
+        subnet.sm_host = Some(host);
+        let (scenario, name, opts) = (l.scenario.clone(), l.name.clone(), options(args));
+        let run: SmRun = Box::new(move |program| {
+            let opts = RunOptions {
+                program: Some(program),
+                ..opts.clone()
+            };
+            run_and_keep(&scenario, &name, &opts, at, &mut |_, _| {})
+                .map(|(_, fabric)| Subnet::snapshot(&fabric))
+                .map_err(|e| e.to_string())
+        });
+        return Ok(ToServe {
+            name: l.name,
+            subnet,
+            run: Some(run),
+        });
+    }
     let (_, fabric) = run_and_keep(&l.scenario, &l.name, &options(args), at, &mut |_, _| {})
         .with_context(|| format!("running {}", l.name))?;
-    Ok((l.name, Subnet::snapshot(&fabric)))
+    Ok(ToServe {
+        name: l.name,
+        subnet: Subnet::snapshot(&fabric),
+        run: None,
+    })
 }
 
 fn micros_to_ps(us: f64) -> Result<Picos> {
@@ -35,7 +72,16 @@ pub fn run(args: &SimArgs) -> Result<()> {
             .with_context(|| format!("cannot read MAD log {}", path.display()))?;
         let log =
             mad_log::parse(&text).map_err(|e| anyhow::anyhow!("in {}: {e}", path.display()))?;
-        let (name, mut subnet) = frozen(args, Some(log.at_ps))?;
+        // A log of a fabric held for an external SM says where its run stopped.
+        let ran_to = log.entries.iter().find_map(|e| match e {
+            mad_log::Entry::Ran { at_ps } => Some(*at_ps),
+            _ => None,
+        });
+        let ToServe {
+            name,
+            mut subnet,
+            run,
+        } = frozen(args, ran_to.or(Some(log.at_ps)))?;
         if name != log.scenario {
             bail!(
                 "{} was served from scenario `{}`, not `{name}`",
@@ -43,7 +89,10 @@ pub fn run(args: &SimArgs) -> Result<()> {
                 log.scenario
             );
         }
-        let r = mad_log::replay(&mut subnet, &log);
+        let mut run = run.unwrap_or_else(|| {
+            Box::new(|_| Err("this scenario has no external subnet manager".into()))
+        });
+        let r = mad_log::replay(&mut subnet, &log, &mut run);
         emit(&format!(
             "replayed {} MADs of {} against {name} at {} us: {} identical\n",
             r.replayed,
@@ -64,7 +113,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
         return Ok(());
     }
     let at = args.serve_at.map(micros_to_ps).transpose()?;
-    let (name, subnet) = frozen(args, at)?;
+    let ToServe { name, subnet, run } = frozen(args, at)?;
     let log_path: Option<PathBuf> = args
         .mad_log
         .clone()
@@ -90,21 +139,29 @@ pub fn run(args: &SimArgs) -> Result<()> {
         Some(p) => Transport::Udp(p),
         None => Transport::Abstract(args.sock_name.clone()),
     };
-    let server = Server::bind(subnet, &transport, &name, log).with_context(|| match args.udp_port {
+    let held = subnet.sm_host.map(|h| subnet.nodes[h].name.clone());
+    let server = Server::bind(subnet, &transport, &name, log, run).with_context(|| match args.udp_port {
         Some(p) => format!("cannot bind UDP 127.0.0.1 ports {p}..{} (in use?)", p as u32 + 10),
         None => format!(
             "cannot bind the abstract sockets {0}:ctl, {0}:out0..9 (another server running? try --sock-name)",
             args.sock_name
         ),
     })?;
+    let state = match &held {
+        Some(h) => format!(
+            "held at 0 us for an external SM on {h}: ports in Init, no LIDs; the run starts when every port is Active"
+        ),
+        None => format!("frozen at {at_us} us"),
+    };
     emit(&format!(
-        "softib sim: serving {name} frozen at {at_us} us ({hcas} HCAs, {switches} switches) on {}{}{}\n",
+        "softib sim: serving {name} {state} ({hcas} HCAs, {switches} switches) on {}{}{}\n",
         match args.udp_port {
             Some(p) => format!("UDP 127.0.0.1:{p}"),
             None => format!("{}:ctl", args.sock_name),
         },
         match args.udp_port {
-            Some(p) => format!(" (run tools with IBSIM_SERVER_NAME=127.0.0.1 IBSIM_SERVER_PORT={p})"),
+            Some(p) =>
+                format!(" (run tools with IBSIM_SERVER_NAME=127.0.0.1 IBSIM_SERVER_PORT={p})"),
             None if args.sock_name == "sim" => String::new(),
             None => format!(" (run tools with IBSIM_SOCKNAME={})", args.sock_name),
         },

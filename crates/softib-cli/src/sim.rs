@@ -22,7 +22,7 @@ use softib_sim::scenario::overrides::{apply_to_text, parse_assignment, set_key, 
 use softib_sim::scenario::Scenario;
 
 /// The scenarios shipped in `scenarios/`, by name.
-pub const BUNDLED: [(&str, &str); 8] = [
+pub const BUNDLED: [(&str, &str); 9] = [
     ("b2b-edr", include_str!("../../../scenarios/b2b-edr.toml")),
     (
         "switch-1to1",
@@ -51,6 +51,10 @@ pub const BUNDLED: [(&str, &str); 8] = [
     (
         "mgmt-fat-tree",
         include_str!("../../../scenarios/mgmt-fat-tree.toml"),
+    ),
+    (
+        "opensm-fat-tree",
+        include_str!("../../../scenarios/opensm-fat-tree.toml"),
     ),
 ];
 
@@ -276,6 +280,7 @@ pub(crate) fn options(args: &SimArgs) -> RunOptions {
     RunOptions {
         capture_hosts: args.pcap.clone(),
         capture_ports: args.pcap_port.clone(),
+        program: None,
     }
 }
 

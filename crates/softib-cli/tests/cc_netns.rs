@@ -1,6 +1,6 @@
-//! Congestion control on a real network (issue 6, "Real-network test"). Needs root, `ip`,
-//! `tc` and `nft`; without them it FAILS and says what is missing (it never passes
-//! without having run).
+//! Congestion control on a real network: DCQCN and the IBA CCA behind a CE-marking
+//! bottleneck between namespaces. Needs root, `ip`, `tc` and `nft`; without them it FAILS
+//! and says what is missing (it never passes without having run).
 //!
 //! Two network namespaces joined by a veth pair, both created and deleted here. The sender
 //! side's veth has a `tbf` bottleneck (BOTTLENECK_MBIT); the receiver side's veth marks ECN

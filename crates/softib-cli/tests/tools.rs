@@ -375,3 +375,40 @@ fn counters_file_is_updated_while_the_tool_runs() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(v["state"], "finished");
 }
+
+/// Reliable Datagram (softib to softib): every bandwidth tool, several RD QPs sharing one
+/// EE context or one each, and a latency tool, with the report rows on both sides.
+#[test]
+fn every_tool_runs_on_rd_with_qps_sharing_ee_contexts() {
+    check_bw(170, "write-bw", &["-n", "300", "-c", "RD"], 65536, 300);
+    check_bw(
+        171,
+        "read-bw",
+        &["-n", "300", "-s", "20000", "-c", "RD"],
+        20000,
+        300,
+    );
+    check_bw(172, "atomic-bw", &["-n", "300", "-c", "RD"], 8, 300);
+    // Four QPs over one EEC, then over two: the server counts every message (RD is reliable).
+    for (n, eecs) in [(173u8, "1"), (174, "2")] {
+        let args = [
+            "-n",
+            "200",
+            "-s",
+            "3000",
+            "-c",
+            "RD",
+            "-q",
+            "4",
+            "--rd-eecs",
+            eecs,
+        ];
+        let r = run_pair(n, "send-bw", &args);
+        r.assert_ok();
+        let srows = report_rows(&r.server_stdout(), "#bytes");
+        assert_eq!(srows[0][1], "800", "RD delivers every message of 4 QPs");
+    }
+    let r = run_pair(175, "send-lat", &["-n", "200", "-s", "64", "-c", "RD"]);
+    r.assert_ok();
+    check_lat(&r.client_stdout(), 64, 200);
+}

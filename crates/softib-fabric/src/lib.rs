@@ -5,10 +5,28 @@
 //! Specification vol. 1 (chapter 7, link layer). See `docs/design/fabric.md` for the model.
 //!
 //! This crate is the model alone; the experiment around it (TOML scenarios, traffic
-//! applications, reports, the field-case library) is `softib-sim`. The surface: build a
-//! [`fabric::Fabric`] from a [`topology::Topology`] and a [`fabric::FabricConfig`], attach an
-//! [`hca::Endpoint`] per HCA port (e.g. [`engine_hca::EngineHca`], the real engine), run it
-//! until a time ([`fabric::Fabric::run_until`]), read its ports and counters.
+//! applications, reports, the field-case library) is `softib-sim`.
+//!
+//! # The surface
+//!
+//! Build a [`Fabric`] from a [`Topology`] and a [`FabricConfig`] ([`Fabric::new`], which
+//! fails with a [`BuildError`]); attach an [`Endpoint`] per HCA port ([`Fabric::attach`],
+//! e.g. an [`EngineHca`], the real transport engine driven by a [`HostApp`]); run it until a
+//! time ([`Fabric::run_until`], in [`Picos`]); read its ports and counters
+//! ([`Fabric::port_counters`], [`Fabric::total_counters`], [`Fabric::samples`] with
+//! [`FabricConfig::sample_interval_ps`], as [`PortCounters`]). These names are re-exported
+//! here; the modules below define them.
+//!
+//! # The mechanisms
+//!
+//! Each link-layer mechanism is a module of its own, public so that the experiment crate can
+//! configure it and its tests and benches can drive it alone: [`link`] (rates, propagation),
+//! [`credits`] (IBA 7.9.4 credit flow control), [`vlarb`] (IBA 7.6.9 VL arbitration), [`qos`]
+//! (IBA 7.6.6 SL2VL and the QoS tables), [`routing`] (IBA 18.2.4.3.2 LFTs), [`congestion`]
+//! and [`cc_switch`] (IBA Annex A10 switch marking), [`packet`], [`crc`], [`tap`] (the wire
+//! capture), [`counters`] (PMA port counters), [`agents`] (SMA, PMA and CCA on the fabric's
+//! nodes), [`event`], [`rng`], [`time`]. The port state (`port`) and the fabric's
+//! own jobs (construction, the event loop, transmit, crossbar, link state) are private.
 //!
 //! Determinism: time is simulated ([`time::Picos`]), events run in (time, insertion order)
 //! ([`event::EventQueue`]), and every random stream is derived from the scenario seed
@@ -36,3 +54,10 @@ pub mod tap;
 pub mod time;
 pub mod topology;
 pub mod vlarb;
+
+pub use counters::PortCounters;
+pub use engine_hca::{EngineHca, HostApp};
+pub use fabric::{BuildError, CounterSample, Fabric, FabricConfig, Forwarding};
+pub use hca::{Endpoint, HcaTx};
+pub use time::Picos;
+pub use topology::{NodeKind, PortAddr, Topology, TopologyError};

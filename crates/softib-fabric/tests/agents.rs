@@ -193,16 +193,32 @@ fn lft_blocks_are_the_fabric_routing() {
 fn an_sm_sets_lids_states_and_forwarding_and_reads_them_back() {
     let mut s = subnet();
     let leaf0 = s.find_node("leaf0").unwrap();
-    // PortInfo Set of h0's port: LID 100, SM LID 100, PortState Armed.
+    // PortInfo Set of h0's port (Active): Armed is no move from Active (IBA §7.2), so the
+    // Set is refused whole and the LID stays.
     let mut m = dr_get(0x0015, 1, &[]);
     m[3] = 0x02;
     m[64 + 16..64 + 18].copy_from_slice(&100u16.to_be_bytes());
     m[64 + 18..64 + 20].copy_from_slice(&100u16.to_be_bytes());
     m[64 + 32] = 3;
     let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r), 0x8000 | status::INVALID_FIELD);
+    assert_eq!(s.nodes[0].ports[1].lid, 1);
+    // Down: the link retrains and the port is back in Init, with the new LID.
+    m[64 + 32] = 1;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
     assert_eq!(st(&r), 0x8000);
     assert_eq!(u16::from_be_bytes([r[64 + 16], r[64 + 17]]), 100);
-    assert_eq!(r[64 + 32] & 0x0f, 3, "Armed");
+    assert_eq!(r[64 + 32] & 0x0f, 2, "Init");
+    // Active straight from Init is refused; Armed, then Active, are taken.
+    m[64 + 32] = 4;
+    let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+    assert_eq!(st(&r), 0x8000 | status::INVALID_FIELD);
+    for state in [3, 4] {
+        m[64 + 32] = state;
+        let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
+        assert_eq!(st(&r), 0x8000);
+        assert_eq!(r[64 + 32] & 0x0f, state);
+    }
     // LFT Set of block 1 on leaf0, then the new LID is routed through it.
     let mut m = dr_get(0x0019, 1, &[1]);
     m[3] = 0x02;
@@ -225,4 +241,72 @@ fn an_sm_sets_lids_states_and_forwarding_and_reads_them_back() {
     m[3] = 0x02;
     let r = deliver(&mut s, H0, PERMISSIVE_LID, &m).unwrap();
     assert_eq!(st(&r) & 0x7fff, status::METHOD_ATTR_UNSUPPORTED);
+}
+
+/// A fabric powered up for an external SM: Init, no LIDs, no routes; what the SM writes
+/// (here: LIDs by directed route, then Armed and Active) is what `program` hands the data
+/// plane, which takes it only before it starts and never with more VLs than it was built
+/// with.
+#[test]
+fn an_unconfigured_fabric_is_brought_up_and_its_program_taken_before_the_run() {
+    let topo = Topology::single_switch(2, 4).unwrap();
+    let mut fabric = Fabric::new(topo, FabricConfig::default()).unwrap();
+    let mut s = Subnet::unconfigured(&fabric);
+    assert!(!s.all_active());
+    assert_eq!(
+        s.inactive_ports(8).len(),
+        4,
+        "two CA ports, two switch ports"
+    );
+    let h0 = PortAddr {
+        node: s.find_node("h0").unwrap(),
+        port: 1,
+    };
+    // No LID answers yet.
+    assert_eq!(
+        deliver(&mut s, h0, 1, &lid_get(0x01, 0x0011, 0)).unwrap_err(),
+        Dropped::NoRoute
+    );
+    let set = |path: &[u8], modifier: u32, lid: u16, state: u8| {
+        let mut m = dr_get(0x0015, modifier, path);
+        m[3] = 0x02;
+        m[64 + 16..64 + 18].copy_from_slice(&lid.to_be_bytes());
+        m[64 + 32] = state;
+        m
+    };
+    // h0 = LID 1, the switch (port 0) = LID 3, h1 = LID 2; then every port Armed, Active.
+    let sw = s.find_node("sw0").unwrap();
+    for state in [0, 3, 4] {
+        for (path, modifier, lid) in [
+            (&[][..], 0, 1),
+            (&[1][..], 0, 3),
+            (&[1][..], 1, 0),
+            (&[1][..], 2, 0),
+            (&[1, 2][..], 0, 2),
+        ] {
+            let r = deliver(&mut s, h0, PERMISSIVE_LID, &set(path, modifier, lid, state)).unwrap();
+            assert_eq!(
+                st(&r),
+                0x8000,
+                "path {path:?} port {modifier} state {state}"
+            );
+        }
+    }
+    assert!(s.all_active(), "{:?}", s.inactive_ports(8));
+    assert_eq!(s.nodes[sw].ports[0].lid, 3);
+    let mut prog = s.program();
+    assert_eq!(prog.addressing.port_lid[h0.node][1], 1);
+    // More VLs than the port was built with are refused.
+    let mut too_many = prog.clone();
+    too_many.op_vls[h0.node][1] = 8;
+    assert!(fabric.program_subnet(&too_many).is_err());
+    prog.lfts[sw] = vec![255, 1, 2, 0];
+    fabric.program_subnet(&prog).unwrap();
+    assert_eq!(fabric.lid("h1"), Some(2));
+    assert_eq!(fabric.lft("sw0").unwrap(), &[255, 1, 2, 0]);
+    fabric.run_until(1_000);
+    assert!(
+        fabric.program_subnet(&prog).is_err(),
+        "refused once running"
+    );
 }

@@ -14,13 +14,14 @@
 //! again, poll again.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use softib_transport::CqHandle;
+
+use crate::eventfd::EventFd;
 
 #[derive(Debug, Default)]
 struct Pending {
@@ -32,8 +33,8 @@ struct Pending {
 
 #[derive(Debug)]
 pub(crate) struct ChannelInner {
-    /// eventfd: its counter is non-zero exactly while `queue` is not empty.
-    fd: File,
+    /// Readiness counter: non-zero exactly while `queue` is not empty.
+    fd: EventFd,
     pending: Mutex<Pending>,
 }
 
@@ -49,7 +50,7 @@ impl ChannelInner {
         if p.queue.len() == 1 {
             // Cannot fail: the counter is 0 here (reset whenever the queue empties), far
             // from the eventfd's limit.
-            let _ = (&self.fd).write(&1u64.to_ne_bytes());
+            self.fd.signal();
         }
     }
 }
@@ -68,7 +69,7 @@ impl CompletionChannel {
     pub fn new() -> io::Result<CompletionChannel> {
         Ok(CompletionChannel {
             inner: Arc::new(ChannelInner {
-                fd: File::from(crate::sys::eventfd()?),
+                fd: EventFd::readiness()?,
                 pending: Mutex::new(Pending::default()),
             }),
         })
@@ -82,8 +83,7 @@ impl CompletionChannel {
         if p.queue.is_empty() {
             // Reset the counter so the descriptor stops being readable (EAGAIN if it
             // already was 0, which cannot happen while the queue was non-empty).
-            let mut b = [0u8; 8];
-            let _ = (&self.inner.fd).read(&mut b);
+            let _ = self.inner.fd.take();
         }
         Some(cq)
     }

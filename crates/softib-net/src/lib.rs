@@ -2,9 +2,10 @@
 //!
 //! Layers, bottom up (see `docs/design/net.md`):
 //! - [`socket`]: the RoCEv2 UDP socket with batched I/O (recvmmsg/GRO, sendmmsg/GSO), ECN
-//!   and DF. The crate's `unsafe` code lives in three named modules: the private `sys` (the
-//!   socket calls under it), [`raw_memory`] (caller memory by raw pointer, which the verbs
-//!   shim uses too) and the private `raw_registration` (the `unsafe` registration verbs).
+//!   and DF. The crate's `unsafe` code lives in four named modules: the private `sys` (the
+//!   socket calls under it), [`raw_memory`] (caller memory by raw pointer) and [`eventfd`]
+//!   (the readiness counter and semaphore descriptors), which the verbs shim uses too, and
+//!   the private `raw_registration` (the `unsafe` registration verbs).
 //! - [`inject`]: seeded fault injection on the send path (drop, duplicate, reorder, corrupt).
 //! - [`cc`]: congestion control on RoCEv2 (ECN marks, CNPs, DCQCN / IBA CCA settings).
 //! - [`context`]: the handle-based verbs API over a device and its thread; [`verbs`]: the
@@ -24,6 +25,7 @@ pub mod channel;
 pub mod context;
 pub mod counters;
 pub mod driver;
+pub mod eventfd;
 pub mod group;
 pub mod gsi;
 pub mod inject;
@@ -32,6 +34,7 @@ mod memory_windows;
 pub mod oob;
 pub mod raw_memory;
 mod raw_registration;
+mod rd;
 mod region_guard;
 pub mod roce;
 pub mod socket;

@@ -777,16 +777,3 @@ pub(crate) fn interface_of(ip: std::net::IpAddr) -> io::Result<Option<String>> {
     unsafe { libc::freeifaddrs(head) };
     Ok(found)
 }
-
-/// A new non-blocking, close-on-exec `eventfd(2)` with counter 0: the readiness descriptor of
-/// a completion channel.
-pub(crate) fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by the kernel, is open, and nothing else owns it.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}

@@ -1,4 +1,4 @@
-//! The driver's half of RoCEv2 congestion control on loopback (issue 6): a CE-marked
+//! The driver's half of RoCEv2 congestion control on loopback: a CE-marked
 //! datagram reaches the engine and comes back as a CNP (opcode 0x81, BECN, the source QP,
 //! not ECN-capable); a CNP slows the QP it names (DCQCN rate in the counter snapshot); data
 //! leaves ECT(0) only while the device reacts to congestion. A plain RoCEv2 socket plays

@@ -7,7 +7,7 @@
 //! FETCH_AND_ADD complete with memory byte-exact, and the counters show the recovery.
 //!
 //! Needs root (namespaces, veth, nftables); fails with the reason otherwise. The volume is
-//! `SOFTIB_NETNS_MIB` MiB written and read back (default 32; issue 4's acceptance run uses
+//! `SOFTIB_NETNS_MIB` MiB written and read back (default 32; a full acceptance run uses
 //! 1024). The two devices run as child processes of this test binary inside the namespaces
 //! (`--ignored --exact netns_server|netns_client`).
 

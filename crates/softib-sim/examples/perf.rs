@@ -4,12 +4,12 @@
 //! MTU 4096, 16 in flight):
 //!
 //! ```sh
-//! cargo run --release -p softib-fabric --example perf -- rc-one-to-one  # 1 s, engine, 64 KiB WRITEs
-//! cargo run --release -p softib-fabric --example perf -- rc-incast      # 1 s, engine, 8 -> 1
-//! cargo run --release -p softib-fabric --example perf -- rc-permutation # 1 ms, engine, 3456 hosts, 16 KiB
-//! cargo run --release -p softib-fabric --example perf -- one-to-one     # 1 s, 1 -> 1 via one switch
-//! cargo run --release -p softib-fabric --example perf -- incast         # 1 s, 8 -> 1 on one switch
-//! cargo run --release -p softib-fabric --example perf -- permutation    # 1 ms, 3456-host 3-level fat tree (ftree routing;
+//! cargo run --release -p softib-sim --example perf -- rc-one-to-one  # 1 s, engine, 64 KiB WRITEs
+//! cargo run --release -p softib-sim --example perf -- rc-incast      # 1 s, engine, 8 -> 1
+//! cargo run --release -p softib-sim --example perf -- rc-permutation # 1 ms, engine, 3456 hosts, 16 KiB
+//! cargo run --release -p softib-sim --example perf -- one-to-one     # 1 s, 1 -> 1 via one switch
+//! cargo run --release -p softib-sim --example perf -- incast         # 1 s, 8 -> 1 on one switch
+//! cargo run --release -p softib-sim --example perf -- permutation    # 1 ms, 3456-host 3-level fat tree (ftree routing;
 //!                                                                      # add `minhop` for OpenSM minhop tables)
 //! ```
 //!

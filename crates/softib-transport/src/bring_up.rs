@@ -109,6 +109,11 @@ mod tests {
             M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
         match qp_type {
             QpType::Ud => [INIT_BASE | M::QKEY, M::STATE, M::STATE | M::SQ_PSN],
+            QpType::Rd => [
+                INIT_BASE | M::QKEY | M::ACCESS_FLAGS,
+                M::STATE,
+                M::STATE | M::SQ_PSN,
+            ],
             QpType::Uc => [
                 INIT_BASE | M::ACCESS_FLAGS,
                 M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
@@ -128,6 +133,7 @@ mod tests {
             QpType::Ud,
             QpType::XrcSend,
             QpType::XrcRecv,
+            QpType::Rd,
         ] {
             let steps = bring_up_steps(t, QpState::Rts).unwrap();
             let want = hand_written(t);

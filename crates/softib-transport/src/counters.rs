@@ -112,6 +112,19 @@ pub struct QpCounters {
     pub bad_qkey_drops: u64,
     /// XRC requests whose XRCETH named no XRC SRQ of the target QP's domain (NAKed).
     pub xrc_bad_srq: u64,
+    /// EEC responder: requests for a QP that is not an RD QP (or not ready), NAKed "invalid
+    /// RD request" (IBA §9.7.5.2.x).
+    pub rd_unknown_qp: u64,
+    /// EEC responder: requests for an RD QP of another reliable datagram domain (NAKed).
+    pub rd_bad_rdd: u64,
+    /// EEC responder: requests whose DETH Q_Key is not the RD QP's (NAKed).
+    pub rd_bad_qkey: u64,
+    /// EEC responder: requests dropped while waiting for the requester's RESYNC.
+    pub rd_awaiting_resync_drops: u64,
+    /// EEC requester: RESYNC requests queued (after an error NAK, or `resync_eec`).
+    pub resyncs_sent: u64,
+    /// EEC responder: RESYNCs that set the expected PSN.
+    pub resyncs_applied: u64,
 }
 }
 
@@ -138,6 +151,8 @@ pub struct DeviceCounters {
     pub malformed_drops: u64,
     /// Packets for a QPN with no QP.
     pub unknown_qp_drops: u64,
+    /// RD packets whose RDETH names no EE context of this device (IBA §9.7: dropped).
+    pub unknown_eec_drops: u64,
     /// Packets whose P_Key matched no entry of the QP (also counted per QP).
     pub bad_pkey_drops: u64,
     /// UD packets with a wrong Q_Key (also counted per QP).
@@ -198,13 +213,13 @@ mod tests {
     fn named_lists_every_counter_once_by_its_field_name() {
         let c = QpCounters {
             packets_sent: 3,
-            xrc_bad_srq: 5,
+            resyncs_applied: 5,
             ..QpCounters::default()
         };
         let named: Vec<_> = c.named().collect();
         assert_eq!(named.len(), core::mem::size_of::<QpCounters>() / 8);
         assert_eq!(named[0], ("packets_sent", 3));
-        assert_eq!(*named.last().unwrap(), ("xrc_bad_srq", 5));
+        assert_eq!(*named.last().unwrap(), ("resyncs_applied", 5));
         let d = DeviceCounters {
             qp: c,
             cq_overflows: 2,

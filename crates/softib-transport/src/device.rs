@@ -32,6 +32,8 @@ use crate::verbs::{
     WcStatus, WorkCompletion, WrOpcode, XrcdHandle,
 };
 
+mod rd_verbs;
+
 /// First QPN handed out; 0 and 1 are the special QPs (SMI, GSI) of IBA 10.2.5.
 pub const FIRST_QPN: u32 = 0x11;
 
@@ -57,6 +59,10 @@ pub struct Device {
     timers: BinaryHeap<Reverse<(Nanos, u32, u8)>>,
     /// UD multicast groups and the QPs attached to them (`mcast.rs`).
     mcast: McastTable,
+    /// Reliable datagram domains allocated so far (handles 1..=rdds, never reused).
+    rdds: u32,
+    /// Reliable datagram domains released by `dealloc_rdd`.
+    dead_rdds: Vec<u32>,
 }
 
 fn unknown(kind: &'static str, value: u32) -> VerbsError {
@@ -116,6 +122,8 @@ impl Device {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             mcast: McastTable::default(),
+            rdds: 0,
+            dead_rdds: Vec::new(),
         }
     }
 
@@ -776,8 +784,22 @@ impl Device {
         Ok(())
     }
 
-    /// Creates a QP in RESET and returns its QPN.
+    /// Creates a QP in RESET and returns its QPN. RD QPs belong to a reliable datagram
+    /// domain: create them with [`Device::create_rd_qp`].
     pub fn create_qp(&mut self, pd: PdHandle, init: QpInitAttr) -> Result<u32, VerbsError> {
+        if init.qp_type == QpType::Rd {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "qp_type",
+                reason: "an RD QP belongs to a reliable datagram domain: create it with \
+                         create_rd_qp"
+                    .into(),
+            });
+        }
+        self.create_qp_in(pd, init)
+    }
+
+    /// [`Device::create_qp`] without the RD refusal.
+    fn create_qp_in(&mut self, pd: PdHandle, init: QpInitAttr) -> Result<u32, VerbsError> {
         self.check_pd(pd)?;
         let cfg = &self.sh.config;
         let cap = init.cap;
@@ -958,6 +980,18 @@ impl Device {
     pub fn post_send(&mut self, now: Nanos, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
         let _ = now;
         let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        match self.qps[i].as_ref().expect("index checked") {
+            q if q.is_eec() => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "qp",
+                    reason: format!(
+                        "{qpn:#x} is an EE context: post to an RD QP naming it in `rd`"
+                    ),
+                })
+            }
+            q if q.qp_type == QpType::Rd => return self.rd_post_send(i, wr),
+            _ => {}
+        }
         let wqe = {
             let qp = self.qps[i].as_ref().expect("index checked");
             self.build_send_wqe(qp, wr)?
@@ -1002,7 +1036,11 @@ impl Device {
         // does not carry, as rxe and the kernel do (rdma-core 44's rxe `validate_send_wr`
         // checks no opcode against the QP type): the WR fails at the head of the send
         // queue with IBV_WC_LOC_QP_OP_ERR and the QP moves to ERR (qp/local_ops.rs).
-        if qp.qp_type == QpType::XrcRecv {
+        // An RD WQE runs on an EEC that other QPs share, so an operation RD does not carry
+        // (IBA 9.7 / table 38: no invalidate, ATOMIC WRITE or memory-window operations)
+        // is refused at post time instead of failing the EEC.
+        let rd_refuses = qp.qp_type == QpType::Rd && !QpType::Rd.carries(wr.opcode);
+        if qp.qp_type == QpType::XrcRecv || rd_refuses {
             return Err(VerbsError::OpcodeNotSupported {
                 wr_id: wr.wr_id,
                 opcode: wr.opcode,
@@ -1157,6 +1195,7 @@ impl Device {
             ud,
             bind: wr.bind_mw,
             xrc_srqn: wr.xrc_remote_srqn & crate::psn::PSN_MASK,
+            rd: None,
             length,
             first_psn: 0,
             npsn: 0,
@@ -1345,6 +1384,11 @@ impl Device {
 
     /// Everything after the parse of an arriving packet.
     fn handle_parsed(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
+        if pkt.bth.opcode.service() == Service::Rd {
+            // RD packets belong to the EE context their RDETH names (IBA 9.7.1).
+            self.rd_demux(now, meta, pkt);
+            return;
+        }
         let dest = pkt.bth.dest_qp;
         if dest == MULTICAST_QPN {
             self.handle_multicast(now, meta, pkt);
@@ -1386,7 +1430,7 @@ impl Device {
                 | (QpType::Ud, Service::Ud)
                 | (QpType::XrcSend | QpType::XrcRecv, Service::Xrc)
                 | (_, Service::Cnp)
-        );
+        ) || (qp.is_eec() && pkt.bth.opcode.service() == Service::Rd);
         if !service_ok {
             self.sh.counters.wrong_service_drops += 1;
             return;
@@ -1430,6 +1474,7 @@ impl Device {
             qp.counters.ecn_ce_received += 1;
         }
         qp.cc_on_receive(now, meta, pkt, &mut self.sh);
+        let mut eec_request = false;
         if pkt.bth.opcode.service() == Service::Cnp {
             qp.counters.cnps_received += 1;
         } else {
@@ -1451,7 +1496,15 @@ impl Device {
                         self.sh.counters.bad_qkey_drops += 1;
                     }
                 }
+                // Only EECs get here (`rd_demux`); requests need the QP they name too.
+                QpType::Rd if pkt.bth.opcode.is_response() => {
+                    qp.rc_handle_packet(now, meta, pkt, &mut self.sh)
+                }
+                QpType::Rd => eec_request = true,
             }
+        }
+        if eec_request {
+            self.rd_eec_request(meta, pkt, i);
         }
         self.after_qp(i);
     }

@@ -262,6 +262,12 @@ fn gid_of(side: usize) -> [u8; 16] {
 }
 
 impl Pair {
+    /// The GID of device `side` (IPv4-mapped 10.0.0.side+1), for address vectors a test
+    /// builds itself (e.g. RD's EE contexts).
+    pub fn side_gid(side: usize) -> [u8; 16] {
+        gid_of(side)
+    }
+
     /// Two default devices (LIDs 1 and 2, GIDs ::ffff:10.0.0.1/2), 1 us latency, no faults.
     pub fn new(seed: u64) -> Pair {
         Pair::with_config(seed, DeviceConfig::default())

@@ -29,6 +29,7 @@ pub mod psn;
 mod qp;
 pub mod qpn;
 mod rc;
+mod rd;
 mod shared;
 mod srq;
 pub mod time;

@@ -52,7 +52,7 @@ bit_flags! {
     }
 }
 
-/// Transport service of a QP (IBA 9.8.1). RD is not implemented.
+/// Transport service of a QP (IBA 9.8.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QpType {
     /// Reliable connected.
@@ -69,6 +69,11 @@ pub enum QpType {
     /// that delivers each request into the XRC SRQ its XRCETH names; no send queue.
     /// Created with `Device::create_xrc_target_qp`.
     XrcRecv,
+    /// Reliable datagram (IBA 9.7, 10.2.7): a connectionless QP of a reliable datagram
+    /// domain whose messages travel over end-to-end contexts (EECs) shared by every RD QP
+    /// of the node; each send WR names its EEC, remote QP and Q_Key (`SendWr::rd`).
+    /// Created with `Device::create_rd_qp`; libibverbs has no RD, so this is softib's own.
+    Rd,
 }
 
 impl QpType {
@@ -85,7 +90,8 @@ impl QpType {
     /// True if this service's send queue carries `opcode` (IBA 9.2 Table 38's per-service
     /// opcodes, 9.8.2 for UC, 9.8.3 for UD; rxe's `rxe_wr_opcode_info`): RC carries every
     /// operation, an XRC initiator every one but ATOMIC WRITE (IBA 1.5 defines it on RC,
-    /// rxe offers it there only), UC SENDs, WRITEs and the local operations, UD SENDs.
+    /// rxe offers it there only), UC SENDs, WRITEs and the local operations, UD SENDs, RD
+    /// SENDs, WRITEs, READs and the two atomics.
     /// An XRC target has no send queue (IBA Annex A14) and carries nothing.
     pub fn carries(self, opcode: WrOpcode) -> bool {
         match self {
@@ -102,6 +108,18 @@ impl QpType {
                     | WrOpcode::LocalInv
             ),
             QpType::Ud => matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+            // IBA 9.7 / table 38: SEND, RDMA WRITE, RDMA READ and the two atomics (no
+            // invalidate, no ATOMIC WRITE, no memory-window operations).
+            QpType::Rd => matches!(
+                opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::RdmaRead
+                    | WrOpcode::AtomicCmpAndSwp
+                    | WrOpcode::AtomicFetchAndAdd
+            ),
         }
     }
 }
@@ -223,6 +241,16 @@ pub enum WcStatus {
     MwBindErr,
     /// Anything else (`IBV_WC_GENERAL_ERR`).
     GeneralErr,
+    /// RD: the QP's and the EEC's reliable datagram domains differ (`IBV_WC_LOC_RDD_VIOL_ERR`,
+    /// IBA 10.2.7).
+    LocRddViolErr,
+    /// RD: the responder NAKed with "invalid RD request": unknown destination QP, its
+    /// domain or Q_Key does not match (`IBV_WC_REM_INV_RD_REQ_ERR`, IBA 9.7.5.2.x).
+    RemInvRdReqErr,
+    /// RD: the WR names no EE context (`IBV_WC_INV_EECN_ERR`).
+    InvEecnErr,
+    /// RD: the EE context is not in a state that sends (`IBV_WC_INV_EEC_STATE_ERR`).
+    InvEecStateErr,
 }
 
 impl WcStatus {
@@ -243,6 +271,10 @@ impl WcStatus {
             WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
             WcStatus::MwBindErr => "memory management operation error",
             WcStatus::GeneralErr => "general error",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
         }
     }
 }
@@ -493,6 +525,23 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// A reliable datagram domain (IBA 10.2.7): an RD QP may use an EEC only of its own
+/// domain, and a responder delivers only to an RD QP of the EEC's domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct RddHandle(pub u32);
+
+/// Where an RD send goes (IBA 9.7.1, 10.8.3: an RD work request names the EE context, the
+/// destination QP and its Q_Key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RdDest {
+    /// The local EE context (its number, from `Device::create_eec`) that carries the message.
+    pub eec: u32,
+    /// Destination RD QP number at the far end of the EEC.
+    pub remote_qpn: u32,
+    /// Q_Key to send; if its high bit is set the QP's own Q_Key is used (IBA 10.2.5).
+    pub remote_qkey: u32,
+}
+
 /// Where a UD send goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct UdDest {
@@ -534,6 +583,8 @@ pub struct SendWr {
     /// XRC initiator QPs: the number of the remote XRC SRQ the message goes to (the
     /// XRCETH's XRCSRQ, `qp_type.xrc.remote_srqn`; IBA Annex A14). Ignored otherwise.
     pub xrc_remote_srqn: u32,
+    /// Destination for RD QPs (EEC, remote QP, Q_Key); required there, ignored otherwise.
+    pub rd: Option<RdDest>,
 }
 
 /// The kind of a memory window (`ibv_mw_type`, IBA 10.6.7.1).

@@ -1,4 +1,4 @@
-//! Congestion control through the pair harness (issue 6): the destination's FECN/ECN -> BECN
+//! Congestion control through the pair harness: the destination's FECN/ECN -> BECN
 //! and CNP rules, the IBA CCA (CCTI arithmetic, inter-packet delay from the CCT) and DCQCN
 //! (rate cut on a CNP, recovery, pacing). Expected numbers are computed here from the
 //! formulas in docs/design/engine.md, "Congestion control".

@@ -1,4 +1,4 @@
-//! How many packets RC recovery costs under the fault mix of issue 4's netns test (3 % loss,
+//! How many packets RC recovery costs under the fault mix of softib-net's netns test (3 % loss,
 //! 1 % duplication, 20 % reordering, 0.5 % corruption), on the deterministic pair harness.
 //! Go-back-N (IBA 9.7.5.1.3) makes some waste unavoidable: the responder discards every
 //! packet after a gap until the missing one arrives, so those are sent twice. What these

@@ -1,5 +1,5 @@
-//! RC reliability mechanisms with the exact numbers of IBA 9.7.5 / 9.7.6 and issue 3's
-//! acceptance list. Every test drives real packets through the pair harness.
+//! RC reliability mechanisms with the exact numbers of IBA 9.7.5 / 9.7.6: retries, timeouts,
+//! RNR NAKs, duplicates and sequence errors. Every test drives real packets through the pair harness.
 
 mod common;
 use common::*;

@@ -90,6 +90,9 @@ pub fn qp_type_to_c(t: QpType) -> u32 {
         QpType::Ud => IBV_QPT_UD,
         QpType::XrcSend => IBV_QPT_XRC_SEND,
         QpType::XrcRecv => IBV_QPT_XRC_RECV,
+        // libibverbs has no RD QP type and the shim never creates one; IBV_QPT_DRIVER
+        // (0xff) says "not a standard type" should one ever be shown.
+        QpType::Rd => 0xff,
     }
 }
 
@@ -282,6 +285,10 @@ pub fn wc_status_to_c(s: WcStatus) -> u32 {
         WcStatus::RnrRetryExcErr => 13,
         WcStatus::MwBindErr => 6,
         WcStatus::GeneralErr => 21,
+        WcStatus::LocRddViolErr => 14,
+        WcStatus::RemInvRdReqErr => 15,
+        WcStatus::InvEecnErr => 17,
+        WcStatus::InvEecStateErr => 18,
     }
 }
 

@@ -1,17 +1,17 @@
 //! Completion channels and the async event queue: an eventfd the application waits on
 //! (or polls, in event mode) plus the queue of what each signal stands for, and the
-//! notifier thread that turns the engine's events into them.
+//! dispatch that turns one engine event into a signal on them (the device's notifier
+//! thread, in `objects.rs`, calls it for every event).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
 
+use softib_net::eventfd::EventFd;
 use softib_transport::AsyncEvent;
 
 use crate::abi::*;
-use crate::objects::Shared;
-use crate::sys::EventFd;
 
 /// An eventfd and the items its signals announce, one per signal.
 #[derive(Debug)]
@@ -33,7 +33,7 @@ impl<T> EventQueue<T> {
     /// An empty queue with a fresh eventfd.
     pub fn new() -> io::Result<EventQueue<T>> {
         Ok(EventQueue {
-            fd: EventFd::new()?,
+            fd: EventFd::semaphore()?,
             items: Mutex::new(Pending {
                 items: VecDeque::new(),
                 orphaned: 0,
@@ -55,7 +55,7 @@ impl<T> EventQueue<T> {
     /// takes its item; a signal whose item was discarded is passed over.
     pub fn pop(&self) -> io::Result<T> {
         loop {
-            self.fd.wait()?;
+            self.fd.take()?;
             let mut p = self.pending();
             if let Some(item) = p.items.pop_front() {
                 return Ok(item);
@@ -79,7 +79,7 @@ impl<T> EventQueue<T> {
 
     /// The descriptor.
     pub fn raw_fd(&self) -> i32 {
-        self.fd.raw()
+        self.fd.as_raw_fd()
     }
 }
 
@@ -105,22 +105,15 @@ pub struct Registry {
     pub srqs: HashMap<u32, usize>,
 }
 
-/// How long the notifier waits for an engine event before it checks whether the device
-/// is still open.
-const NOTIFIER_SLICE: Duration = Duration::from_millis(20);
-
-/// Moves engine events to the queues applications wait on until the device closes (the
-/// last strong reference to `Shared` goes away).
-pub fn notifier_loop(shared: Weak<Shared>) {
-    while let Some(s) = shared.upgrade() {
-        if let Some(ev) = s.net.wait_event(NOTIFIER_SLICE) {
-            dispatch(&s, ev);
-        }
-    }
-}
-
-fn dispatch(s: &Shared, ev: AsyncEvent) {
-    let reg = s.registry.lock().unwrap_or_else(|p| p.into_inner());
+/// Hands one engine event to whoever waits for it: a CQ notification to the CQ's
+/// completion channel, any other event to the device's async event queue, by the C
+/// address `registry` maps its object to.
+pub fn dispatch(
+    registry: &Mutex<Registry>,
+    async_events: &EventQueue<(usize, u32)>,
+    ev: AsyncEvent,
+) {
+    let reg = registry.lock().unwrap_or_else(|p| p.into_inner());
     let (addr, ty) = match ev {
         AsyncEvent::CqNotify(cq) => {
             if let Some(t) = reg.cqs.get(&cq.0) {
@@ -137,12 +130,14 @@ fn dispatch(s: &Shared, ev: AsyncEvent) {
     };
     // An event for an object already destroyed has nobody to tell.
     if let Some(&addr) = addr {
-        s.async_events.push((addr, ty));
+        async_events.push((addr, ty));
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

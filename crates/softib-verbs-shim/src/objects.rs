@@ -6,6 +6,7 @@ use std::cell::UnsafeCell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use softib_net::context::{Context, WaitMode};
 use softib_net::driver::NetConfig;
@@ -113,6 +114,20 @@ impl Drop for Shared {
     }
 }
 
+/// How long the notifier waits for an engine event before it checks whether the device
+/// is still open.
+const NOTIFIER_SLICE: Duration = Duration::from_millis(20);
+
+/// Moves engine events to the queues applications wait on until the device closes (the
+/// last strong reference to `Shared` goes away).
+pub fn notifier_loop(shared: Weak<Shared>) {
+    while let Some(s) = shared.upgrade() {
+        if let Some(ev) = s.net.wait_event(NOTIFIER_SLICE) {
+            crate::events::dispatch(&s.registry, &s.async_events, ev);
+        }
+    }
+}
+
 impl Shared {
     /// Starts the thread that moves engine events to the channels and the async queue, on
     /// the first completion channel or async event read: it wakes on every burst of device
@@ -124,7 +139,7 @@ impl Shared {
             let weak = Arc::downgrade(self);
             if let Err(e) = std::thread::Builder::new()
                 .name("softib events".into())
-                .spawn(move || crate::events::notifier_loop(weak))
+                .spawn(move || notifier_loop(weak))
             {
                 eprintln!("softib verbs shim: cannot start the event thread: {e}");
                 result = Err(libc::EAGAIN);
@@ -159,6 +174,16 @@ pub fn flush_open_capture() {
     if let Some(s) = open.filter(|s| s.net.opened_by_this_process()) {
         s.net.flush_capture();
     }
+}
+
+extern "C" fn flush_capture_atexit() {
+    let _ = std::panic::catch_unwind(flush_open_capture);
+}
+
+/// Registers (once) a process-exit hook that completes the capture file.
+fn flush_capture_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| crate::sys::at_exit(flush_capture_atexit));
 }
 
 /// The shared device of the process, opened on first use and closed when the last context
@@ -216,7 +241,7 @@ pub fn open_shared(config: &Config) -> Result<Arc<Shared>, OpenError> {
     // A forked child inherits the device's sockets: softib-net's fork handler replaces
     // them in the child (docs/design/net.md, "Several processes on one address").
     if config.pcap.is_some() {
-        crate::ffi::flush_capture_at_exit();
+        flush_capture_at_exit();
     }
     Ok(shared)
 }

@@ -6,6 +6,7 @@
 
 use crate::abi::*;
 use crate::caps;
+use crate::view::facts;
 
 /// Why a verb refuses its arguments: the errno it returns and the `SOFTIB_DEBUG` text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +102,14 @@ pub struct GidTable {
     pub len: u32,
     /// Slots 0..in_use hold a GID, the others are empty.
     pub in_use: u32,
+}
+
+/// The GID table for the address vector checks.
+pub fn gid_table() -> GidTable {
+    GidTable {
+        len: facts::GID_TBL_LEN,
+        in_use: facts::GIDS_IN_USE,
+    }
 }
 
 /// `ibv_modify_qp` with `IBV_QP_AV` on a RoCE port: the address vector needs a GRH

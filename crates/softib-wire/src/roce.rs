@@ -890,7 +890,7 @@ mod tests {
         ));
     }
 
-    /// The first frame of a capture on the rxe oracle's bridge (issue 8): an IGMPv3 report
+    /// The first frame of a capture on the rxe oracle VM's bridge: an IGMPv3 report
     /// from the host, whose IPv4 header carries the Router Alert option. It is not RoCEv2,
     /// so decoders must skip it, not count it as a malformed RoCEv2 packet.
     #[test]

@@ -145,6 +145,11 @@ fn send_wr(s: &Session, p: &Params, i: usize, size: u64, seq: u64, signaled: boo
             remote_qpn: rem.qpn,
             remote_qkey: PERFTEST_QKEY,
         }),
+        rd: (p.conn == Conn::Rd).then(|| softib_transport::RdDest {
+            eec: s.eecs[i],
+            remote_qpn: rem.qpn,
+            remote_qkey: PERFTEST_QKEY,
+        }),
         ..SendWr::default()
     }
 }

@@ -200,6 +200,11 @@ fn send_wr(s: &Session, p: &Params, size: u64, opcode: WrOpcode) -> SendWr {
             remote_qpn: s.rem[0].qpn,
             remote_qkey: PERFTEST_QKEY,
         }),
+        rd: (p.conn == Conn::Rd).then(|| softib_transport::RdDest {
+            eec: s.eecs[0],
+            remote_qpn: s.rem[0].qpn,
+            remote_qkey: PERFTEST_QKEY,
+        }),
         ..SendWr::default()
     }
 }

@@ -36,7 +36,7 @@ use softib_transport::{
 };
 use softib_wire::cm::RejectReason;
 
-use super::Params;
+use super::params::{Params, Verb, RDMA_CM_ACK_TIMEOUT};
 
 /// `sizeof(struct pingpong_dest)`: the receive buffer of perftest's exchange QP, and the
 /// key message over rdma_cm.
@@ -121,7 +121,7 @@ impl CmExchange {
             .create_qp(cq, cq, QpType::Rc)
             .set_max_send_wr(2)
             .set_max_recv_wr(2)
-            .set_timeout(super::RDMA_CM_ACK_TIMEOUT)
+            .set_timeout(RDMA_CM_ACK_TIMEOUT)
             .set_retry_count(7)
             .set_rnr_retry(7)
             .build()?)
@@ -351,7 +351,7 @@ fn test_qp(
     p: &Params,
     mtu: Mtu,
 ) -> anyhow::Result<PreparedQueuePair> {
-    let reads = if matches!(p.verb, super::Verb::Read | super::Verb::Atomic) {
+    let reads = if matches!(p.verb, Verb::Read | Verb::Atomic) {
         p.out_reads.min(16) as u8
     } else {
         0

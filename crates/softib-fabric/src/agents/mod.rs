@@ -4,10 +4,12 @@
 //!
 //! The agents answer against a [`Subnet`]: a snapshot of the fabric taken at one simulated
 //! instant (topology, LIDs, forwarding tables, link widths and speeds, port states, QoS
-//! tables and port counters). In this first slice a MAD does not travel the simulated fabric
-//! on VL15: it is answered against the snapshot at once (see docs/design/management.md).
-//! An SM's Sets (PortInfo LID/state/SM LID, SwitchInfo LinearFDBTop, LFT blocks) change the
-//! snapshot, so an SM sees what it wrote; they do not reach the simulated data plane.
+//! tables and port counters). A MAD does not travel the simulated fabric on VL15: it is
+//! answered against the snapshot at once (see docs/design/management.md). An SM's Sets
+//! (PortInfo, SwitchInfo, LFT, SL2VL, VLArb and P_Key blocks) change the snapshot, so an SM
+//! sees what it wrote. A fabric waiting for an external SM starts [`Subnet::unconfigured`];
+//! once the SM has brought every port up, [`Subnet::program`] is what the data plane takes
+//! ([`crate::fabric::Fabric::program_subnet`]).
 //!
 //! A topology imported from a real fabric (`ibnetdiscover`) carries its nodes' GUIDs
 //! ([`crate::topology::NodeGuids`]) and the agents answer with those. Otherwise they are
@@ -27,10 +29,11 @@ pub mod sma;
 use crate::counters::PortCounters;
 use crate::fabric::Fabric;
 use crate::link::LinkRate;
-use crate::qos::{no_qos, PortClass, PortQos};
+use crate::qos::{no_qos, PortClass, PortQos, Sl2Vl};
 use crate::routing::{peers, Addressing};
 use crate::time::Picos;
 use crate::topology::{NodeKind, PortAddr, Topology};
+use crate::vlarb::VlArbConfig;
 
 /// The upper bits of every GUID softib assigns (company ID 0x5EF1B0, which no HCA vendor
 /// uses, so tools never take a simulated node for a vendor's and ask for vendor attributes).
@@ -52,6 +55,14 @@ pub fn port_guid(index: usize, kind: NodeKind, port: u8) -> u64 {
     }
 }
 
+/// The P_Key block a port powers up with: the default partition, full member (IBA
+/// §10.9.1.2), then empty entries.
+pub fn default_pkeys() -> [u16; 32] {
+    let mut k = [0u16; 32];
+    k[0] = 0xFFFF;
+    k
+}
+
 /// What the agents know of one port at the snapshot's instant.
 #[derive(Clone, Debug)]
 pub struct PortView {
@@ -67,9 +78,19 @@ pub struct PortView {
     pub counters: PortCounters,
     /// LID (HCA ports; for a switch, the switch's LID on every port).
     pub lid: u16,
-    /// PortState an SM set (IBA §14.2.5.6: 1 Down, 2 Init, 3 Armed, 4 Active); `None`: as
-    /// the snapshot found the link (Active if up, else Down).
-    pub state_set: Option<u8>,
+    /// PortState of a port whose link is up (IBA §14.2.5.6: 2 Init, 3 Armed, 4 Active); a
+    /// port whose link is down reads Down whatever this says.
+    pub state: u8,
+    /// The data VLs the port supports (VLCap, as a count).
+    pub vl_cap: u8,
+    /// NeighborMTU (IBA §14.2.5.6 encoding: 1 = 256 .. 5 = 4096).
+    pub neighbor_mtu: u8,
+    /// VL arbitration of the port's output (VLArbitrationTable and VLHighLimit).
+    pub vlarb: VlArbConfig,
+    /// The first P_Key block (IBA §14.2.5.7).
+    pub pkeys: [u16; 32],
+    /// An SM runs behind this port (CapabilityMask IsSM, set by a client's SET_ISSM).
+    pub is_sm: bool,
 }
 
 /// A node as its agents see it.
@@ -86,6 +107,22 @@ pub struct NodeView {
     pub lft: Vec<u8>,
     /// SwitchInfo LinearFDBTop (switches): the highest LID the table holds.
     pub linear_fdb_top: u16,
+    /// SL2VLMappingTable of every (input, output) pair, at `in * ports.len() + out`; a CA
+    /// port `p` has its table at `p` (input 0).
+    pub sl2vl: Vec<Sl2Vl>,
+}
+
+impl NodeView {
+    /// The SL2VL table from input port `input` to output port `output`.
+    pub fn sl2vl(&self, input: u8, output: u8) -> &Sl2Vl {
+        &self.sl2vl[input as usize * self.ports.len() + output as usize]
+    }
+
+    /// The SL2VL table from `input` to `output`, to change.
+    pub fn sl2vl_mut(&mut self, input: u8, output: u8) -> &mut Sl2Vl {
+        let n = self.ports.len();
+        &mut self.sl2vl[input as usize * n + output as usize]
+    }
 }
 
 /// The fabric's management state at one instant: what every agent answers from.
@@ -110,6 +147,12 @@ pub struct Subnet {
     /// The congestion control the fabric runs with (the scenario's OpenSM keys), for the
     /// congestion control agent ([`cca`]); `None`: none configured.
     pub cc: Option<crate::cc_switch::OpensmCc>,
+    /// The fabric waits for an external SM ([`Subnet::unconfigured`]): MasterSMLID is what
+    /// the SM set (0 until then), not the first HCA's LID.
+    pub external_sm: bool,
+    /// The HCA the external SM runs on (the scenario's `sm_host`): a client that names no
+    /// node attaches there.
+    pub sm_host: Option<usize>,
 }
 
 impl Subnet {
@@ -143,19 +186,26 @@ impl Subnet {
                         fabric.port_counters(&n.name, p).unwrap_or_default()
                     },
                     lid,
-                    state_set: None,
+                    state: 4,
+                    vl_cap: cfg.vl_cap,
+                    neighbor_mtu: 5,
+                    vlarb: VlArbConfig::single_vl(),
+                    pkeys: default_pkeys(),
+                    is_sm: false,
                 });
             }
             let lft = match n.kind {
                 NodeKind::Switch => fabric.lft(&n.name).map(<[u8]>::to_vec).unwrap_or_default(),
                 NodeKind::Hca => Vec::new(),
             };
+            let np = ports.len();
             nodes.push(NodeView {
                 name: n.name.clone(),
                 kind: n.kind,
                 ports,
                 linear_fdb_top: lft.len().saturating_sub(1) as u16,
                 lft,
+                sl2vl: vec![Sl2Vl::ALL_VL0; np * np],
             });
         }
         let qos = match &cfg.qos {
@@ -166,7 +216,7 @@ impl Subnet {
             ],
             None => [no_qos(), no_qos(), no_qos()],
         };
-        Subnet {
+        let mut subnet = Subnet {
             topology: topo,
             nodes,
             addressing,
@@ -176,6 +226,116 @@ impl Subnet {
             at: fabric.now(),
             sm_lid: None,
             cc: fabric.ca_congestion_control().cloned(),
+            external_sm: false,
+            sm_host: None,
+        };
+        // The QoS tables the fabric runs with, per port (the port class's).
+        for i in 0..subnet.nodes.len() {
+            for p in 0..subnet.nodes[i].ports.len() {
+                let q = subnet.port_qos(i, p as u8).clone();
+                let n = &mut subnet.nodes[i];
+                n.ports[p].vlarb = q.vlarb;
+                for input in 0..n.ports.len() {
+                    *n.sl2vl_mut(input as u8, p as u8) = q.sl2vl;
+                }
+            }
+        }
+        subnet
+    }
+
+    /// The fabric as it powers up for an external subnet manager (IBA §7.2, §14.2.5.6):
+    /// every port whose cable is up is in Init with LID 0, switches have empty forwarding
+    /// tables, no MasterSMLID. VLCap is the data VLs the simulated port runs (so an SM
+    /// cannot enable VLs the data plane lacks) and OperationalVLs starts at VL0 only. The
+    /// SL2VL and VL arbitration tables start as the scenario's `[qos]` gives them (one data
+    /// VL without it) until the SM writes its own.
+    pub fn unconfigured(fabric: &Fabric) -> Self {
+        let mut s = Self::snapshot(fabric);
+        s.external_sm = true;
+        s.sm_lid = Some(0);
+        s.addressing.owners = vec![None];
+        for row in &mut s.addressing.port_lid {
+            row.fill(0);
+        }
+        s.addressing.switch_lid.fill(0);
+        for n in &mut s.nodes {
+            for pv in &mut n.ports {
+                pv.lid = 0;
+                pv.state = 2;
+                pv.vl_cap = pv.op_vls;
+                pv.op_vls = 1;
+            }
+            n.lft.clear();
+            n.linear_fdb_top = 0;
+        }
+        s
+    }
+
+    /// Every port with a cable up (switch port 0 aside) is Active: the SM has brought the
+    /// subnet up and data may flow (IBA §7.2: a port forwards data packets only in Active).
+    pub fn all_active(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            n.ports
+                .iter()
+                .enumerate()
+                .skip(1)
+                .all(|(_, p)| !(p.link_up && p.peer.is_some()) || p.state == 4)
+        })
+    }
+
+    /// Ports whose cable is up but which are not Active, as `NODE:PORT` (at most `max`).
+    pub fn inactive_ports(&self, max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            for (p, pv) in n.ports.iter().enumerate().skip(1) {
+                if pv.link_up && pv.peer.is_some() && pv.state != 4 && out.len() < max {
+                    out.push(format!("{}:{p}", n.name));
+                }
+            }
+        }
+        out
+    }
+
+    /// What the SM programmed, for the data plane ([`Fabric::program_subnet`]).
+    pub fn program(&self) -> crate::fabric::SubnetProgram {
+        crate::fabric::SubnetProgram {
+            addressing: self.addressing.clone(),
+            lfts: self.nodes.iter().map(|n| n.lft.clone()).collect(),
+            sl2vl: self.nodes.iter().map(|n| n.sl2vl.clone()).collect(),
+            vlarb: self
+                .nodes
+                .iter()
+                .map(|n| n.ports.iter().map(|p| p.vlarb.clone()).collect())
+                .collect(),
+            op_vls: self
+                .nodes
+                .iter()
+                .map(|n| n.ports.iter().map(|p| p.op_vls).collect())
+                .collect(),
+        }
+    }
+
+    /// Keeps what an SM configured (LIDs, states, tables, MasterSMLID, IsSM) from `sm` in
+    /// this newer snapshot of the same fabric, whose counters and links are current.
+    pub fn keep_configuration(&mut self, sm: &Subnet) {
+        self.addressing = sm.addressing.clone();
+        self.sm_lid = sm.sm_lid;
+        self.external_sm = sm.external_sm;
+        self.sm_host = sm.sm_host;
+        for (n, old) in self.nodes.iter_mut().zip(&sm.nodes) {
+            n.lft = old.lft.clone();
+            n.linear_fdb_top = old.linear_fdb_top;
+            n.sl2vl = old.sl2vl.clone();
+            for (p, o) in n.ports.iter_mut().zip(&old.ports) {
+                p.lid = o.lid;
+                p.state = o.state;
+                p.vl_cap = o.vl_cap;
+                p.op_vls = o.op_vls;
+                p.neighbor_mtu = o.neighbor_mtu;
+                p.vlarb = o.vlarb.clone();
+                p.pkeys = o.pkeys;
+                p.is_sm = o.is_sm;
+            }
         }
     }
 
@@ -222,9 +382,13 @@ impl Subnet {
         }
     }
 
-    /// The node a client attaches to when it names none: the first HCA (ibsim's default is
-    /// the first node of its file; a tool is normally run on a host).
+    /// The node a client attaches to when it names none: the external SM's host when the
+    /// scenario names one, else the first HCA (ibsim's default is the first node of its
+    /// file; a tool is normally run on a host).
     pub fn default_node(&self) -> Option<usize> {
+        if self.sm_host.is_some() {
+            return self.sm_host;
+        }
         self.nodes.iter().position(|n| n.kind == NodeKind::Hca)
     }
 
@@ -258,6 +422,32 @@ impl Subnet {
             LidOwner::Switch(i) => self.addressing.switch_lid[i] = lid,
             LidOwner::HcaPort(p) => self.addressing.port_lid[p.node][p.port as usize] = lid,
         }
+    }
+
+    /// Declares (or withdraws) an SM behind port `at` (a client's SET_ISSM): its PortInfo
+    /// CapabilityMask has IsSM set. A switch's SM sits behind port 0.
+    pub fn set_is_sm(&mut self, at: PortAddr, on: bool) {
+        if let Some(p) = self
+            .nodes
+            .get_mut(at.node)
+            .and_then(|n| n.ports.get_mut(at.port as usize))
+        {
+            p.is_sm = on;
+        }
+    }
+
+    /// The SM's port: the one a client running an SM declared (SET_ISSM), else the first
+    /// HCA's port 1.
+    pub fn sm_port(&self) -> Option<PortAddr> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(p) = n.ports.iter().position(|p| p.is_sm) {
+                return Some(PortAddr {
+                    node: i,
+                    port: p as u8,
+                });
+            }
+        }
+        self.default_node().map(|node| PortAddr { node, port: 1 })
     }
 
     /// The QoS settings of port `port` of node `node`.

@@ -2,16 +2,20 @@
 //! NodeDescription, PortInfo, SwitchInfo, GUIDInfo, P_KeyTable, SL2VLMappingTable,
 //! VLArbitrationTable and LinearForwardingTable against a [`Subnet`] snapshot.
 //!
-//! The snapshot is what an SM would have configured: every cabled port whose link is up is
-//! Active with its LID, uncabled ports are Down (Polling). An SM's Sets of PortInfo (LID,
-//! MasterSMLID, PortState), SwitchInfo (LinearFDBTop) and LinearForwardingTable blocks change
-//! the snapshot; Sets of other attributes get status 0x0C.
+//! Without an external SM the snapshot is what an SM would have configured: every cabled
+//! port whose link is up is Active with its LID, uncabled ports are Down (Polling). With one
+//! ([`Subnet::unconfigured`]) ports start in Init without LIDs. An SM's Sets of PortInfo,
+//! SwitchInfo (LinearFDBTop), LinearForwardingTable, SL2VLMappingTable,
+//! VLArbitrationTable and P_KeyTable blocks change the snapshot; Sets of other attributes
+//! get status 0x0C.
 
 use super::mad::{data_mut, method, put_u16, put_u32, put_u64, status, Header, Mad};
 use super::{Subnet, VENDOR_ID};
 use crate::link::{LinkSpeed, LinkWidth};
+use crate::qos::Sl2Vl;
 use crate::routing::NO_ROUTE;
 use crate::topology::NodeKind;
+use crate::vlarb::ArbEntry;
 
 /// SMP attribute IDs (IBA §14.2.5, Table 145).
 pub mod attr {
@@ -123,7 +127,14 @@ pub fn answer(subnet: &mut Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16
             if block as u16 >= PARTITION_CAP.div_ceil(32) || port as usize >= n.ports.len() {
                 status::INVALID_FIELD
             } else {
-                put_u16(&mut out, 0, DEFAULT_PKEY);
+                let p = if switch {
+                    port as usize
+                } else {
+                    in_port as usize
+                };
+                for (k, key) in n.ports[p].pkeys.iter().enumerate() {
+                    put_u16(&mut out, 2 * k, *key);
+                }
                 status::OK
             }
         }
@@ -138,7 +149,7 @@ pub fn answer(subnet: &mut Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16
             if out_port as usize >= n.ports.len() || in_p as usize >= n.ports.len() {
                 status::INVALID_FIELD
             } else {
-                let t = subnet.port_qos(node, out_port).sl2vl.0;
+                let t = n.sl2vl(in_p as u8, out_port).0;
                 for k in 0..8 {
                     out[k] = (t[2 * k] << 4) | (t[2 * k + 1] & 0x0f);
                 }
@@ -154,39 +165,15 @@ pub fn answer(subnet: &mut Subnet, node: usize, in_port: u8, m: &mut Mad) -> u16
     st
 }
 
-/// Applies a Set: PortInfo (LID of a CA port or switch port 0, MasterSMLID, PortState),
-/// SwitchInfo (LinearFDBTop), LinearForwardingTable (a block). Anything else is read-only.
+/// Applies a Set: PortInfo, SwitchInfo (LinearFDBTop), LinearForwardingTable,
+/// SL2VLMappingTable, VLArbitrationTable and P_KeyTable blocks. Anything else is read-only.
+/// A Set with an invalid value changes nothing and gets status 0x1C.
 fn set(subnet: &mut Subnet, node: usize, in_port: u8, h: &Header, m: &Mad) -> u16 {
     let switch = subnet.nodes[node].kind == NodeKind::Switch;
     let d = &m[64..128];
     let ports = subnet.nodes[node].ports.len();
     match h.attr_id {
-        attr::PORT_INFO => {
-            // Bits 7:0 name the port; OpenSM sets bit 31 on switch ports (a later IBA
-            // revision's option this SMA does not offer), which is ignored.
-            let p = match (switch, h.attr_mod & 0xff) {
-                (false, 0) => in_port,
-                (_, m) => m as u8,
-            };
-            if p as usize >= ports || (!switch && p == 0) {
-                return status::INVALID_FIELD;
-            }
-            if !switch || p == 0 {
-                let lid = u16::from_be_bytes([d[16], d[17]]);
-                if lid >= 0xC000 {
-                    return status::INVALID_FIELD;
-                }
-                subnet.set_lid(node, p, lid);
-                subnet.sm_lid = Some(u16::from_be_bytes([d[18], d[19]]));
-            }
-            // PortState 0 = no change; 1 Down, 2 Init, 3 Armed, 4 Active.
-            match d[32] & 0x0f {
-                0 => {}
-                s @ 1..=4 => subnet.nodes[node].ports[p as usize].state_set = Some(s),
-                _ => return status::INVALID_FIELD,
-            }
-            status::OK
-        }
+        attr::PORT_INFO => set_port_info(subnet, node, in_port, h.attr_mod, d),
         attr::SWITCH_INFO if switch => {
             subnet.nodes[node].linear_fdb_top = u16::from_be_bytes([d[6], d[7]]);
             status::OK
@@ -203,8 +190,138 @@ fn set(subnet: &mut Subnet, node: usize, in_port: u8, h: &Header, m: &Mad) -> u1
             lft[block * 64..(block + 1) * 64].copy_from_slice(d);
             status::OK
         }
+        attr::SL2VL_MAPPING_TABLE => {
+            // IBA §14.2.5.8: on a switch, bits 15:8 the input port, 7:0 the output port; a
+            // CA's table is that of the receiving port.
+            let (input, output) = if switch {
+                (
+                    ((h.attr_mod >> 8) & 0xff) as usize,
+                    (h.attr_mod & 0xff) as usize,
+                )
+            } else {
+                (0, in_port as usize)
+            };
+            if input >= ports || output >= ports || h.attr_mod >> 16 != 0 {
+                return status::INVALID_FIELD;
+            }
+            let mut t = [0u8; 16];
+            for k in 0..8 {
+                t[2 * k] = d[k] >> 4;
+                t[2 * k + 1] = d[k] & 0x0f;
+            }
+            *subnet.nodes[node].sl2vl_mut(input as u8, output as u8) = Sl2Vl(t);
+            status::OK
+        }
+        attr::VL_ARBITRATION_TABLE => {
+            let block = h.attr_mod >> 16;
+            let port = if switch {
+                (h.attr_mod & 0xffff) as usize
+            } else {
+                in_port as usize
+            };
+            if !(1..=4).contains(&block) || port >= ports {
+                return status::INVALID_FIELD;
+            }
+            let arb = &mut subnet.nodes[node].ports[port].vlarb;
+            let table = if block <= 2 {
+                &mut arb.low
+            } else {
+                &mut arb.high
+            };
+            let first = if block % 2 == 1 { 0 } else { 32 };
+            if table.len() < first + 32 {
+                table.resize(first + 32, ArbEntry { vl: 0, weight: 0 });
+            }
+            for k in 0..32 {
+                table[first + k] = ArbEntry {
+                    vl: d[2 * k] & 0x0f,
+                    weight: d[2 * k + 1],
+                };
+            }
+            status::OK
+        }
+        attr::P_KEY_TABLE => {
+            let block = h.attr_mod & 0xffff;
+            let port = if switch {
+                (h.attr_mod >> 16) as usize
+            } else {
+                in_port as usize
+            };
+            if block as u16 >= PARTITION_CAP.div_ceil(32) || port >= ports {
+                return status::INVALID_FIELD;
+            }
+            let keys = &mut subnet.nodes[node].ports[port].pkeys;
+            for (k, key) in keys.iter_mut().enumerate() {
+                *key = u16::from_be_bytes([d[2 * k], d[2 * k + 1]]);
+            }
+            status::OK
+        }
         _ => status::METHOD_ATTR_UNSUPPORTED,
     }
+}
+
+/// PortInfo Set (IBA §14.2.5.6): LID and LMC (a CA port or switch port 0), MasterSMLID and
+/// MasterSMSL, NeighborMTU, VLHighLimit, OperationalVLs, PortState and PortPhysicalState.
+/// PortState moves as IBA §7.2 allows an SM to move it: Armed only from Init, Active only
+/// from Armed, Down from any state (the link then retrains, so the port is back in Init);
+/// Init or an unknown value is refused, as is any value outside the port's capabilities.
+fn set_port_info(subnet: &mut Subnet, node: usize, in_port: u8, modifier: u32, d: &[u8]) -> u16 {
+    let switch = subnet.nodes[node].kind == NodeKind::Switch;
+    // Bits 7:0 name the port; OpenSM sets bit 31 on switch ports (a later IBA revision's
+    // option this SMA does not offer), which is ignored.
+    let p = match (switch, modifier & 0xff) {
+        (false, 0) => in_port,
+        (_, m) => m as u8,
+    };
+    let ports = subnet.nodes[node].ports.len();
+    if p as usize >= ports || (!switch && p == 0) {
+        return status::INVALID_FIELD;
+    }
+    let pv = &subnet.nodes[node].ports[p as usize];
+    let up = pv.link_up && (p == 0 || pv.peer.is_some());
+    let state = match (d[32] & 0x0f, pv.state) {
+        (0, s) => s,
+        (1, _) => 2,
+        (3, 2 | 3) if up => 3,
+        (4, 3 | 4) if up => 4,
+        _ => return status::INVALID_FIELD,
+    };
+    // PortPhysicalState: 0 no change, 2 Polling (retrain), 3 Disabled.
+    let phys = d[33] >> 4;
+    if !matches!(phys, 0 | 2 | 3) {
+        return status::INVALID_FIELD;
+    }
+    let mtu = d[36] >> 4;
+    if mtu > 5 {
+        return status::INVALID_FIELD;
+    }
+    let op_vls = match d[43] >> 4 {
+        0 => pv.op_vls,
+        c @ 1..=5 => {
+            let vls = if c == 5 { 15 } else { 1 << (c - 1) };
+            if vls > pv.vl_cap.max(1) {
+                return status::INVALID_FIELD;
+            }
+            vls
+        }
+        _ => return status::INVALID_FIELD,
+    };
+    let lid = u16::from_be_bytes([d[16], d[17]]);
+    if (!switch || p == 0) && lid >= 0xC000 {
+        return status::INVALID_FIELD;
+    }
+    if !switch || p == 0 {
+        subnet.set_lid(node, p, lid);
+        subnet.sm_lid = Some(u16::from_be_bytes([d[18], d[19]]));
+    }
+    let pv = &mut subnet.nodes[node].ports[p as usize];
+    pv.state = if phys != 0 { 2 } else { state };
+    if mtu != 0 {
+        pv.neighbor_mtu = mtu;
+    }
+    pv.op_vls = op_vls;
+    pv.vlarb.high_limit = d[38];
+    status::OK
 }
 
 fn node_info(subnet: &Subnet, node: usize, in_port: u8, out: &mut [u8; 64]) {
@@ -273,7 +390,7 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     // M_Key 0, GID prefix the default subnet prefix (IBA §4.1.1).
     put_u64(out, 8, 0xFE80_0000_0000_0000);
     put_u16(out, 16, pv.lid);
-    // The SM is taken to run on the first HCA (MasterSMLID).
+    // Without an external SM the SM is taken to run on the first HCA (MasterSMLID).
     let sm_lid = subnet.sm_lid.unwrap_or_else(|| {
         subnet
             .default_node()
@@ -281,8 +398,11 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
             .unwrap_or(0)
     });
     put_u16(out, 18, sm_lid);
-    // CapabilityMask: IsExtendedSpeedsSupported (bit 14), IsCapabilityMask2Supported (15).
-    put_u32(out, 20, (1 << 14) | (1 << 15));
+    // CapabilityMask: IsSM (bit 1) behind an SM's port, IsSLMappingSupported (6),
+    // IsExtendedSpeedsSupported (14), IsCapabilityMask2Supported (15).
+    let is_sm = if pv.is_sm { 1 << 1 } else { 0 };
+    let sl_map = if subnet.external_sm { 1 << 6 } else { 0 };
+    put_u32(out, 20, is_sm | sl_map | (1 << 14) | (1 << 15));
     out[28] = if switch { in_port } else { port };
     // A simulated port supports exactly the width and speed of its cable (supported =
     // enabled = active), so tools never report that a link "could be" faster.
@@ -295,20 +415,15 @@ fn port_info(subnet: &Subnet, node: usize, port: u8, in_port: u8, out: &mut [u8;
     let speed_mask = (speed << 1) - 1;
     let ext_mask = if ext == 0 { 0 } else { (ext << 1) - 1 };
     let up = pv.link_up && (port == 0 || pv.peer.is_some());
-    // PortState: 4 Active, 1 Down; PortPhysicalState: 5 LinkUp, 2 Polling.
-    let (state, phys) = match (up, pv.state_set) {
-        (true, Some(s)) => (s, 5u8),
-        (true, None) => (4, 5),
-        (false, _) => (1, 2),
-    };
+    // PortState: 1 Down .. 4 Active; PortPhysicalState: 5 LinkUp, 2 Polling.
+    let (state, phys) = if up { (pv.state, 5u8) } else { (1, 2) };
     out[32] = (speed_mask << 4) | state; // LinkSpeedSupported, PortState
     out[33] = (phys << 4) | 2; // LinkDownDefaultState Polling
     out[34] = 0; // M_KeyProtectBits 0, LMC 0
     out[35] = (if up { speed } else { 0 } << 4) | speed_mask; // LinkSpeedActive, Enabled
-    out[36] = 5 << 4; // NeighborMTU 4096, MasterSMSL 0
-    out[37] = vls_code(subnet.vl_cap) << 4; // VLCap, InitType
-    let q = subnet.port_qos(node, port);
-    out[38] = q.vlarb.high_limit;
+    out[36] = pv.neighbor_mtu << 4; // NeighborMTU, MasterSMSL 0
+    out[37] = vls_code(pv.vl_cap) << 4; // VLCap, InitType
+    out[38] = pv.vlarb.high_limit;
     out[39] = 32; // VLArbitrationHighCap
     out[40] = 32; // VLArbitrationLowCap
     out[41] = 5; // MTUCap 4096
@@ -356,12 +471,8 @@ fn vl_arbitration(
     if !(1..=4).contains(&block) || port >= n.ports.len() {
         return status::INVALID_FIELD;
     }
-    let q = subnet.port_qos(node, port as u8);
-    let table = if block <= 2 {
-        &q.vlarb.low
-    } else {
-        &q.vlarb.high
-    };
+    let arb = &n.ports[port].vlarb;
+    let table = if block <= 2 { &arb.low } else { &arb.high };
     let first = if block % 2 == 1 { 0 } else { 32 };
     for k in 0..32 {
         if let Some(e) = table.get(first + k) {

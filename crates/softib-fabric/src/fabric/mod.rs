@@ -28,7 +28,10 @@ mod build;
 mod crossbar;
 mod event_loop;
 mod link_state;
+mod program;
 mod transmit;
+
+pub use program::SubnetProgram;
 
 use crate::congestion::CongestionMarker;
 use crate::counters::PortCounters;

@@ -49,6 +49,7 @@ use softib_transport::{Mtu, PdHandle};
 pub use crate::channel::CompletionChannel;
 pub use crate::context::{ConnectOptions, Context, WaitMode};
 use crate::driver::{NetConfig, NetError};
+pub use crate::rd::{Eec, PreparedEec};
 pub use cm::{CmApiError, CmConnection, CmListener, ConnectRequest};
 pub use cq::{CompletionQueue, CqBuilder};
 pub use mr::{Buffer, LocalSlice, MemoryRegion, MrRead, MrWrite, RawMemoryRegion, RemoteSlice};

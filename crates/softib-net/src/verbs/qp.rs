@@ -48,6 +48,8 @@ pub struct QueuePairBuilder {
     srq: Option<SharedReceiveQueue>,
     sq_sig_all: bool,
     options: ConnectOptions,
+    /// RD QPs: their reliable datagram domain.
+    rdd: Option<softib_transport::RddHandle>,
 }
 
 impl QueuePairBuilder {
@@ -66,6 +68,7 @@ impl QueuePairBuilder {
             srq: None,
             sq_sig_all: false,
             options: ConnectOptions::default(),
+            rdd: None,
         }
     }
 
@@ -177,6 +180,12 @@ impl QueuePairBuilder {
         self
     }
 
+    /// The reliable datagram domain of an RD QP (required for `QpType::Rd`).
+    pub fn set_rdd(mut self, rdd: softib_transport::RddHandle) -> Self {
+        self.rdd = Some(rdd);
+        self
+    }
+
     /// Creates the QP (in RESET) and chooses its first PSN.
     pub fn build(self) -> Result<PreparedQueuePair, VerbsError> {
         let ctx = self.pd.context();
@@ -188,7 +197,16 @@ impl QueuePairBuilder {
             cap: self.cap,
             sq_sig_all: self.sq_sig_all,
         };
-        let qpn = ctx.create_qp(self.pd.handle(), init)?;
+        let qpn = match (self.qp_type, self.rdd) {
+            (QpType::Rd, Some(rdd)) => ctx.create_rd_qp(self.pd.handle(), rdd, init)?,
+            (QpType::Rd, None) => {
+                return Err(VerbsError::InvalidAttribute {
+                    attr: "rdd",
+                    reason: "an RD QP needs its reliable datagram domain (set_rdd)".into(),
+                })
+            }
+            _ => ctx.create_qp(self.pd.handle(), init)?,
+        };
         let psn = ctx.random_psn();
         Ok(PreparedQueuePair {
             qp: QueuePair {
@@ -261,6 +279,28 @@ impl PreparedQueuePair {
         let q = &self.qp.inner;
         q.pd.context()
             .connect(q.qpn, q.qp_type, self.psn, remote, &self.options)?;
+        Ok(self.qp)
+    }
+
+    /// An RD QP connects to nobody: this moves it to RTS with the builder's Q_Key and
+    /// access rights; its sends name an EEC ([`SendRequest::over`]).
+    pub fn ready_rd(self) -> Result<QueuePair, VerbsError> {
+        let q = &self.qp.inner;
+        if q.qp_type != QpType::Rd {
+            return Err(VerbsError::InvalidAttribute {
+                attr: "qp_type",
+                reason: format!("ready_rd is for RD QPs, this one is {:?}", q.qp_type),
+            });
+        }
+        let attr = QpAttr {
+            pkey_index: 0,
+            port_num: 1,
+            qkey: self.options.qkey,
+            qp_access_flags: self.options.access,
+            sq_psn: self.psn,
+            ..QpAttr::default()
+        };
+        q.pd.context().bring_up_qp(q.qpn, QpType::Rd, &attr)?;
         Ok(self.qp)
     }
 
@@ -593,6 +633,17 @@ impl<'a> SendRequest<'a> {
             access,
         });
         r
+    }
+
+    /// The destination of a send on an RD QP: over `eec`, to the peer's RD QP `remote_qpn`
+    /// with `remote_qkey` (high bit set: the QP's own Q_Key; IBA 10.2.5).
+    pub fn over(mut self, eec: &crate::rd::Eec, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.wr.rd = Some(softib_transport::RdDest {
+            eec: eec.eecn(),
+            remote_qpn,
+            remote_qkey,
+        });
+        self
     }
 
     /// The remote XRC SRQ an XRC initiator's message goes to (`ibv_wr_set_xrc_srqn`).

@@ -50,6 +50,10 @@ pub fn wc_status_name(s: WcStatus) -> &'static str {
         WcStatus::RnrRetryExcErr => "IBV_WC_RNR_RETRY_EXC_ERR",
         WcStatus::MwBindErr => "IBV_WC_MW_BIND_ERR",
         WcStatus::GeneralErr => "IBV_WC_GENERAL_ERR",
+        WcStatus::LocRddViolErr => "IBV_WC_LOC_RDD_VIOL_ERR",
+        WcStatus::RemInvRdReqErr => "IBV_WC_REM_INV_RD_REQ_ERR",
+        WcStatus::InvEecnErr => "IBV_WC_INV_EECN_ERR",
+        WcStatus::InvEecStateErr => "IBV_WC_INV_EEC_STATE_ERR",
     }
 }
 

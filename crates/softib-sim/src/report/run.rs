@@ -62,6 +62,9 @@ pub struct RunOptions {
     /// Ports (`"NODE:PORT"`) whose traffic in both directions goes into `capture.pcap`,
     /// besides the scenario's `pcap_ports`.
     pub capture_ports: Vec<String>,
+    /// The tables an external subnet manager programmed (LIDs, forwarding, SL2VL, VL
+    /// arbitration), taken into the fabric before any traffic; `None`: softib's routing.
+    pub program: Option<softib_fabric::fabric::SubnetProgram>,
 }
 
 /// Runs `s` (named `name` in the report) with default options.
@@ -95,6 +98,9 @@ pub fn run_and_keep(
     progress: &mut dyn FnMut(Picos, Picos),
 ) -> Result<(Report, softib_fabric::fabric::Fabric), RunError> {
     let mut fabric = s.build()?;
+    if let Some(p) = &opts.program {
+        fabric.program_subnet(p)?;
+    }
     let hosts = crate::scenario::pattern::host_names(fabric.topology());
     for h in &opts.capture_hosts {
         if !hosts.contains(h) {

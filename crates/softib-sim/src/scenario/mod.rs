@@ -51,6 +51,7 @@ pub mod overrides;
 pub mod pattern;
 pub mod source;
 pub mod streams;
+pub mod subnet_manager;
 pub mod topology;
 
 pub use self::congestion::CcTable;
@@ -107,6 +108,9 @@ pub struct Scenario {
     /// as `"NODE:PORT"` (switch ports too; see [`softib_fabric::tap`]).
     #[serde(default)]
     pub pcap_ports: Vec<Spanned<String>>,
+    /// Who configures the fabric ([`subnet_manager`]): softib's routing, or an external SM.
+    #[serde(default)]
+    pub subnet_manager: subnet_manager::SubnetManagerSection,
     #[serde(skip)]
     source: Source,
 }
@@ -133,6 +137,7 @@ impl Scenario {
         s.host_models()?;
         s.congestion_control()?;
         s.capture_ports()?;
+        s.external_sm_host()?;
         Ok(s)
     }
 
@@ -234,6 +239,12 @@ impl Scenario {
     pub fn apply_host_models(&self, fabric: &mut Fabric) -> Result<(), ScenarioError> {
         hosts::apply(self.host_models()?, self.seed, fabric);
         Ok(())
+    }
+
+    /// The HCA an external subnet manager runs on (`[subnet_manager] external = true`), or
+    /// `None` when softib's own routing configures the fabric.
+    pub fn external_sm_host(&self) -> Result<Option<usize>, ScenarioError> {
+        self.subnet_manager.sm_host(&self.topology()?, &self.source)
     }
 
     /// Builds the fabric (endpoints are attached by the caller), with the Annex A10 switch

@@ -5,10 +5,15 @@
 //!
 //! Format (text, one exchange a line after a header):
 //! `# softib mad-log 1 scenario=NAME at_ps=T`, then
-//! `NODE PORT DLID REQUEST_HEX RESPONSE_HEX|-REASON`.
+//! `NODE PORT DLID REQUEST_HEX RESPONSE_HEX|-REASON`, and between them the events that
+//! change what later MADs see:
+//! - `# issm NODE PORT 0|1`: a client declared (or withdrew) an SM behind its port;
+//! - `# sm-up`: with an external SM, every port is Active: the SM's tables are taken here;
+//! - `# ran at_ps=T`: the scenario, run with those tables, replaced the snapshot here.
 
 use softib_fabric::agents::delivery::{deliver, Dropped};
 use softib_fabric::agents::Subnet;
+use softib_fabric::fabric::SubnetProgram;
 use softib_fabric::time::Picos;
 use softib_fabric::topology::PortAddr;
 use std::fmt::Write as _;
@@ -81,15 +86,50 @@ pub fn line(e: &Exchange) -> String {
     )
 }
 
-/// A parsed log: the scenario name, the instant, the exchanges.
+/// One line of the log after its header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A MAD and its response.
+    Exchange(Box<Exchange>),
+    /// A client's SET_ISSM: an SM behind port `port` of node `node` (or no more).
+    IsSm {
+        /// The node's NodeDescription.
+        node: String,
+        /// Its port.
+        port: u8,
+        /// IsSM set or cleared.
+        on: bool,
+    },
+    /// Every port Active: the external SM's tables are taken for the run.
+    SmUp,
+    /// The run with those tables replaced the snapshot; it was frozen at `at_ps`.
+    Ran {
+        /// The instant the run was frozen at.
+        at_ps: Picos,
+    },
+}
+
+impl Entry {
+    /// The entry as a log line.
+    pub fn line(&self) -> String {
+        match self {
+            Entry::Exchange(e) => line(e),
+            Entry::IsSm { node, port, on } => format!("# issm {node} {port} {}\n", *on as u8),
+            Entry::SmUp => "# sm-up\n".into(),
+            Entry::Ran { at_ps } => format!("# ran at_ps={at_ps}\n"),
+        }
+    }
+}
+
+/// A parsed log: the scenario name, the instant, the exchanges and events.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Log {
     /// Scenario name of the served run.
     pub scenario: String,
-    /// The instant it was frozen at.
+    /// The instant it was frozen at (0 for a fabric held for an external SM).
     pub at_ps: Picos,
-    /// The exchanges in order.
-    pub exchanges: Vec<Exchange>,
+    /// The exchanges and events in order.
+    pub entries: Vec<Entry>,
 }
 
 /// Parses a log, naming the line of the first error.
@@ -108,9 +148,28 @@ pub fn parse(text: &str) -> Result<Log, String> {
             at_ps = v.parse().ok();
         }
     }
-    let mut exchanges = Vec::new();
+    let mut entries = Vec::new();
     for (i, l) in lines.enumerate() {
         let bad = || format!("MAD log line {}: malformed", i + 2);
+        if let Some(ev) = l.strip_prefix("# ") {
+            let f: Vec<&str> = ev.split(' ').collect();
+            entries.push(match f.as_slice() {
+                ["issm", node, port, on] => Entry::IsSm {
+                    node: node.to_string(),
+                    port: port.parse().map_err(|_| bad())?,
+                    on: *on == "1",
+                },
+                ["sm-up"] => Entry::SmUp,
+                ["ran", at] => Entry::Ran {
+                    at_ps: at
+                        .strip_prefix("at_ps=")
+                        .and_then(|v| v.parse().ok())
+                        .ok_or_else(bad)?,
+                },
+                _ => return Err(bad()),
+            });
+            continue;
+        }
         let f: Vec<&str> = l.split(' ').collect();
         if f.len() != 5 {
             return Err(bad());
@@ -119,18 +178,18 @@ pub fn parse(text: &str) -> Result<Log, String> {
             Some(why) => Err(why.to_string()),
             None => Ok(unhex(f[4]).ok_or_else(bad)?),
         };
-        exchanges.push(Exchange {
+        entries.push(Entry::Exchange(Box::new(Exchange {
             node: f[0].to_string(),
             port: f[1].parse().map_err(|_| bad())?,
             dlid: f[2].parse().map_err(|_| bad())?,
             request: unhex(f[3]).ok_or_else(bad)?,
             response,
-        });
+        })));
     }
     Ok(Log {
         scenario: scenario.ok_or("MAD log header has no scenario=")?,
         at_ps: at_ps.ok_or("MAD log header has no at_ps=")?,
-        exchanges,
+        entries,
     })
 }
 
@@ -145,11 +204,62 @@ pub struct Replay {
     pub differences: Vec<(usize, String)>,
 }
 
-/// Replays `log` against `subnet` (the same scenario frozen at the same instant), in the
-/// logged order, since an SM's Sets change what later requests see.
-pub fn replay(subnet: &mut Subnet, log: &Log) -> Replay {
+/// How a served fabric held for an external SM runs once the SM has brought it up: given
+/// the SM's tables, runs the scenario with them and returns the snapshot at the serving
+/// instant (the CLI's closure; the same one serves and replays).
+pub type RunWithSm<'a> = dyn FnMut(SubnetProgram) -> Result<Subnet, String> + 'a;
+
+/// Replays `log` against `subnet` (the same scenario frozen at the same instant, or held
+/// for its external SM), in the logged order, since an SM's Sets change what later requests
+/// see. At `# sm-up` the SM's tables are taken and at `# ran` the run replaces the
+/// snapshot, where the served run did; `run` does the run.
+pub fn replay(subnet: &mut Subnet, log: &Log, run: &mut RunWithSm<'_>) -> Replay {
     let mut out = Replay::default();
-    for (i, e) in log.exchanges.iter().enumerate() {
+    let mut program = None;
+    for (i, entry) in log.entries.iter().enumerate() {
+        let e = match entry {
+            Entry::Exchange(e) => e,
+            Entry::IsSm { node, port, on } => {
+                match subnet.find_node(node) {
+                    Some(n) => subnet.set_is_sm(
+                        PortAddr {
+                            node: n,
+                            port: *port,
+                        },
+                        *on,
+                    ),
+                    None => out
+                        .differences
+                        .push((i + 2, format!("node `{node}` is not in this topology"))),
+                }
+                continue;
+            }
+            Entry::SmUp => {
+                program = Some(subnet.program());
+                continue;
+            }
+            Entry::Ran { at_ps } => {
+                let Some(p) = program.take() else {
+                    out.differences
+                        .push((i + 2, "`# ran` without `# sm-up`".into()));
+                    continue;
+                };
+                match run(p) {
+                    Ok(mut ran) if ran.at == *at_ps => {
+                        ran.keep_configuration(subnet);
+                        *subnet = ran;
+                    }
+                    Ok(ran) => out.differences.push((
+                        i + 2,
+                        format!("the run stopped at {} ps, logged {at_ps}", ran.at),
+                    )),
+                    Err(why) => out
+                        .differences
+                        .push((i + 2, format!("the run failed: {why}"))),
+                }
+                continue;
+            }
+        };
         out.replayed += 1;
         let Some(node) = subnet.find_node(&e.node) else {
             out.differences
@@ -192,10 +302,27 @@ mod tests {
             response: Err("no_route".into()),
             ..e.clone()
         };
-        let text = header("fat", 5) + &line(&e) + &line(&lost);
+        let events = [
+            Entry::IsSm {
+                node: "h0".into(),
+                port: 1,
+                on: true,
+            },
+            Entry::SmUp,
+            Entry::Ran { at_ps: 77 },
+        ];
+        let text = header("fat", 5)
+            + &line(&e)
+            + &events.iter().map(Entry::line).collect::<String>()
+            + &line(&lost);
         let log = parse(&text).unwrap();
         assert_eq!((log.scenario.as_str(), log.at_ps), ("fat", 5));
-        assert_eq!(log.exchanges, vec![e, lost]);
+        let mut want = vec![Entry::Exchange(Box::new(e))];
+        want.extend(events);
+        want.push(Entry::Exchange(Box::new(lost)));
+        assert_eq!(log.entries, want);
+        let err = parse(&(header("fat", 5) + "# ran later\n")).unwrap_err();
+        assert!(err.contains("line 2"), "{err}");
         let err = parse(&(header("fat", 5) + "h0 1 2 zz -x\n")).unwrap_err();
         assert!(err.contains("line 2"), "{err}");
         assert!(parse("hello\n").is_err());

@@ -14,11 +14,12 @@
 pub mod mad_log;
 pub mod protocol;
 
-use mad_log::Exchange;
+use mad_log::{Entry, Exchange};
 use protocol::{ClientInfo, Ctl, CtlType, Request, CTL_DATA_LEN, MAX_CLIENTS};
 use softib_fabric::agents::delivery::lid_route;
 use softib_fabric::agents::mad::Mad;
 use softib_fabric::agents::{sma, Subnet, VENDOR_ID};
+use softib_fabric::fabric::SubnetProgram;
 use softib_fabric::topology::{NodeKind, PortAddr};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -89,12 +90,41 @@ pub struct ServeCounters {
     pub malformed: u64,
 }
 
+/// Runs the scenario with an external SM's tables and returns the snapshot at the serving
+/// instant (see [`mad_log::RunWithSm`]).
+pub type SmRun = Box<dyn FnMut(SubnetProgram) -> Result<Subnet, String> + Send>;
+
+/// Where a fabric held for an external SM stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SmPhase {
+    /// Held at time 0, waiting for every port to be Active.
+    Waiting,
+    /// Every port Active: the scenario runs with the SM's tables (MADs are answered against
+    /// the time-0 state meanwhile).
+    Running,
+    /// The run is done and its snapshot is served (or there is no external SM).
+    Done,
+}
+
 struct State {
     subnet: Subnet,
     clients: [Option<Client>; MAX_CLIENTS],
     log: Option<Box<dyn Write + Send>>,
     counters: ServeCounters,
     transport: Transport,
+    phase: SmPhase,
+    run: Option<SmRun>,
+    /// Wall-clock instant of the first MAD (for the bring-up's wall time; nothing simulated
+    /// depends on it).
+    first_mad: Option<std::time::Instant>,
+}
+
+impl State {
+    fn log(&mut self, e: &Entry) {
+        if let Some(l) = &mut self.log {
+            let _ = l.write_all(e.line().as_bytes()).and_then(|_| l.flush());
+        }
+    }
 }
 
 /// A server bound to its sockets, not yet serving.
@@ -114,12 +144,15 @@ fn abstract_addr(name: &str) -> std::io::Result<SocketAddr> {
 
 impl Server {
     /// Binds the control socket and the ten client sockets of `transport`. `log` receives
-    /// the MAD log (its header is written here, from `scenario`).
+    /// the MAD log (its header is written here, from `scenario`). With an external SM
+    /// (`subnet.external_sm`), `run` runs the scenario once the SM has brought every port
+    /// up, and its snapshot replaces the held one.
     pub fn bind(
         subnet: Subnet,
         transport: &Transport,
         scenario: &str,
         mut log: Option<Box<dyn Write + Send>>,
+        run: Option<SmRun>,
     ) -> std::io::Result<Server> {
         let bind = |what: &str, offset: u16| -> std::io::Result<Sock> {
             Ok(match transport {
@@ -142,6 +175,7 @@ impl Server {
             l.write_all(mad_log::header(scenario, subnet.at).as_bytes())?;
             l.flush()?;
         }
+        let subnet_external = subnet.external_sm;
         Ok(Server {
             state: Arc::new(Mutex::new(State {
                 subnet,
@@ -149,6 +183,13 @@ impl Server {
                 log,
                 counters: ServeCounters::default(),
                 transport: transport.clone(),
+                phase: if subnet_external {
+                    SmPhase::Waiting
+                } else {
+                    SmPhase::Done
+                },
+                run,
+                first_mad: None,
             })),
             ctl,
             outs,
@@ -214,6 +255,17 @@ fn control(st: &mut State, mut c: Ctl, from: &Peer) -> Ctl {
             }
             true
         }
+        (Some(CtlType::SetIsSm), Some(cl)) => {
+            let on = i32::from_ne_bytes([c.data[0], c.data[1], c.data[2], c.data[3]]) != 0;
+            st.subnet.set_is_sm(cl.at, on);
+            let node = st.subnet.nodes[cl.at.node].name.clone();
+            st.log(&Entry::IsSm {
+                node,
+                port: cl.at.port,
+                on,
+            });
+            true
+        }
         (Some(k), Some(cl)) => query(&mut st.subnet, &cl, k, &mut c.data),
         (_, _) => false,
     };
@@ -248,6 +300,9 @@ fn connect(st: &mut State, c: &mut Ctl, from: &Peer) -> bool {
         );
         return false;
     };
+    if st.clients.iter().all(Option::is_some) {
+        reclaim_vanished(st);
+    }
     let Some(slot) = st.clients.iter().position(Option::is_none) else {
         st.counters.refused += 1;
         eprintln!(
@@ -286,15 +341,44 @@ fn connect(st: &mut State, c: &mut Ctl, from: &Peer) -> bool {
     true
 }
 
+/// Frees the slots of clients whose `in` socket is gone (a tool killed before it could
+/// disconnect): an abstract socket that nothing binds refuses a connect, which sends
+/// nothing to a live client. UDP clients cannot be probed so; their slots free when a
+/// response to them fails.
+fn reclaim_vanished(st: &mut State) {
+    for (slot, c) in st.clients.iter_mut().enumerate() {
+        let gone = match c {
+            Some(Client {
+                to: Peer::Unix(a), ..
+            }) => UnixDatagram::unbound()
+                .and_then(|s| s.connect_addr(a))
+                .is_err(),
+            _ => false,
+        };
+        if gone {
+            *c = None;
+            eprintln!(
+                "softib sim --serve: the client of slot {slot} is gone (its socket is closed); slot freed"
+            );
+        }
+    }
+}
+
 /// A control query about the client's node: answered from the same agents as the MADs.
 fn query(subnet: &mut Subnet, cl: &Client, k: CtlType, data: &mut [u8; CTL_DATA_LEN]) -> bool {
     let n = &subnet.nodes[cl.at.node];
-    let lid = n.ports[cl.at.port as usize].lid;
+    let pv = &n.ports[cl.at.port as usize];
+    let lid = pv.lid;
+    let state = if pv.link_up && (cl.at.port == 0 || pv.peer.is_some()) {
+        pv.state
+    } else {
+        1
+    };
     match k {
         CtlType::GetPort => {
             data.fill(0);
             data[0..2].copy_from_slice(&lid.to_ne_bytes());
-            data[2] = 4; // Active
+            data[2] = state;
         }
         CtlType::GetVendor => {
             data.fill(0);
@@ -368,6 +452,7 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             );
             continue;
         };
+        st.first_mad.get_or_insert_with(std::time::Instant::now);
         let sender_lid = st.subnet.nodes[cl.at.node].ports[cl.at.port as usize].lid;
         let result = mad_log::answer(&mut st.subnet, cl.at, req.dlid, &req.mad);
         let target_lid = match lid_route(&st.subnet, cl.at, req.dlid) {
@@ -397,14 +482,75 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             request: req.mad,
             response: result.map_err(|d| d.to_string().replace(char::is_whitespace, "_")),
         };
-        if let Some(l) = &mut st.log {
-            let _ = l
-                .write_all(mad_log::line(&entry).as_bytes())
-                .and_then(|_| l.flush());
-        }
+        st.log(&Entry::Exchange(Box::new(entry)));
+        let brought_up = st.phase == SmPhase::Waiting && st.subnet.all_active();
         drop(st);
         if let Some(r) = reply {
-            let _ = sock.send_to(&r.encode(), &cl.to);
+            if let Err(e) = sock.send_to(&r.encode(), &cl.to) {
+                // The client vanished without a DISCONNECT: its slot is free again.
+                let mut st = state.lock().expect("server state");
+                if st.clients[slot].as_ref().is_some_and(|c| c.at == cl.at) {
+                    st.clients[slot] = None;
+                }
+                eprintln!(
+                    "softib sim --serve: the client of slot {slot} is gone ({e}); slot freed"
+                );
+            }
+        }
+        if brought_up {
+            start_run(&state);
         }
     }
+}
+
+/// Every port is Active: takes the SM's tables and runs the scenario with them on a thread
+/// of its own, so the SM's last MADs are answered meanwhile (against the time-0 state);
+/// the run's snapshot, with whatever the SM configured since, then replaces it.
+fn start_run(state: &Arc<Mutex<State>>) {
+    let (program, run, wall) = {
+        let mut st = state.lock().expect("server state");
+        if st.phase != SmPhase::Waiting {
+            return;
+        }
+        st.phase = SmPhase::Running;
+        st.log(&Entry::SmUp);
+        let wall = st.first_mad.map(|t| t.elapsed()).unwrap_or_default();
+        let mads = st.counters.answered;
+        eprintln!(
+            "softib sim --serve: the subnet manager brought every port up ({mads} MADs, {:.3} s wall); running the scenario with its tables",
+            wall.as_secs_f64()
+        );
+        (st.subnet.program(), st.run.take(), wall)
+    };
+    let Some(mut run) = run else {
+        eprintln!(
+            "softib sim --serve: no run for the external SM's tables; serving the held fabric"
+        );
+        state.lock().expect("server state").phase = SmPhase::Done;
+        return;
+    };
+    let state = state.clone();
+    std::thread::spawn(move || {
+        let began = std::time::Instant::now();
+        let result = run(program);
+        let mut st = state.lock().expect("server state");
+        st.phase = SmPhase::Done;
+        match result {
+            Ok(mut ran) => {
+                ran.keep_configuration(&st.subnet);
+                let at = ran.at;
+                st.subnet = ran;
+                st.log(&Entry::Ran { at_ps: at });
+                eprintln!(
+                    "softib sim --serve: ran to {} us in {:.3} s wall ({:.3} s after the first MAD); serving the fabric frozen there",
+                    at as f64 / 1e6,
+                    began.elapsed().as_secs_f64(),
+                    (wall + began.elapsed()).as_secs_f64()
+                );
+            }
+            Err(why) => eprintln!(
+                "softib sim --serve: the run with the SM's tables failed: {why}; serving the fabric as the SM left it"
+            ),
+        }
+    });
 }

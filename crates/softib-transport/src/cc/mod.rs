@@ -1,4 +1,4 @@
-//! Congestion control (issue 6): the source's reaction (IBA Annex A10 CCA or DCQCN), the
+//! Congestion control: the source's reaction (IBA Annex A10 CCA or DCQCN), the
 //! destination's notification (BECN in ACKs, CNPs) and per-QP pacing. Each mechanism is a
 //! pure module over `Nanos`; `engine.rs` is the glue the `Device` calls at three places
 //! (packet received, packet transmitted, pacing timer expired). See docs/design/engine.md,

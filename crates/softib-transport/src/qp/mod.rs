@@ -193,6 +193,8 @@ pub(crate) struct Qp {
     pub drained: bool,
     /// Congestion control state (pacing, CCA / DCQCN, pending CNP / BECN).
     pub cc: crate::cc::QpCc,
+    /// Reliable datagram: an RD QP's domain, or an EEC's state (`rd/`).
+    pub rd: Option<crate::rd::state::RdRole>,
 }
 
 impl Qp {
@@ -225,6 +227,7 @@ impl Qp {
             scheduled: false,
             drained: false,
             cc: crate::cc::QpCc::default(),
+            rd: None,
         }
     }
 
@@ -265,7 +268,9 @@ impl Qp {
     /// The BTH service of this QP's RC-style packets: XRC QPs send XRC opcodes (requests
     /// and responses, IBA Annex A14), RC QPs RC ones.
     pub fn rc_service(&self) -> softib_wire::Service {
-        if self.qp_type.is_xrc() {
+        if self.is_eec() {
+            softib_wire::Service::Rd
+        } else if self.qp_type.is_xrc() {
             softib_wire::Service::Xrc
         } else {
             softib_wire::Service::Rc
@@ -303,6 +308,8 @@ impl Qp {
         match self.qp_type {
             QpType::Rc | QpType::XrcSend | QpType::XrcRecv => self.rc_has_request_work(sh),
             QpType::Uc | QpType::Ud => self.unreliable_has_work(),
+            // An RD QP sends nothing itself: its WQEs wait on their EECs.
+            QpType::Rd => self.is_eec() && self.rc_has_request_work(sh),
         }
     }
 
@@ -320,7 +327,7 @@ impl Qp {
             }
             return None;
         }
-        if self.qp_type.is_reliable() {
+        if self.runs_rc() {
             if let Some(t) = self.rc_poll_response(buf, sh) {
                 return Some(t);
             }
@@ -335,9 +342,9 @@ impl Qp {
         self.set_timer(kind, None);
         match kind {
             TimerKind::Pacing => self.cc_pacing_expired(now, sh),
-            TimerKind::Retransmit if self.qp_type.is_reliable() => self.rc_ack_timeout(now, sh),
-            TimerKind::Rnr if self.qp_type.is_reliable() => self.rc_rnr_timer_expired(),
-            TimerKind::GapCheck if self.qp_type.is_reliable() => self.rc_gap_check(now, sh),
+            TimerKind::Retransmit if self.runs_rc() => self.rc_ack_timeout(now, sh),
+            TimerKind::Rnr if self.runs_rc() => self.rc_rnr_timer_expired(),
+            TimerKind::GapCheck if self.runs_rc() => self.rc_gap_check(now, sh),
             TimerKind::Retransmit | TimerKind::Rnr | TimerKind::GapCheck => {}
         }
     }
@@ -350,7 +357,18 @@ impl Qp {
         status: WcStatus,
         vendor: VendorErr,
     ) {
-        if status == WcStatus::Success && !(wqe.signaled || self.sq_sig_all) {
+        // An EEC completes a WQE at the RD QP that posted it (its CQ, its number).
+        let (qp_num, cq, sig_all, src_qp) = match wqe.rd {
+            Some(rd) if rd.resync => return,
+            Some(rd) => (rd.src_qp, rd.send_cq, rd.sq_sig_all, rd.dest_qpn),
+            None => (
+                self.qpn,
+                self.send_cq,
+                self.sq_sig_all,
+                self.attr.dest_qp_num,
+            ),
+        };
+        if status == WcStatus::Success && !(wqe.signaled || sig_all) {
             return;
         }
         let wc = WorkCompletion {
@@ -364,14 +382,14 @@ impl Qp {
             },
             imm_data: None,
             invalidated_rkey: None,
-            qp_num: self.qpn,
-            src_qp: self.attr.dest_qp_num,
+            qp_num,
+            src_qp,
             slid: 0,
             sl: 0,
             wc_flags: WcFlags::empty(),
             vendor_err: vendor as u32,
         };
-        sh.complete(self.send_cq, wc);
+        sh.complete(cq, wc);
     }
 
     /// Posts a completion for a receive WQE.
@@ -398,7 +416,7 @@ impl Qp {
             byte_len,
             imm_data: imm,
             invalidated_rkey: inv,
-            qp_num: self.qpn,
+            qp_num: self.serving_qpn(),
             src_qp,
             slid,
             sl,
@@ -488,7 +506,7 @@ impl Qp {
                 WcFlags::empty(),
                 None,
                 None,
-                self.attr.dest_qp_num,
+                self.peer_qpn(),
                 0,
                 0,
                 VendorErr::Flushed,

@@ -41,12 +41,18 @@ impl Qp {
                 actual: from,
             });
         }
-        let rule =
-            transition_rule(self.qp_type, from, to).ok_or(VerbsError::InvalidTransition {
-                qpn: self.qpn,
-                from,
-                to,
-            })?;
+        // An EEC's attributes are an RC connection's (IBA 10.2.7 modify EEC: path, PSNs,
+        // timeout, retry counts, destination EEC number in `dest_qp_num`).
+        let rules_for = if self.is_eec() {
+            crate::verbs::QpType::Rc
+        } else {
+            self.qp_type
+        };
+        let rule = transition_rule(rules_for, from, to).ok_or(VerbsError::InvalidTransition {
+            qpn: self.qpn,
+            from,
+            to,
+        })?;
         let given = mask.difference(M::STATE);
         if let Some(missing) = rule.required.difference(given).names().next() {
             return Err(VerbsError::MissingAttribute {

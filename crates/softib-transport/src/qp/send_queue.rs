@@ -39,6 +39,8 @@ pub(crate) struct SendWqe {
     pub bind: Option<MwBind>,
     /// XRC initiator: the remote XRC SRQ (XRCETH).
     pub xrc_srqn: u32,
+    /// RD: the posting QP and the destination, for a WQE queued on an EEC.
+    pub rd: Option<crate::rd::state::RdWqe>,
     /// Message length in bytes.
     pub length: u64,
     /// First PSN, assigned when the WQE starts.
@@ -50,6 +52,12 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
+    /// The PD its local buffers belong to: the posting RD QP's for a WQE on an EEC, else
+    /// the QP's own (`own`).
+    pub fn pd_or(&self, own: crate::verbs::PdHandle) -> crate::verbs::PdHandle {
+        self.rd.map_or(own, |r| r.pd)
+    }
+
     /// Last PSN of the message.
     pub fn last_psn(&self) -> u32 {
         crate::psn::add(self.first_psn, self.npsn.saturating_sub(1))

@@ -66,18 +66,24 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
         (_, S::Reset) | (_, S::Err) => rule(none, none),
         (S::Reset, S::Init) => match qp_type {
             T::Ud => rule(m(&[A::PKEY_INDEX, A::PORT, A::QKEY]), none),
+            // An RD QP: UD's attributes and the remote access enables (IBA 10.2.7).
+            T::Rd => rule(m(&[A::PKEY_INDEX, A::PORT, A::QKEY, A::ACCESS_FLAGS]), none),
             T::Rc | T::Uc | T::XrcSend | T::XrcRecv => {
                 rule(m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]), none)
             }
         },
         (S::Init, S::Init) => match qp_type {
             T::Ud => rule(none, m(&[A::PKEY_INDEX, A::PORT, A::QKEY])),
+            // An RD QP: UD's attributes and the remote access enables (IBA 10.2.7).
+            T::Rd => rule(none, m(&[A::PKEY_INDEX, A::PORT, A::QKEY, A::ACCESS_FLAGS])),
             T::Rc | T::Uc | T::XrcSend | T::XrcRecv => {
                 rule(none, m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]))
             }
         },
         (S::Init, S::Rtr) => match qp_type {
             T::Ud => rule(none, m(&[A::PKEY_INDEX, A::QKEY])),
+            // An RD QP: UD's attributes and the remote access enables (IBA 10.2.7).
+            T::Rd => rule(none, m(&[A::PKEY_INDEX, A::QKEY, A::ACCESS_FLAGS])),
             T::Uc => rule(
                 m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
                 m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
@@ -96,6 +102,11 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
         },
         (S::Rtr, S::Rts) => match qp_type {
             T::Ud => rule(m(&[A::SQ_PSN]), m(&[A::CUR_STATE, A::QKEY])),
+            // An RD QP: UD's attributes and the remote access enables (IBA 10.2.7).
+            T::Rd => rule(
+                m(&[A::SQ_PSN]),
+                m(&[A::CUR_STATE, A::QKEY, A::ACCESS_FLAGS]),
+            ),
             T::Uc => rule(
                 m(&[A::SQ_PSN]),
                 m(&[
@@ -124,6 +135,8 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
         },
         (S::Rts, S::Rts) | (S::Sqd, S::Rts) | (S::Sqe, S::Rts) => match qp_type {
             T::Ud => rule(none, m(&[A::CUR_STATE, A::QKEY])),
+            // An RD QP: UD's attributes and the remote access enables (IBA 10.2.7).
+            T::Rd => rule(none, m(&[A::CUR_STATE, A::QKEY, A::ACCESS_FLAGS])),
             T::Uc => rule(
                 none,
                 m(&[
@@ -148,6 +161,8 @@ pub(crate) fn transition_rule(qp_type: T, from: S, to: S) -> Option<TransitionRu
         (S::Rts, S::Sqd) => rule(none, m(&[A::EN_SQD_ASYNC_NOTIFY])),
         (S::Sqd, S::Sqd) => match qp_type {
             T::Ud => rule(none, m(&[A::PKEY_INDEX, A::QKEY])),
+            // An RD QP: UD's attributes and the remote access enables (IBA 10.2.7).
+            T::Rd => rule(none, m(&[A::PKEY_INDEX, A::QKEY, A::ACCESS_FLAGS])),
             T::Uc => rule(
                 none,
                 m(&[

@@ -56,6 +56,10 @@ impl Qp {
     /// IBA 10.8.3.3; READs/atomics: at most max_rd_atomic outstanding, IBA 9.7.6.1.x;
     /// end-to-end credits for messages that consume a receive WQE, IBA 9.7.7.2.)
     fn can_start(&self, w: &SendWqe) -> bool {
+        // An EEC has one message in progress: the next starts once the last completed.
+        if self.is_eec() && self.sq.started > 0 {
+            return false;
+        }
         if w.fence && self.req.rd_atomic_out > 0 {
             return false;
         }
@@ -104,7 +108,7 @@ impl Qp {
             return false;
         }
         let write = w.opcode.writes_local();
-        if let Err(fault) = dma::check_sges(&sh.mrs, self.pd, &w.sges, write) {
+        if let Err(fault) = dma::check_sges(&sh.mrs, w.pd_or(self.pd), &w.sges, write) {
             if idx == 0 {
                 // Local protection error: complete in error, QP to ERR (IBA 10.8.3.1 class B).
                 let w = self.sq.pop_head().expect("head exists");
@@ -154,10 +158,11 @@ impl Qp {
         let p = self.req.tx_psn;
         let pkey = self.pkey(sh);
         let mtu = self.attr.path_mtu.bytes();
-        let dest = self.attr.dest_qp_num;
         let window = self.window(sh);
         let interval = sh.config.ack_req_interval.max(1);
         let w = &self.sq.wqes[idx];
+        let dest = w.rd.map_or(self.attr.dest_qp_num, |r| r.dest_qpn);
+        let pd = w.pd_or(self.pd);
         let k = psn::diff(p, w.first_psn).max(0) as u32;
         let last = k + 1 >= w.npsn;
         let mut repr = PacketRepr::new(emit::bth(
@@ -167,6 +172,7 @@ impl Qp {
             p,
         ));
         let (op, payload_off, payload_len) = match w.opcode {
+            _ if w.rd.is_some_and(|r| r.resync) => (Operation::Resync, 0, 0),
             WrOpcode::RdmaRead => {
                 let done = (w.read_done as u64) * mtu as u64;
                 repr.reth = Some(RethRepr {
@@ -220,6 +226,15 @@ impl Qp {
                 xrc_srq: w.xrc_srqn,
             });
         }
+        if let Some(rd) = w.rd {
+            // Every RD request names the remote EEC (RDETH) and carries the Q_Key and the
+            // source QP (DETH), IBA 9.3.1-9.3.2.
+            self.rd_add_rdeth(&mut repr);
+            repr.deth = Some(softib_wire::DethRepr {
+                qkey: rd.qkey,
+                src_qp: rd.src_qp,
+            });
+        }
         let is_read_or_atomic = w.opcode.is_read_or_atomic();
         let next_psn = if w.opcode == WrOpcode::RdmaRead {
             psn::add(w.last_psn(), 1)
@@ -238,7 +253,7 @@ impl Qp {
         if payload_len > 0 {
             match dma::gather(
                 &sh.mrs,
-                self.pd,
+                pd,
                 &w.sges,
                 w.inline.as_deref(),
                 payload_off,
@@ -368,12 +383,21 @@ impl Qp {
                                 self.counters.remote_operational_errors += 1;
                                 WcStatus::RemOpErr
                             }
+                            NakCode::InvalidRdRequest => {
+                                self.counters.invalid_requests += 1;
+                                WcStatus::RemInvRdReqErr
+                            }
                             _ => {
                                 self.counters.invalid_requests += 1;
                                 WcStatus::RemInvReqErr
                             }
                         };
-                        self.fail_head(sh, status, VendorErr::RemoteNak);
+                        if self.is_eec() {
+                            // RD: the message fails, the EEC carries on after a RESYNC.
+                            self.eec_fail_message(sh, status);
+                        } else {
+                            self.fail_head(sh, status, VendorErr::RemoteNak);
+                        }
                     }
                     Syndrome::Reserved(_) => self.counters.stale_responses += 1,
                 }
@@ -620,7 +644,13 @@ impl Qp {
             self.fail_head(sh, WcStatus::BadRespErr, VendorErr::ReadResponseLength);
             return;
         }
-        if let Err(fault) = dma::scatter(&mut sh.mrs, self.pd, &w.sges, done_bytes, pkt.payload) {
+        if let Err(fault) = dma::scatter(
+            &mut sh.mrs,
+            w.pd_or(self.pd),
+            &w.sges,
+            done_bytes,
+            pkt.payload,
+        ) {
             self.fail_head(sh, WcStatus::LocProtErr, local_vendor(fault));
             return;
         }
@@ -676,7 +706,7 @@ impl Qp {
         }
         self.req.recovering = false;
         let bytes = ack.orig_remote_data.to_le_bytes();
-        if let Err(fault) = dma::scatter(&mut sh.mrs, self.pd, &w.sges, 0, &bytes) {
+        if let Err(fault) = dma::scatter(&mut sh.mrs, w.pd_or(self.pd), &w.sges, 0, &bytes) {
             self.fail_head(sh, WcStatus::LocProtErr, local_vendor(fault));
             return;
         }

@@ -26,7 +26,8 @@ impl Qp {
     /// (code 31) when an SRQ feeds the QP (always for an XRC target).
     fn credit(&self) -> CreditCode {
         // An XRC target always receives into an SRQ (Annex A14), also between messages.
-        if self.srq.is_some() || self.qp_type == crate::verbs::QpType::XrcRecv {
+        // RD has no end-to-end credits (IBA 9.7.7.2 is RC's): an EEC serves many QPs.
+        if self.srq.is_some() || self.qp_type == crate::verbs::QpType::XrcRecv || self.is_eec() {
             CreditCode::UNLIMITED
         } else {
             CreditCode::for_wqes(self.rq.len() as u32)
@@ -35,7 +36,7 @@ impl Qp {
 
     /// Queues an ACK/NAK. Positive ACKs coalesce with a positive ACK still waiting at the
     /// tail (IBA 9.7.5.1.2: one ACK may acknowledge many packets).
-    fn queue_ack(&mut self, psn_: u32, syndrome: Syndrome) {
+    pub(crate) fn queue_ack(&mut self, psn_: u32, syndrome: Syndrome) {
         let msn = self.resp.msn;
         if syndrome.is_ack() {
             if let Some(Response::Ack {
@@ -65,6 +66,10 @@ impl Qp {
             NakCode::RemoteAccessError => self.counters.remote_access_errors += 1,
             NakCode::RemoteOperationalError => self.counters.remote_operational_errors += 1,
             _ => self.counters.invalid_requests += 1,
+        }
+        if self.is_eec() {
+            self.eec_nak_error(sh, psn_, code);
+            return;
         }
         self.queue_ack(psn_, Syndrome::Nak(code));
         self.enter_error(sh, true);
@@ -215,7 +220,7 @@ impl Qp {
     /// Completes a half-received SEND's receive WQE in error (before a fatal NAK).
     pub(crate) fn abort_recv_message(&mut self, sh: &mut Shared, status: WcStatus) {
         if let Some(InMessage::Send { wqe, .. }) = self.resp.msg.take() {
-            let src = self.attr.dest_qp_num;
+            let src = self.peer_qpn();
             self.complete_recv(
                 sh,
                 wqe.wr_id,
@@ -295,7 +300,7 @@ impl Qp {
                 // SEND with Invalidate (IBA 9.4.1.1 / 10.6.6): the named rkey stops working.
                 // A window must be a bound type 2 window associated with this QP
                 // (IBA 10.6.7.2.5; mw.rs); a region must have no windows bound.
-                match sh.mrs.invalidate(rkey, self.pd, self.qpn, true) {
+                match sh.mrs.invalidate(rkey, self.pd, self.serving_qpn(), true) {
                     Ok(()) => {
                         flags |= WcFlags::WITH_INV;
                         inv = Some(rkey);
@@ -303,7 +308,7 @@ impl Qp {
                     Err(_) => {
                         // rxe's class J: the receive completes with "remote invalid
                         // request" and the QP enters ERR.
-                        let src = self.attr.dest_qp_num;
+                        let src = self.peer_qpn();
                         self.complete_recv(
                             sh,
                             wqe.wr_id,
@@ -324,7 +329,7 @@ impl Qp {
                 }
             }
             self.resp.msn = psn::add(self.resp.msn, 1);
-            let src = self.attr.dest_qp_num;
+            let src = self.peer_qpn();
             self.complete_recv(
                 sh,
                 wqe.wr_id,
@@ -385,7 +390,7 @@ impl Qp {
                 match sh.mrs.check_remote(
                     reth.rkey,
                     self.pd,
-                    self.qpn,
+                    self.serving_qpn(),
                     reth.va,
                     total,
                     AccessFlags::REMOTE_WRITE,
@@ -468,7 +473,7 @@ impl Qp {
             match sh.mrs.check_remote(
                 reth.rkey,
                 self.pd,
-                self.qpn,
+                self.serving_qpn(),
                 reth.va,
                 total,
                 AccessFlags::REMOTE_READ,
@@ -523,7 +528,7 @@ impl Qp {
         let target = match sh.mrs.check_remote(
             a.rkey,
             self.pd,
-            self.qpn,
+            self.serving_qpn(),
             a.va,
             8,
             AccessFlags::REMOTE_ATOMIC,
@@ -593,7 +598,7 @@ impl Qp {
         let target = match sh.mrs.check_remote(
             reth.rkey,
             self.pd,
-            self.qpn,
+            self.serving_qpn(),
             reth.va,
             8,
             AccessFlags::REMOTE_WRITE,
@@ -663,7 +668,7 @@ impl Qp {
                     match sh.mrs.check_remote(
                         reth.rkey,
                         self.pd,
-                        self.qpn,
+                        self.serving_qpn(),
                         reth.va,
                         total,
                         AccessFlags::REMOTE_READ,
@@ -745,13 +750,15 @@ impl Qp {
     pub(crate) fn rc_poll_response(&mut self, buf: &mut [u8], sh: &mut Shared) -> Option<Transmit> {
         let front = *self.resp.queue.front()?;
         let pkey = self.pkey(sh);
-        let dest = self.attr.dest_qp_num;
+        // An EEC answers the QP that sent the request (RD responses carry an RDETH, IBA 9.3.1).
+        let dest = self.eec().map_or(self.attr.dest_qp_num, |e| e.reply_qpn);
         let mut repr = PacketRepr::new(emit::bth(
             emit::opcode(self.rc_service(), Operation::Acknowledge),
             pkey,
             dest,
             0,
         ));
+        self.rd_add_rdeth(&mut repr);
         let mut zero_payload = None;
         let len = match front {
             Response::Ack { psn, syndrome, msn } => {

@@ -210,8 +210,11 @@ pub fn case_strategy(
         QpType::Rc => RC_OPS,
         QpType::Uc => UC_OPS,
         QpType::Ud => UD_OPS,
-        QpType::XrcSend | QpType::XrcRecv => {
-            panic!("the workload model connects RC/UC/UD pairs; XRC is tested in tests/xrc.rs")
+        QpType::XrcSend | QpType::XrcRecv | QpType::Rd => {
+            panic!(
+                "the workload model connects RC/UC/UD pairs; XRC is tested in tests/xrc.rs, \
+                 RD in tests/prop_rd.rs"
+            )
         }
     };
     let side = move |mtu: Mtu| {

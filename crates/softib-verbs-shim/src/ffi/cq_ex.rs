@@ -1,18 +1,18 @@
-//! Extended CQs: `ibv_create_cq_ex` (the `verbs_context` slot) and the polling functions
-//! of `struct ibv_cq_ex` (`ibv_start_poll`, `ibv_next_poll`, `ibv_end_poll`, the
-//! `ibv_wc_read_*` readers), plus `ibv_query_rt_values_ex`.
+//! Extended CQs: the polling functions of `struct ibv_cq_ex` (`ibv_start_poll`, `ibv_next_poll`, `ibv_end_poll`, the
+//! `ibv_wc_read_*` readers), plus `ibv_query_rt_values_ex`. (The
+//! `create_cq_ex` slot creates its CQ with `ibv_create_cq`, in `resources.rs`.)
 
 use std::ffi::c_int;
 
 use softib_transport::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
-use super::{ctx_obj, guard, obj, report};
+use super::{ctx_obj, guard, obj};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::convert::wc_to_c;
-use crate::cq_ex::{CqExState, CurrentWc, SUPPORTED_CQ_FLAGS, SUPPORTED_WC_FLAGS};
-use crate::objects::{CqObj, PdObj};
-use crate::sys::{clock_ns, set_errno};
+use crate::cq_ex::CurrentWc;
+use crate::objects::CqObj;
+use crate::sys::clock_ns;
 
 /// The `ibv_cq_ex` of a new CQ; the polling functions only for `ibv_create_cq_ex`.
 pub(super) fn cq_ex_of(c: ibv_cq, with_polling: bool) -> ibv_cq_ex {
@@ -49,65 +49,6 @@ pub(super) fn cq_ex_of(c: ibv_cq, with_polling: bool) -> ibv_cq_ex {
         read_tm_info: None,
         read_completion_wallclock_ns: p.then_some(read_completion_wallclock_ns as _),
     }
-}
-
-/// The `create_cq_ex` slot of `verbs_context`.
-pub(super) unsafe extern "C" fn create_cq_ex(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-) -> *mut ibv_cq_ex {
-    guard(std::ptr::null_mut(), || {
-        // SAFETY: the inline ibv_create_cq_ex passes our context and the caller's attributes.
-        let (Some(c), Some(a)) = (unsafe { ctx_obj(ctx) }, unsafe { attr.as_ref() }) else {
-            set_errno(libc::EINVAL);
-            return std::ptr::null_mut();
-        };
-        let s = &c.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_create_cq_ex", errno, why));
-            std::ptr::null_mut()
-        };
-        let known = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
-        if a.comp_mask & !known != 0 {
-            return fail(libc::EINVAL, &format!("comp_mask {:#x}", a.comp_mask));
-        }
-        if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
-            return fail(
-                libc::EOPNOTSUPP,
-                &format!(
-                    "wc_flags {:#x} (softib has no VLAN, flow tag or tag-matching fields)",
-                    a.wc_flags & !SUPPORTED_WC_FLAGS
-                ),
-            );
-        }
-        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 && a.flags & !SUPPORTED_CQ_FLAGS != 0 {
-            return fail(libc::EOPNOTSUPP, &format!("flags {:#x}", a.flags));
-        }
-        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-            // A CQ "in" a parent domain (its thread domain and allocators apply): the
-            // domain must be one of ours.
-            // SAFETY: NULL or a PD / parent domain of this library.
-            match unsafe { obj::<_, PdObj>(a.parent_domain) } {
-                Some(p) if p.parent.is_some() => {}
-                _ => return fail(libc::EINVAL, &"parent_domain is not a parent domain"),
-            }
-        }
-        let Ok(cqe) = c_int::try_from(a.cqe) else {
-            return fail(libc::EINVAL, &format!("cqe {}", a.cqe));
-        };
-        let Ok(vector) = c_int::try_from(a.comp_vector) else {
-            return fail(libc::EINVAL, &format!("comp_vector {}", a.comp_vector));
-        };
-        super::resources::create_cq_in(
-            ctx,
-            cqe,
-            a.cq_context,
-            a.channel,
-            vector,
-            Some(CqExState::new(a.wc_flags)),
-            "ibv_create_cq_ex",
-        )
-    })
 }
 
 const EMPTY: WorkCompletion = WorkCompletion {

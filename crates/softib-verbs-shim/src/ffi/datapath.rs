@@ -155,6 +155,8 @@ pub(super) unsafe fn post_one_send(
         ud,
         // `qp_type.xrc.remote_srqn`: the remote XRC SRQ, for XRC initiator QPs.
         xrc_remote_srqn: w.remote_srqn,
+        // libibverbs has no RD.
+        rd: None,
         bind_mw: if opcode == WrOpcode::BindMw {
             // SAFETY: forwarded function contract (the WR's window and region are ours).
             Some(unsafe { super::mw::bind_of_wr(w) }?)

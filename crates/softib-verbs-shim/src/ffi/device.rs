@@ -237,23 +237,6 @@ pub unsafe extern "C" fn query_device_ex(
     })
 }
 
-/// Entries in the port's GID table: 1024, as rxe (rxe_param.h `RXE_PORT_GID_TBL_LEN`) and
-/// the kernel's RoCE GID cache. Only index 0 holds a GID (config.rs); the others are empty
-/// slots, which the verbs answer as the kernel does: `ibv_query_gid` gives a zero GID,
-/// `ibv_query_gid_ex` ENODATA, and an address vector naming one fails with ENODATA.
-pub(crate) const GID_TBL_LEN: u32 = 1024;
-
-/// Slots of the GID table that hold a GID (index 0 only).
-pub(crate) const GIDS_IN_USE: u32 = 1;
-
-/// The GID table for the address vector checks.
-pub(crate) fn gid_table() -> crate::validate::GidTable {
-    crate::validate::GidTable {
-        len: GID_TBL_LEN,
-        in_use: GIDS_IN_USE,
-    }
-}
-
 /// The port's attributes: one active RoCEv2 port (the values the device view's sysfs
 /// files show come from the same `facts`).
 fn port_attr(c: &ContextObj) -> ibv_port_attr {
@@ -262,7 +245,7 @@ fn port_attr(c: &ContextObj) -> ibv_port_attr {
         state: facts::PORT_STATE,
         max_mtu: mtu,
         active_mtu: mtu,
-        gid_tbl_len: GID_TBL_LEN as i32,
+        gid_tbl_len: facts::GID_TBL_LEN as i32,
         port_cap_flags: facts::PORT_CAP_FLAGS,
         max_msg_sz: 1 << 31,
         pkey_tbl_len: 1,
@@ -315,9 +298,9 @@ enum GidSlot {
 }
 
 fn gid_slot(c: &ContextObj, port: u32, index: u32) -> GidSlot {
-    if port != 1 || index >= GID_TBL_LEN {
+    if port != 1 || index >= facts::GID_TBL_LEN {
         GidSlot::OutOfRange
-    } else if index < GIDS_IN_USE {
+    } else if index < facts::GIDS_IN_USE {
         GidSlot::Valid(c.shared.net.gid())
     } else {
         GidSlot::Empty

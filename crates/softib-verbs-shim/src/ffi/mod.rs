@@ -21,7 +21,9 @@ mod slots;
 mod unsupported;
 mod xrc;
 
-pub(crate) use rdmacm::{alloc_pd_for_rdmacm, modify_qp_for_rdmacm, open_for_rdmacm, shared_of};
+pub(crate) use rdmacm::verbs::{
+    alloc_pd_for_rdmacm, modify_qp_for_rdmacm, open_for_rdmacm, shared_of,
+};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -95,18 +97,4 @@ unsafe fn ctx_obj<'a>(ctx: *mut ibv_context) -> Option<&'a ContextObj> {
 unsafe fn obj<'a, C, O>(p: *mut C) -> Option<&'a O> {
     // SAFETY: repr(C) objects start with their C structure (function contract).
     unsafe { p.cast::<O>().as_ref() }
-}
-
-extern "C" fn flush_capture_atexit() {
-    let _ = catch_unwind(crate::objects::flush_open_capture);
-}
-
-/// Registers (once) a process-exit hook that completes the capture file.
-pub(crate) fn flush_capture_at_exit() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: atexit takes a plain `extern "C" fn()` that lives as long as the library
-        // (a preloaded library is never unloaded).
-        unsafe { libc::atexit(flush_capture_atexit) };
-    });
 }

@@ -1,16 +1,19 @@
-//! Queue pairs: create, modify, query, destroy.
+//! Queue pairs: create (`ibv_create_qp` and the `create_qp_ex` slot of `verbs_context`),
+//! modify, query, destroy.
 
 use std::ffi::c_int;
 
 use softib_transport::{CqHandle, QpAttrMask, QpCap, QpInitAttr, QpType, SrqHandle};
 
-use super::{fail, guard, obj, report};
+use super::{ctx_obj, fail, guard, obj, report};
 use crate::abi::*;
+use crate::abi_ex::*;
 use crate::convert::{
     cap_to_c, errno_of, qp_attr_from_c, qp_attr_to_c, qp_state_to_c, qp_type_from_c, qp_type_to_c,
 };
 use crate::objects::{CqObj, InitCopy, PdObj, QpObj, SrqObj};
 use crate::sys::set_errno;
+use crate::wr_batch::supported_send_ops;
 use std::cell::UnsafeCell;
 
 #[no_mangle]
@@ -152,6 +155,82 @@ pub(super) unsafe fn create_qp_in(
     }
 }
 
+/// `comp_mask` bits of `ibv_qp_init_attr_ex` softib implements (rxe's set).
+const SUPPORTED_COMP_MASK: u32 =
+    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+
+/// The `create_qp_ex` slot of `verbs_context`.
+pub(super) unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the inline ibv_create_qp_ex passes our context and the caller's attributes.
+        let (Some(c), Some(a)) = (unsafe { ctx_obj(ctx) }, unsafe { attr.as_mut() }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        let s = &c.shared;
+        let fail = |errno: i32, why: &dyn std::fmt::Display| {
+            set_errno(report(s, "ibv_create_qp_ex", errno, why));
+            std::ptr::null_mut()
+        };
+        if a.qp_type == IBV_QPT_XRC_RECV {
+            if a.comp_mask & !(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
+                return fail(
+                    libc::EINVAL,
+                    &format!("comp_mask {:#x} for an XRC_RECV QP", a.comp_mask),
+                );
+            }
+            if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+                return fail(
+                    libc::EOPNOTSUPP,
+                    &format!("create_flags {:#x}", a.create_flags),
+                );
+            }
+            return super::xrc::create_xrc_target_qp(c, ctx, a);
+        }
+        if a.comp_mask & !SUPPORTED_COMP_MASK != 0 {
+            return fail(
+                libc::EOPNOTSUPP,
+                &format!(
+                    "comp_mask bits {:#x} (softib has PD, CREATE_FLAGS, SEND_OPS_FLAGS)",
+                    a.comp_mask & !SUPPORTED_COMP_MASK
+                ),
+            );
+        }
+        if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+            return fail(
+                libc::EOPNOTSUPP,
+                &format!("create_flags {:#x}", a.create_flags),
+            );
+        }
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
+            return fail(libc::EINVAL, &"a PD is required (IBV_QP_INIT_ATTR_PD)");
+        }
+        let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+            let supported = supported_send_ops(a.qp_type);
+            if a.send_ops_flags & !supported != 0 {
+                return fail(
+                    libc::EOPNOTSUPP,
+                    &format!(
+                        "send_ops_flags {:#x} on QP type {} (supported: {supported:#x}; TSO \
+                         is not implemented, ATOMIC WRITE is RC only)",
+                        a.send_ops_flags & !supported,
+                        a.qp_type
+                    ),
+                );
+            }
+            Some(a.send_ops_flags)
+        } else {
+            None
+        };
+        // SAFETY: `ibv_qp_init_attr_ex` starts with the fields of `ibv_qp_init_attr` (the
+        // header's own ibv_create_qp_ex fallback relies on it); the PD is the caller's.
+        unsafe { create_qp_in(a.pd, attr.cast(), "ibv_create_qp_ex", send_ops) }
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_modify_qp(
     qp: *mut ibv_qp,
@@ -165,7 +244,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
             return fail(libc::EINVAL);
         };
         let s = q.shared.clone();
-        if let Err(r) = crate::validate::modify_qp_av(a, mask as u32, super::device::gid_table()) {
+        if let Err(r) = crate::validate::modify_qp_av(a, mask as u32, crate::validate::gid_table())
+        {
             return report(&s, "ibv_modify_qp", r.errno, &r.why);
         }
         let (eattr, emask) = match qp_attr_from_c(a, mask as u32) {

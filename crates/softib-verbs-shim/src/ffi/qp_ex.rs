@@ -1,5 +1,4 @@
-//! Extended QPs: `ibv_create_qp_ex` (the `verbs_context` slot its inline wrapper calls),
-//! `ibv_qp_to_qp_ex`, and the `ibv_wr_*` post-send builder functions installed in
+//! Extended QPs: `ibv_qp_to_qp_ex` and the `ibv_wr_*` post-send builder functions installed in
 //! `struct ibv_qp_ex`. The builders collect WRs in the QP's [`WrBatch`]; `ibv_wr_complete`
 //! posts them through the classic `ibv_post_send` conversion (`datapath::post_one_send`).
 
@@ -7,14 +6,11 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
 use super::datapath::post_one_send;
-use super::{ctx_obj, guard, obj, report};
+use super::{guard, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::objects::{PdObj, QpObj};
-use crate::sys::set_errno;
-use crate::wr_batch::{
-    atomic_wr, bind_mw_words, rdma_wr, supported_send_ops, BuildLimits, WrBatch,
-};
+use crate::wr_batch::{atomic_wr, bind_mw_words, rdma_wr, BuildLimits, WrBatch};
 
 /// The `verbs_qp` of a new QP: for `ibv_create_qp_ex` (`send_ops` given) with
 /// `VERBS_QP_EX` and every builder function; for `ibv_create_qp` with none, so
@@ -52,82 +48,6 @@ pub(super) fn verbs_qp_of(qp: ibv_qp, send_ops: Option<u64>) -> verbs_qp {
         comp_mask: if ex { VERBS_QP_EX } else { 0 },
         xrcd: std::ptr::null_mut(),
     }
-}
-
-/// `comp_mask` bits of `ibv_qp_init_attr_ex` softib implements (rxe's set).
-const SUPPORTED_COMP_MASK: u32 =
-    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-
-/// The `create_qp_ex` slot of `verbs_context`.
-pub(super) unsafe extern "C" fn create_qp_ex(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    guard(std::ptr::null_mut(), || {
-        // SAFETY: the inline ibv_create_qp_ex passes our context and the caller's attributes.
-        let (Some(c), Some(a)) = (unsafe { ctx_obj(ctx) }, unsafe { attr.as_mut() }) else {
-            set_errno(libc::EINVAL);
-            return std::ptr::null_mut();
-        };
-        let s = &c.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_create_qp_ex", errno, why));
-            std::ptr::null_mut()
-        };
-        if a.qp_type == IBV_QPT_XRC_RECV {
-            if a.comp_mask & !(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
-                return fail(
-                    libc::EINVAL,
-                    &format!("comp_mask {:#x} for an XRC_RECV QP", a.comp_mask),
-                );
-            }
-            if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
-                return fail(
-                    libc::EOPNOTSUPP,
-                    &format!("create_flags {:#x}", a.create_flags),
-                );
-            }
-            return super::xrc::create_xrc_target_qp(c, ctx, a);
-        }
-        if a.comp_mask & !SUPPORTED_COMP_MASK != 0 {
-            return fail(
-                libc::EOPNOTSUPP,
-                &format!(
-                    "comp_mask bits {:#x} (softib has PD, CREATE_FLAGS, SEND_OPS_FLAGS)",
-                    a.comp_mask & !SUPPORTED_COMP_MASK
-                ),
-            );
-        }
-        if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
-            return fail(
-                libc::EOPNOTSUPP,
-                &format!("create_flags {:#x}", a.create_flags),
-            );
-        }
-        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
-            return fail(libc::EINVAL, &"a PD is required (IBV_QP_INIT_ATTR_PD)");
-        }
-        let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
-            let supported = supported_send_ops(a.qp_type);
-            if a.send_ops_flags & !supported != 0 {
-                return fail(
-                    libc::EOPNOTSUPP,
-                    &format!(
-                        "send_ops_flags {:#x} on QP type {} (supported: {supported:#x}; TSO \
-                         is not implemented, ATOMIC WRITE is RC only)",
-                        a.send_ops_flags & !supported,
-                        a.qp_type
-                    ),
-                );
-            }
-            Some(a.send_ops_flags)
-        } else {
-            None
-        };
-        // SAFETY: `ibv_qp_init_attr_ex` starts with the fields of `ibv_qp_init_attr` (the
-        // header's own ibv_create_qp_ex fallback relies on it); the PD is the caller's.
-        unsafe { super::qp::create_qp_in(a.pd, attr.cast(), "ibv_create_qp_ex", send_ops) }
-    })
 }
 
 #[no_mangle]

@@ -12,6 +12,7 @@ use super::{ctx_obj, fail, guard, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
+use crate::cq_ex::{CqExState, SUPPORTED_CQ_FLAGS, SUPPORTED_WC_FLAGS};
 use crate::events::{CqTarget, EventQueue};
 use crate::objects::{AhObj, ChannelObj, CqObj, MrObj, PdObj, Shared, SrqObj};
 use crate::process_memory::ProcessMemory;
@@ -307,6 +308,65 @@ pub unsafe extern "C" fn ibv_create_cq(
     })
 }
 
+/// The `create_cq_ex` slot of `verbs_context`.
+pub(super) unsafe extern "C" fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the inline ibv_create_cq_ex passes our context and the caller's attributes.
+        let (Some(c), Some(a)) = (unsafe { ctx_obj(ctx) }, unsafe { attr.as_ref() }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        let s = &c.shared;
+        let fail = |errno: i32, why: &dyn std::fmt::Display| {
+            set_errno(report(s, "ibv_create_cq_ex", errno, why));
+            std::ptr::null_mut()
+        };
+        let known = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+        if a.comp_mask & !known != 0 {
+            return fail(libc::EINVAL, &format!("comp_mask {:#x}", a.comp_mask));
+        }
+        if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
+            return fail(
+                libc::EOPNOTSUPP,
+                &format!(
+                    "wc_flags {:#x} (softib has no VLAN, flow tag or tag-matching fields)",
+                    a.wc_flags & !SUPPORTED_WC_FLAGS
+                ),
+            );
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 && a.flags & !SUPPORTED_CQ_FLAGS != 0 {
+            return fail(libc::EOPNOTSUPP, &format!("flags {:#x}", a.flags));
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            // A CQ "in" a parent domain (its thread domain and allocators apply): the
+            // domain must be one of ours.
+            // SAFETY: NULL or a PD / parent domain of this library.
+            match unsafe { obj::<_, PdObj>(a.parent_domain) } {
+                Some(p) if p.parent.is_some() => {}
+                _ => return fail(libc::EINVAL, &"parent_domain is not a parent domain"),
+            }
+        }
+        let Ok(cqe) = c_int::try_from(a.cqe) else {
+            return fail(libc::EINVAL, &format!("cqe {}", a.cqe));
+        };
+        let Ok(vector) = c_int::try_from(a.comp_vector) else {
+            return fail(libc::EINVAL, &format!("comp_vector {}", a.comp_vector));
+        };
+        create_cq_in(
+            ctx,
+            cqe,
+            a.cq_context,
+            a.channel,
+            vector,
+            Some(CqExState::new(a.wc_flags)),
+            "ibv_create_cq_ex",
+        )
+    })
+}
+
 /// Creates a CQ for `ibv_create_cq`, and for `ibv_create_cq_ex` with `ex` (the extended
 /// polling functions and their state, already checked).
 pub(super) fn create_cq_in(
@@ -587,7 +647,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             return null_with(libc::EINVAL);
         };
         let s = &p.shared;
-        if let Err(r) = crate::validate::av(a, super::device::gid_table()) {
+        if let Err(r) = crate::validate::av(a, crate::validate::gid_table()) {
             return null_with(report(s, "ibv_create_ah", r.errno, &r.why));
         }
         let av = ah_attr_from_c(a);

@@ -11,8 +11,8 @@ use crate::abi_ex::slot;
 /// The slot array of a new context.
 pub(super) fn extension_slots() -> [*mut c_void; VERBS_CONTEXT_EXT_SLOTS] {
     let mut s = [std::ptr::null_mut(); VERBS_CONTEXT_EXT_SLOTS];
-    s[slot::CREATE_QP_EX] = super::qp_ex::create_qp_ex as *mut c_void;
-    s[slot::CREATE_CQ_EX] = super::cq_ex::create_cq_ex as *mut c_void;
+    s[slot::CREATE_QP_EX] = super::qp::create_qp_ex as *mut c_void;
+    s[slot::CREATE_CQ_EX] = super::resources::create_cq_ex as *mut c_void;
     s[slot::QUERY_RT_VALUES] = super::cq_ex::query_rt_values as *mut c_void;
     s[slot::ALLOC_TD] = super::domain::alloc_td as *mut c_void;
     s[slot::DEALLOC_TD] = super::domain::dealloc_td as *mut c_void;

@@ -1,10 +1,12 @@
-//! The CM event thread: takes every event of the device's CM and reports it on the owning
+//! The process's rdma_cm runtime ([`runtime`], opened on first use) and its CM event
+//! thread, which takes every event of the device's CM and reports it on the owning
 //! id's channel as the kernel's rdma_cm does (cma.c `cma_ib_handler`, `cma_sidr_rep_handler`
 //! and `cma_ib_req_handler`, Linux 6.1), doing for the active side what librdmacm does when
 //! it reads CONNECT_RESPONSE (`ucma_process_conn_resp`: RTR, RTS, RTU, then ESTABLISHED).
 #![allow(unsafe_code)]
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use softib_cm::rdma_cm::PortSpace;
@@ -12,13 +14,53 @@ use softib_cm::{CmEvent, ConnId};
 use softib_wire::cm::{CmRep, CmReq, CmaIpHeader, RejectReason, SidrStatus, CMA_IP_HEADER_LEN};
 
 use super::abi::*;
-use super::objects::{runtime, Addr, EventObj, IdObj, IdState, Phase, Runtime};
+use super::objects::{Addr, EventObj, IdObj, IdState, Owners, Phase, Runtime};
 use super::qp::{self, RtrParams};
 use crate::abi::IBV_QPT_RC;
 
 /// How long one wait for a CM event lasts (the thread never ends; the device stays open for
 /// the life of the process, as librdmacm keeps its devices).
 const SLICE: Duration = Duration::from_millis(50);
+
+/// The runtime, opened on first use (librdmacm opens its devices in ucma_init), once per
+/// process: a forked child inherits the parent's runtime without its device thread or its
+/// event thread, so it opens its own (the parent's stays untouched in the child's memory).
+pub fn runtime() -> Result<&'static Runtime, i32> {
+    use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+    static RT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+    static RT_PID: AtomicU32 = AtomicU32::new(0);
+    static INIT: Mutex<()> = Mutex::new(());
+    let pid = std::process::id();
+    let current = |pid: u32| {
+        let p = RT.load(Ordering::Acquire);
+        // SAFETY: a pointer from Box::leak below, never freed.
+        (!p.is_null() && RT_PID.load(Ordering::Acquire) == pid).then(|| unsafe { &*p })
+    };
+    if let Some(rt) = current(pid) {
+        ensure_started(rt);
+        return Ok(rt);
+    }
+    let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(rt) = current(pid) {
+        ensure_started(rt);
+        return Ok(rt);
+    }
+    // SAFETY: this library's own device list and open (the shim's ibv_* functions).
+    let verbs = unsafe { crate::ffi::open_for_rdmacm() }?;
+    // SAFETY: a context just opened by this library.
+    let shared = unsafe { crate::ffi::shared_of(verbs) }.ok_or(libc::ENODEV)?;
+    let rt: &'static Runtime = Box::leak(Box::new(Runtime {
+        verbs: Addr(verbs as usize),
+        shared,
+        default_pd: Mutex::new(Addr(0)),
+        owners: Mutex::new(Owners::default()),
+    }));
+    RT_PID.store(0, Ordering::Release);
+    RT.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
+    RT_PID.store(pid, Ordering::Release);
+    ensure_started(rt);
+    Ok(rt)
+}
 
 /// Starts the event thread once per process (a forked child has none of its parent's
 /// threads: it starts its own for its own runtime).

@@ -348,46 +348,6 @@ impl Runtime {
     }
 }
 
-/// The runtime, opened on first use (librdmacm opens its devices in ucma_init), once per
-/// process: a forked child inherits the parent's runtime without its device thread or its
-/// event thread, so it opens its own (the parent's stays untouched in the child's memory).
-pub fn runtime() -> Result<&'static Runtime, i32> {
-    use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
-    static RT: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
-    static RT_PID: AtomicU32 = AtomicU32::new(0);
-    static INIT: Mutex<()> = Mutex::new(());
-    let pid = std::process::id();
-    let current = |pid: u32| {
-        let p = RT.load(Ordering::Acquire);
-        // SAFETY: a pointer from Box::leak below, never freed.
-        (!p.is_null() && RT_PID.load(Ordering::Acquire) == pid).then(|| unsafe { &*p })
-    };
-    if let Some(rt) = current(pid) {
-        super::dispatch::ensure_started(rt);
-        return Ok(rt);
-    }
-    let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(rt) = current(pid) {
-        super::dispatch::ensure_started(rt);
-        return Ok(rt);
-    }
-    // SAFETY: this library's own device list and open (the shim's ibv_* functions).
-    let verbs = unsafe { crate::ffi::open_for_rdmacm() }?;
-    // SAFETY: a context just opened by this library.
-    let shared = unsafe { crate::ffi::shared_of(verbs) }.ok_or(libc::ENODEV)?;
-    let rt: &'static Runtime = Box::leak(Box::new(Runtime {
-        verbs: Addr(verbs as usize),
-        shared,
-        default_pd: Mutex::new(Addr(0)),
-        owners: Mutex::new(Owners::default()),
-    }));
-    RT_PID.store(0, Ordering::Release);
-    RT.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
-    RT_PID.store(pid, Ordering::Release);
-    super::dispatch::ensure_started(rt);
-    Ok(rt)
-}
-
 /// A new id on the heap, registered as live.
 pub fn new_id(
     rt: &Runtime,

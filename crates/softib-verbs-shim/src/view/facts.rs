@@ -34,6 +34,15 @@ pub const PORT_CAP_FLAGS: u32 = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
 /// `IB_USER_VERBS_ABI_VERSION` of Linux 6.1 (include/uapi/rdma/ib_user_verbs.h).
 pub const UVERBS_ABI_VERSION: u32 = 6;
 
+/// Entries in the port's GID table: 1024, as rxe (rxe_param.h `RXE_PORT_GID_TBL_LEN`) and
+/// the kernel's RoCE GID cache. Only index 0 holds a GID (config.rs); the others are empty
+/// slots, which the verbs answer as the kernel does: `ibv_query_gid` gives a zero GID,
+/// `ibv_query_gid_ex` ENODATA, and an address vector naming one fails with ENODATA.
+pub const GID_TBL_LEN: u32 = 1024;
+
+/// Slots of the GID table that hold a GID (index 0 only).
+pub const GIDS_IN_USE: u32 = 1;
+
 /// Prefix of the uverbs class directory (`dev_path` of `struct ibv_device`).
 pub const UVERBS_CLASS: &str = "/sys/class/infiniband_verbs";
 
@@ -72,7 +81,7 @@ impl DeviceFacts {
             uverbs: "uverbs0".into(),
             node_guid: config.node_guid(),
             gid: config.gid(),
-            gid_tbl_len: crate::ffi::device::GID_TBL_LEN,
+            gid_tbl_len: GID_TBL_LEN,
             netdev: softib_net::roce::interface_mtu(config.addr)
                 .ok()
                 .map(|(name, _)| name),
