@@ -654,6 +654,12 @@ impl Driver {
     /// Drains the engine's transmits and sends them. Returns the datagrams queued.
     pub fn flush(&mut self) -> io::Result<usize> {
         let now = self.now();
+        self.flush_at_time(now)
+    }
+
+    /// [`Driver::flush`] at `now`, a clock read the caller just made (a verb that gave the
+    /// engine the same time: one clock read per `post_send` instead of two).
+    pub(crate) fn flush_at_time(&mut self, now: Nanos) -> io::Result<usize> {
         Ok(self.flush_at(now, AckRelease::WithAnswer)?.0)
     }
 

@@ -3,10 +3,11 @@
 //! One non-blocking UDP socket per device, bound to the device's own IP address (never the
 //! wildcard: the ICRC covers the destination address, which a wildcard socket would not
 //! reveal without `IP_PKTINFO`) and port (4791 by default, IBA Annex A17.2.3). It
-//! - receives with `recvmmsg` into preallocated slots, with UDP GRO when the kernel offers
-//!   it (a slot then holds several equal-size datagrams, split again by [`RxBatch::iter`]);
-//! - sends with `sendmmsg`, coalescing runs of equal-size datagrams to the same peer into
-//!   UDP GSO groups when the kernel offers it;
+//! - receives with `recvmmsg` (`recvmsg` for one slot) into preallocated slots, with UDP
+//!   GRO when the kernel offers it (a slot then holds several equal-size datagrams, split
+//!   again by [`RxBatch::iter`]);
+//! - sends with `sendmmsg` (`sendmsg` for one item), coalescing runs of equal-size
+//!   datagrams to the same peer into UDP GSO groups when the kernel offers it;
 //! - reports the IPv4 TOS / IPv6 traffic class of each received datagram (its low two bits
 //!   are the ECN field, RFC 3168, which RoCEv2 congestion control reads, Annex A17.9.3);
 //! - sets DF on IPv4 (`IP_PMTUDISC_DO`) and forbids local fragmentation on IPv6, because
@@ -433,12 +434,13 @@ pub struct RxBatch {
     filled: usize,
     /// Slots offered to the next `recvmmsg`: doubled while calls fill them all, else twice
     /// what the last call used (at least [`MIN_OFFER`]), so the many empty polls of a busy
-    /// device prepare a few slots, not all of them.
+    /// device prepare one slot, not all of them, and a ping-pong's awaited datagram arrives
+    /// through a one-slot `recvmsg` (`sys::recv_mmsg`); a stream doubles its way up.
     offer: usize,
 }
 
-/// Fewest slots offered to one `recvmmsg` (with GRO, one slot holds up to 64 datagrams).
-const MIN_OFFER: usize = 4;
+/// Fewest slots offered to one receive call (with GRO, one slot holds up to 64 datagrams).
+const MIN_OFFER: usize = 1;
 
 impl Default for RxBatch {
     /// An empty batch with no slots (allocates nothing): a placeholder while the real one

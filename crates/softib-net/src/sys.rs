@@ -279,20 +279,48 @@ pub(crate) fn recv_mmsg(
         m.msg_hdr.msg_controllen = CMSG_BUF as _;
         hdrs[i].write(m);
     }
-    // SAFETY: hdrs[..n] are initialised and point at iovecs, address storage and control
-    // buffers that are all live and exclusively borrowed for the duration of the call, with
-    // lengths that match their sizes; the kernel reads n entries and writes only within
-    // them. MSG_DONTWAIT makes it non-blocking. The raw system call skips libc's
-    // cancellation-point bookkeeping, a visible cost at millions of (mostly empty) calls.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_recvmmsg,
-            fd,
-            hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut::<libc::timespec>(),
-        )
+    // One slot goes to `recvmsg`: `recvmmsg` adds its own set-up and, after a datagram,
+    // a second receive attempt that finds the queue empty; a polling device offers one slot
+    // to its (mostly empty) polls and to the datagram it waits for (see `RxBatch::offer`).
+    let rc = if n == 1 {
+        // SAFETY: hdrs[0] is initialised (n == 1) and points at an iovec, address storage
+        // and a control buffer that are live and exclusively borrowed for the call, with
+        // lengths that match their sizes; the kernel writes only within them and stores the
+        // lengths it used back into the header. MSG_DONTWAIT makes it non-blocking.
+        let r = unsafe {
+            let m = hdrs[0].assume_init_mut();
+            libc::syscall(
+                libc::SYS_recvmsg,
+                fd,
+                &mut m.msg_hdr as *mut libc::msghdr,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 {
+            // SAFETY: initialised above; recvmsg returns the datagram's length, which
+            // recvmmsg would have stored in msg_len.
+            unsafe { hdrs[0].assume_init_mut() }.msg_len = r as libc::c_uint;
+            1
+        } else {
+            r
+        }
+    } else {
+        // SAFETY: hdrs[..n] are initialised and point at iovecs, address storage and
+        // control buffers that are all live and exclusively borrowed for the duration of
+        // the call, with lengths that match their sizes; the kernel reads n entries and
+        // writes only within them. MSG_DONTWAIT makes it non-blocking. The raw system call
+        // skips libc's cancellation-point bookkeeping, a visible cost at millions of
+        // (mostly empty) calls.
+        unsafe {
+            libc::syscall(
+                libc::SYS_recvmmsg,
+                fd,
+                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut::<libc::timespec>(),
+            )
+        }
     };
     if rc < 0 {
         let err = io::Error::last_os_error();
@@ -391,11 +419,11 @@ pub(crate) fn send_mmsg(
     if n == 0 {
         return Ok(0);
     }
-    // SAFETY: plain old data, all-zero is valid; every entry used is filled in below.
-    let mut iovs: [libc::iovec; MAX_MMSG] = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: as above.
-    let mut hdrs: [libc::mmsghdr; MAX_MMSG] = unsafe { MaybeUninit::zeroed().assume_init() };
-    let mut cmsgs = [CmsgBuf::default(); MAX_MMSG];
+    // Only the `n` entries handed to the kernel are written: zeroing all `MAX_MMSG` headers
+    // and control buffers (about 9 KiB) cost more than the usual one or two datagrams.
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_MMSG];
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_MMSG];
+    let mut cmsgs = [const { MaybeUninit::<CmsgBuf>::uninit() }; MAX_MMSG];
     for (i, item) in items[..n].iter().enumerate() {
         let Some(bytes) = data.get(item.offset..item.offset + item.len) else {
             return Err(io::Error::new(
@@ -410,40 +438,77 @@ pub(crate) fn send_mmsg(
             ));
         };
         // The kernel only reads through this pointer (sendmmsg never writes the payload).
-        iovs[i].iov_base = bytes.as_ptr() as *mut libc::c_void;
-        iovs[i].iov_len = bytes.len();
-        let h = &mut hdrs[i].msg_hdr;
+        let iov = iovs[i].write(libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        });
+        // SAFETY: mmsghdr is plain old data for which all-zero bytes are a valid value
+        // (no control messages, no flags); the fields that matter are set right after.
+        let mut m: libc::mmsghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+        let h = &mut m.msg_hdr;
         h.msg_name = (&addr.storage as *const libc::sockaddr_storage) as *mut libc::c_void;
         h.msg_namelen = addr.len;
-        h.msg_iov = &mut iovs[i];
+        h.msg_iov = iov;
         h.msg_iovlen = 1;
-        let mut used = 0usize;
-        let buf = &mut cmsgs[i].0;
-        if let Some(seg) = item.segment {
-            used += write_cmsg(
-                &mut buf[used..],
-                libc::SOL_UDP,
-                libc::UDP_SEGMENT,
-                &seg.to_ne_bytes(),
-            );
+        if item.segment.is_some() || item.tos.is_some() {
+            let buf = &mut cmsgs[i].write(CmsgBuf::default()).0;
+            let mut used = 0usize;
+            if let Some(seg) = item.segment {
+                used += write_cmsg(
+                    &mut buf[used..],
+                    libc::SOL_UDP,
+                    libc::UDP_SEGMENT,
+                    &seg.to_ne_bytes(),
+                );
+            }
+            if let Some(tos) = item.tos {
+                let (level, name) = if ipv6 {
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+                } else {
+                    (libc::IPPROTO_IP, libc::IP_TOS)
+                };
+                used += write_cmsg(&mut buf[used..], level, name, &i32::from(tos).to_ne_bytes());
+            }
+            if used > 0 {
+                h.msg_control = buf.as_mut_ptr().cast();
+                h.msg_controllen = used as _;
+            }
         }
-        if let Some(tos) = item.tos {
-            let (level, name) = if ipv6 {
-                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
-            } else {
-                (libc::IPPROTO_IP, libc::IP_TOS)
-            };
-            used += write_cmsg(&mut buf[used..], level, name, &i32::from(tos).to_ne_bytes());
-        }
-        if used > 0 {
-            h.msg_control = buf.as_mut_ptr().cast();
-            h.msg_controllen = used as _;
-        }
+        hdrs[i].write(m);
     }
-    // SAFETY: hdrs[..n] reference iovecs, addresses, payload bytes and control buffers that
-    // all outlive the call, with lengths matching their sizes; sendmmsg only reads them.
-    let rc =
-        unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+    // One datagram (or GSO group) goes to `sendmsg`, which skips `sendmmsg`'s per-call
+    // set-up; both are raw system calls, without libc's cancellation-point bookkeeping.
+    let rc = if n == 1 {
+        // SAFETY: hdrs[0] is initialised and references an iovec, an address, payload bytes
+        // and (when set) a control buffer that all outlive the call, with lengths matching
+        // their sizes; sendmsg only reads them. MSG_DONTWAIT makes it non-blocking.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_sendmsg,
+                fd,
+                &hdrs[0].assume_init_ref().msg_hdr as *const libc::msghdr,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 {
+            1
+        } else {
+            r
+        }
+    } else {
+        // SAFETY: hdrs[..n] are initialised and reference iovecs, addresses, payload bytes
+        // and control buffers that all outlive the call, with lengths matching their sizes;
+        // sendmmsg only reads them (and writes each entry's msg_len, inside hdrs).
+        unsafe {
+            libc::syscall(
+                libc::SYS_sendmmsg,
+                fd,
+                hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        }
+    };
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
