@@ -112,6 +112,11 @@ srv sockperf server --nonblocked -i 127.0.0.1 -p 25203 >"$out/sockperf-server.tx
 pids+=("$!")
 sleep 0.5
 cli sockperf ping-pong --nonblocked -i 127.0.0.1 -p 25203 -m 64 -t "$secs" >"$out/sockperf.txt" 2>&1
+# The --nonblocked server spins until killed: stop it now, or it holds a core through every
+# softib test after it (softib's send-lat median read 61-65 us instead of 8-11 on this
+# 2-core machine, and the atomics lost half their rate).
+pkill -P "${pids[-1]}" 2>/dev/null || true
+kill "${pids[-1]}" 2>/dev/null || true
 # sockperf (Debian's 3.10) runs for a time, not a count: softib then runs as many round trips.
 # Its "[Valid Duration]" line counts the measured round trips (the "[Total Run]" line adds
 # the warm-up).
