@@ -182,10 +182,10 @@ fn main() {
         ),
     );
     check(
-        off.cnps_received == 0 && off.ce_marked == 0,
+        off.cnps_received == 0 && off.path.ce_marked == 0,
         format!(
             "CC off: data must not be ECN-capable (marked {}, CNPs {})",
-            off.ce_marked, off.cnps_received
+            off.path.ce_marked, off.cnps_received
         ),
     );
     for (name, on) in [("DCQCN", &on), ("IBA CCA", &iba)] {
@@ -392,20 +392,45 @@ impl Netns {
             .ok_or_else(|| format!("no counter in the marker's rules: {out}"))
     }
 
-    fn reset_marks(&self) -> Result<(), String> {
-        sh(&[
+    /// The kernel's view of the path: CE marks and every place a datagram can be lost
+    /// between the two engines. `nft reset counters` resets only named counter objects,
+    /// not a rule's anonymous counter, so each phase takes the difference of two snapshots.
+    fn path_counters(&self) -> Result<PathCounters, String> {
+        let tbf = sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.a,
+            "tc",
+            "-s",
+            "qdisc",
+            "show",
+            "dev",
+            &self.veth_a,
+        ])?;
+        let tbf_dropped = tbf
+            .split("dropped ")
+            .nth(1)
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("no drop count in tc's statistics: {tbf}"))?;
+        let veth_rx_dropped = sh(&[
             "ip",
             "netns",
             "exec",
             &self.b,
-            "nft",
-            "reset",
-            "counters",
-            "table",
-            "netdev",
-            "softib_cc",
-        ])?;
-        Ok(())
+            "cat",
+            &format!("/sys/class/net/{}/statistics/rx_dropped", self.veth_b),
+        ])?
+        .trim()
+        .parse()
+        .map_err(|e| format!("rx_dropped of {}: {e}", self.veth_b))?;
+        Ok(PathCounters {
+            ce_marked: self.ce_marked()?,
+            tbf_dropped,
+            veth_rx_dropped,
+            udp_rcvbuf_errors: [udp_rcvbuf_errors(&self.a)?, udp_rcvbuf_errors(&self.b)?],
+        })
     }
 
     /// `program args` inside namespace `ns`, at a raised scheduling priority: the test
@@ -429,6 +454,49 @@ impl Drop for Netns {
     }
 }
 
+/// Kernel counters of the path at one moment ([`Netns::path_counters`]).
+#[derive(Clone, Copy, Default)]
+struct PathCounters {
+    /// Packets the marker set CE on.
+    ce_marked: u64,
+    /// Packets the bottleneck's queue (tbf, limit 1 MB) dropped.
+    tbf_dropped: u64,
+    /// Packets the receiver's veth end dropped (its backlog was full).
+    veth_rx_dropped: u64,
+    /// UDP datagrams dropped because a socket's receive buffer was full, in A and in B.
+    udp_rcvbuf_errors: [u64; 2],
+}
+
+impl PathCounters {
+    fn since(self, before: PathCounters) -> PathCounters {
+        PathCounters {
+            ce_marked: self.ce_marked - before.ce_marked,
+            tbf_dropped: self.tbf_dropped - before.tbf_dropped,
+            veth_rx_dropped: self.veth_rx_dropped - before.veth_rx_dropped,
+            udp_rcvbuf_errors: [
+                self.udp_rcvbuf_errors[0] - before.udp_rcvbuf_errors[0],
+                self.udp_rcvbuf_errors[1] - before.udp_rcvbuf_errors[1],
+            ],
+        }
+    }
+}
+
+/// `RcvbufErrors` of the UDP line of /proc/net/snmp in namespace `ns`.
+fn udp_rcvbuf_errors(ns: &str) -> Result<u64, String> {
+    let snmp = sh(&["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"])?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next(), udp.next());
+    names
+        .zip(values)
+        .and_then(|(n, v)| {
+            n.split_whitespace()
+                .zip(v.split_whitespace())
+                .find(|(name, _)| *name == "RcvbufErrors")
+                .and_then(|(_, value)| value.parse().ok())
+        })
+        .ok_or_else(|| format!("no UDP RcvbufErrors in /proc/net/snmp of {ns}"))
+}
+
 /// What one run measured.
 struct Phase {
     cc: Cc,
@@ -436,7 +504,13 @@ struct Phase {
     median_rtt_us: f64,
     p90_rtt_us: f64,
     probes: usize,
-    ce_marked: u64,
+    /// The path's kernel counters over the phase (CE marks and losses).
+    path: PathCounters,
+    /// Sequence NAKs the receiver sent: each is a gap, a datagram lost or overtaken.
+    seq_naks_sent: u64,
+    /// Datagrams the sender's socket took and the receiver's socket delivered: equal
+    /// counts with sequence NAKs mean the path reordered (veth's per-CPU backlogs do).
+    datagrams: [u64; 2],
     ce_received: u64,
     cnps_sent: u64,
     cnps_received: u64,
@@ -470,19 +544,26 @@ impl std::fmt::Display for Phase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "CC {}: goodput {:.1} Mbit/s; probe RTT median {:.0} us, p90 {:.0} us ({} probes); CE marked {} / received {}; CNPs sent {} / received {}; sender throttled {:.2} s, retransmitted {} packets after {} ACK timeouts; last DCQCN rate {}; highest CCTI {}",
+            "CC {}: goodput {:.1} Mbit/s; probe RTT median {:.0} us, p90 {:.0} us ({} probes); CE marked {} / received {}; CNPs sent {} / received {}; sender throttled {:.2} s, retransmitted {} packets after {} ACK timeouts and {} sequence NAKs; datagrams sent {} / received {}; losses: bottleneck queue {}, receiver's veth {}, UDP receive buffers A {} B {}; last DCQCN rate {}; highest CCTI {}",
             self.cc.tag(),
             self.goodput_mbit,
             self.median_rtt_us,
             self.p90_rtt_us,
             self.probes,
-            self.ce_marked,
+            self.path.ce_marked,
             self.ce_received,
             self.cnps_sent,
             self.cnps_received,
             self.throttled_ns as f64 / 1e9,
             self.retransmitted,
             self.ack_timeouts,
+            self.seq_naks_sent,
+            self.datagrams[0],
+            self.datagrams[1],
+            self.path.tbf_dropped,
+            self.path.veth_rx_dropped,
+            self.path.udp_rcvbuf_errors[0],
+            self.path.udp_rcvbuf_errors[1],
             self.final_rate_mbps
                 .map_or("-".to_string(), |r| format!("{r} Mb/s")),
             self.max_ccti.map_or("-".to_string(), |c| c.to_string()),
@@ -510,7 +591,7 @@ fn spawn(mut c: Command, what: &str) -> Result<Child, String> {
 }
 
 fn run_phase(net: &Netns, cc: Cc) -> Result<Phase, String> {
-    net.reset_marks()?;
+    let path_before = net.path_counters()?;
     let softib = PathBuf::from(env!("CARGO_BIN_EXE_softib"));
     let me = std::env::current_exe().map_err(|e| format!("the test binary's path: {e}"))?;
     let tag = cc.tag();
@@ -667,6 +748,7 @@ fn run_phase(net: &Netns, cc: Cc) -> Result<Phase, String> {
     let c = read_json(&client_counters).ok_or_else(|| format!("CC {tag}: no client counters"))?;
     let s = read_json(&server_counters).ok_or_else(|| format!("CC {tag}: no server counters"))?;
     let dev = |j: &serde_json::Value, k: &str| j["counters"]["device"][k].as_u64().unwrap_or(0);
+    let path = net.path_counters()?.since(path_before);
     let final_rate_mbps = c["counters"]["qps"]
         .as_object()
         .and_then(|q| q.values().find_map(|m| m["cc_rate_mbps"].as_u64()));
@@ -676,7 +758,16 @@ fn run_phase(net: &Netns, cc: Cc) -> Result<Phase, String> {
         median_rtt_us: rtts[rtts.len() / 2],
         p90_rtt_us: rtts[rtts.len() * 9 / 10],
         probes: rtts.len(),
-        ce_marked: net.ce_marked()?,
+        path,
+        seq_naks_sent: dev(&s, "seq_naks_sent"),
+        datagrams: [
+            c["counters"]["driver"]["tx_datagrams"]
+                .as_u64()
+                .unwrap_or(0),
+            s["counters"]["driver"]["rx_datagrams"]
+                .as_u64()
+                .unwrap_or(0),
+        ],
         ce_received: s["counters"]["driver"]["rx_ecn_ce"].as_u64().unwrap_or(0),
         cnps_sent: dev(&s, "cnps_sent"),
         cnps_received: dev(&c, "cnps_received"),

@@ -155,7 +155,15 @@ impl Qp {
         if self.head_waits_for_responses() {
             return false;
         }
-        let resent = psn::diff(q, r.from) >= 0 && psn::diff(q, self.req.tx_psn) < 0;
+        // Resent by this pass: from where it went back up to its cursor, but never beyond
+        // its end; a PSN past the end went out for the first time after the go-back, so a
+        // gap signal for it cannot predate the pass.
+        let cursor = if psn::diff(self.req.tx_psn, r.end) < 0 {
+            self.req.tx_psn
+        } else {
+            r.end
+        };
+        let resent = psn::diff(q, r.from) >= 0 && psn::diff(q, cursor) < 0;
         if !resent {
             return false;
         }
@@ -167,8 +175,12 @@ impl Qp {
         } else {
             return false;
         };
+        // Keep the latest signal: a sequence NAK expecting `q` confirms every PSN before
+        // it, so an earlier deferred PSN is repaired and only `q` can still be missing
+        // (a resend goes back to the oldest unacknowledged PSN in any case, so a later
+        // READ response gap loses nothing either).
         let d = match r.deferred {
-            Some(d) if psn::diff(d, q) <= 0 => d,
+            Some(d) if psn::diff(d, q) > 0 => d,
             _ => q,
         };
         self.req.rec.deferred = Some(d);
