@@ -183,10 +183,10 @@ impl FlowHost {
             .iter()
             .map(|r| (r.flow, r.eec.unwrap_or(r.qpn), true))
             .chain(
-            self.responders
-                .iter()
-                .map(|&(flow, qpn)| (flow, qpn, false)),
-        )
+                self.responders
+                    .iter()
+                    .map(|&(flow, qpn)| (flow, qpn, false)),
+            )
     }
 
     fn post_recv(dev: &mut Device, qpn: u32, queue: RecvQueue, srqs: &[SharedQueue], sge: Sge) {

@@ -94,7 +94,11 @@ fn delivered(r: &Report) -> u64 {
 
 /// When the last message was delivered, microseconds.
 fn last_us(r: &Report) -> f64 {
-    r.summary.flows.iter().map(|f| f.last_us).fold(0.0, f64::max)
+    r.summary
+        .flows
+        .iter()
+        .map(|f| f.last_us)
+        .fold(0.0, f64::max)
 }
 
 /// Payload Gb/s from the start to the last delivery.

@@ -16,8 +16,7 @@ use softib_fabric::rng::{SeedTree, StreamKind};
 use softib_fabric::time::to_engine_nanos;
 use softib_transport::{
     AccessFlags, AhAttr, Device, MrKeys, PdHandle, QpAttr, QpCap, QpInitAttr, QpState, QpType,
-    RdDest, RddHandle, SendFlags, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError,
-    WrOpcode,
+    RdDest, RddHandle, SendFlags, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
 };
 use std::collections::BTreeMap;
 
@@ -211,8 +210,7 @@ impl Host {
                 .unwrap_or(1);
             eecs.push(self.dev.create_eec(rdd, depth)?);
         }
-        self.eecs_to
-            .insert((table, peer.to_string()), eecs.clone());
+        self.eecs_to.insert((table, peer.to_string()), eecs.clone());
         Ok(eecs)
     }
 
@@ -483,7 +481,7 @@ impl Host {
         if let Some(r) = p.recv {
             let index = self.app.receivers.len();
             receiver_of.insert(p.flow, index);
-                let queue = match (ud_queue, srq) {
+            let queue = match (ud_queue, srq) {
                 (Some(q), _) => {
                     ud_receiver = Some(index);
                     RecvQueue::Shared(q)
