@@ -314,3 +314,51 @@ fn bad_rd_keys_are_refused_naming_the_key() {
     let e = refused("service = \"rdx\"\n");
     assert!(e.contains("service"), "{e}");
 }
+
+#[test]
+fn a_host_pair_shares_its_eecs_in_both_directions_and_a_ring_steps_over_them() {
+    let three = "[topology]\nkind = \"single-switch\"\nhosts = 3\nswitch_ports = 4\n";
+    let r = run_text(&format!(
+        "duration_us = 300\n{three}[[flow]]\nop = \"write\"\nservice = \"rd\"\npattern = \"all-to-all\"\nsize = 4096\ntx_depth = 2\niterations = 10\nqps = 2\n"
+    ));
+    for h in ["h0", "h1", "h2"] {
+        let t = host(&r, h);
+        // Two peers, one EEC each, carrying both directions; two RD QPs for all of them.
+        assert_eq!((t.qps, t.eecs), (2, 2), "{h}: {t:?}");
+    }
+    assert_eq!(r.summary.flows.len(), 3 * 2 * 2);
+    let ring = run_text(&format!(
+        "duration_us = 300\n{three}[[flow]]\nop = \"send\"\nservice = \"rd\"\npattern = \"ring\"\nsize = 8192\n"
+    ));
+    for h in ["h0", "h1", "h2"] {
+        let t = host(&ring, h);
+        // An EEC to the successor and one to the predecessor.
+        assert_eq!((t.qps, t.eecs), (1, 2), "{h}: {t:?}");
+    }
+    assert_eq!(ring.summary.flows.len(), 3);
+    for f in r.summary.flows.iter().chain(&ring.summary.flows) {
+        // The ring: one all-reduce, 2 x (3 - 1) steps, each gated on the predecessor's.
+        let want = if f.name.contains("write") { 10 } else { 4 };
+        assert_eq!(f.messages, want, "{}", f.name);
+        assert_eq!(f.error_completions, 0, "{}", f.name);
+    }
+}
+
+#[test]
+fn an_eec_that_cannot_hold_its_qps_windows_is_refused() {
+    let s = Scenario::parse(&format!(
+        "duration_us = 10\n{SWITCH6}[[flow]]\nop = \"write\"\nservice = \"rd\"\npattern = \"one-to-one\"\nsrc = \"h0\"\ndst = \"h1\"\nqps = 64\ntx_depth = 1024\n"
+    ))
+    .unwrap();
+    let mut fabric = s.build().unwrap();
+    let plans = s.flow_plan(0).unwrap();
+    let rec = FlowRecorder::shared(10 * PS_PER_US);
+    let e = attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e)
+        .err()
+        .expect("refused");
+    let e = e.to_string();
+    assert!(
+        e.contains("EE context 0") && e.contains("raise eecs"),
+        "{e}"
+    );
+}
