@@ -353,9 +353,7 @@ fn an_eec_that_cannot_hold_its_qps_windows_is_refused() {
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
     let rec = FlowRecorder::shared(10 * PS_PER_US);
-    let e = attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e)
-        .err()
-        .expect("refused");
+    let e = attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).expect_err("refused");
     let e = e.to_string();
     assert!(
         e.contains("EE context 0") && e.contains("raise eecs"),
