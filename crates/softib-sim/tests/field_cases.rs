@@ -32,6 +32,7 @@ const TESTED: &[&str] = &[
     "10-psn-mismatch",
     "11-fence-atomics",
     "12-atomics-over-uc",
+    "13-rc-ud-rd-scale",
 ];
 
 #[test]
@@ -92,6 +93,11 @@ fn case_11_fence_atomics() {
 #[test]
 fn case_12_atomics_over_uc() {
     run_case("12-atomics-over-uc");
+}
+
+#[test]
+fn case_13_rc_ud_rd_scale() {
+    run_case("13-rc-ud-rd-scale");
 }
 
 #[test]

@@ -192,7 +192,8 @@ impl Device {
         use crate::footprint::slots;
         let sh = &self.sh;
         crate::footprint::DeviceFootprint {
-            qps: self.qps.iter().flatten().count(),
+            qps: self.qps.iter().flatten().filter(|q| !q.is_eec()).count(),
+            eecs: self.qps.iter().flatten().filter(|q| q.is_eec()).count(),
             address_handles: sh.ahs.iter().flatten().count(),
             // A QP's fixed part lives in its table slot.
             qp_bytes: slots::<Option<Qp>>(self.qps.capacity())
@@ -202,6 +203,14 @@ impl Device {
                     .flatten()
                     .map(|q| q.footprint().total() - std::mem::size_of::<Qp>())
                     .sum::<usize>(),
+            // An EEC's slot and heap parts, as a QP's are counted above.
+            eec_bytes: self
+                .qps
+                .iter()
+                .flatten()
+                .filter(|q| q.is_eec())
+                .map(|q| q.footprint().total())
+                .sum::<usize>(),
             cq_bytes: slots::<Option<CompletionQueue>>(sh.cqs.capacity())
                 + sh.cqs
                     .iter()

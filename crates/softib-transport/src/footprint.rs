@@ -33,12 +33,18 @@ impl QpFootprint {
 /// A device's state, bytes (QPs, CQs, SRQs, AHs, the region table and the scheduler).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceFootprint {
-    /// Live QPs.
+    /// Live QPs (EE contexts excluded: they are counted in `eecs`).
     pub qps: usize,
+    /// Live EE contexts (RD, IBA 9.7): one per peer channel adapter and context, however
+    /// many RD QPs share it.
+    pub eecs: usize,
     /// Live address handles.
     pub address_handles: usize,
-    /// The QPs: their table slots and each QP's heap parts.
+    /// The QPs and EE contexts: their table slots and each entry's heap parts.
     pub qp_bytes: usize,
+    /// Of `qp_bytes`, the EE contexts (each a QP-table entry with RC's requester and
+    /// responder state and its send queue, which holds the messages of every RD QP using it).
+    pub eec_bytes: usize,
     /// Completion queues (reserved entries).
     pub cq_bytes: usize,
     /// Shared receive queues.

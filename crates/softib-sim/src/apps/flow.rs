@@ -3,8 +3,8 @@
 //! application of SEND flows, which keeps receive WRs posted on a QP or a shared receive
 //! queue and re-posts each consumed one after a processing delay.
 //!
-//! Where a message is counted: reliable (RC) flows and UC WRITEs at the requester's
-//! completion, as perftest does (an RC completion means the responder acknowledged the
+//! Where a message is counted: reliable (RC, RD) flows and UC WRITEs at the requester's
+//! completion, as perftest does (an RC or RD completion means the responder acknowledged the
 //! data). Unreliable SENDs (UC, UD) are counted where they arrive: a requester completion
 //! only says the packets left, so the receiving application records each receive
 //! completion, matched to its post time by the sequence number the requester sends as
@@ -61,6 +61,8 @@ pub fn wc_status_name(s: WcStatus) -> &'static str {
 pub(crate) struct Requester {
     pub(crate) flow: u32,
     pub(crate) qpn: u32,
+    /// RD: the EE context its messages go over (it holds the flow's transport counters).
+    pub(crate) eec: Option<u32>,
     /// The work request posted every time (only `wr_id` and, unreliable, `imm_data` change).
     pub(crate) wr: SendWr,
     /// Unsignaled work requests posted just before each message, and how many.
@@ -135,7 +137,7 @@ pub(crate) struct SharedQueue {
 pub(crate) enum RecvRole {
     /// One flow's: index into `receivers`.
     Flow(usize),
-    /// A shared UD QP's: the flow is found from the sender (`ud_sources`).
+    /// A shared UD or RD QP's: the flow is found from the sender (`ud_sources`).
     Ud,
 }
 
@@ -151,7 +153,7 @@ pub(crate) struct FlowHost {
     pub(crate) cq: CqHandle,
     /// Receiving QPs by QPN (send completions are dispatched by wr_id).
     pub(crate) recv_roles: BTreeMap<u32, RecvRole>,
-    /// Receivers of shared UD QPs by sender (source LID, source QPN).
+    /// Receivers of shared UD and RD QPs by sender (source LID, source QPN).
     pub(crate) ud_sources: BTreeMap<(u16, u32), usize>,
     pub(crate) requesters: Vec<Requester>,
     pub(crate) receivers: Vec<Receiver>,
@@ -160,10 +162,12 @@ pub(crate) struct FlowHost {
     pub(crate) responders: Vec<(u32, u32)>,
     /// 8-byte atomic targets on this host: (flow table, lkey, addr).
     pub(crate) counters: Vec<(usize, u32, u64)>,
+    /// The buffers the QPs of each flow table share on this host: (flow table, lkey).
+    pub(crate) buffers: Vec<(usize, u32)>,
     pub(crate) recorder: SharedRecorder,
     pub(crate) ledger: Ledger,
     pub(crate) wcs: Vec<WorkCompletion>,
-    /// Some requester is UC or UD (its WRs complete on transmit).
+    /// Some requester is UC or UD (its WRs complete on transmit; RD's, like RC's, on ACK).
     pub(crate) unreliable: bool,
     /// Requesters that may be able to post (a completion freed a slot, a gate opened).
     pub(crate) dirty: Vec<usize>,
@@ -172,14 +176,17 @@ pub(crate) struct FlowHost {
 }
 
 impl FlowHost {
-    /// The requester and responder QP numbers of each flow on this host:
-    /// (flow, QPN, is requester).
+    /// The requester and responder QP numbers of each flow on this host (for RD flows, the
+    /// EE contexts', which do the transport work): (flow, QPN, is requester).
     pub(crate) fn qps(&self) -> impl Iterator<Item = (u32, u32, bool)> + '_ {
-        self.requesters.iter().map(|r| (r.flow, r.qpn, true)).chain(
-            self.responders
-                .iter()
-                .map(|&(flow, qpn)| (flow, qpn, false)),
-        )
+        self.requesters
+            .iter()
+            .map(|r| (r.flow, r.eec.unwrap_or(r.qpn), true))
+            .chain(
+                self.responders
+                    .iter()
+                    .map(|&(flow, qpn)| (flow, qpn, false)),
+            )
     }
 
     fn post_recv(dev: &mut Device, qpn: u32, queue: RecvQueue, srqs: &[SharedQueue], sge: Sge) {

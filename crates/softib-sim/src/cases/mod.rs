@@ -24,6 +24,7 @@ mod credits_or_cc;
 mod fence_atomics;
 mod mtu_credits;
 mod psn_mismatch;
+mod rc_ud_rd;
 mod rc_vs_ud;
 mod receiver_not_ready;
 mod vl_starvation;
@@ -50,6 +51,7 @@ static CASES: &[Case] = &[
     psn_mismatch::CASE,
     fence_atomics::CASE,
     atomics_over_uc::CASE,
+    rc_ud_rd::CASE,
 ];
 
 /// The case whose slug is `id`, starts with `id` (`01`, `01-credit`), or whose number is

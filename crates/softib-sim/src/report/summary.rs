@@ -476,8 +476,15 @@ pub struct HostTransport {
     /// (`Device::footprint`: QPs with their reserved queues, CQs, SRQs, AHs; registered
     /// memory excluded).
     pub engine_state_bytes: u64,
-    /// Of which the QPs (table slots and reserved queues).
+    /// Of which the QPs (table slots and reserved queues), EE contexts included.
     pub qp_state_bytes: u64,
+    /// EE contexts on the device (RD flows: one per peer host and `eecs`, shared by every
+    /// RD QP of the flow table; absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub eecs: u64,
+    /// Of `qp_state_bytes`, the EE contexts' (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub eec_state_bytes: u64,
 }
 
 impl HostTransport {
@@ -487,6 +494,8 @@ impl HostTransport {
         self.address_handles = f.address_handles as u64;
         self.engine_state_bytes = f.total() as u64;
         self.qp_state_bytes = f.qp_bytes as u64;
+        self.eecs = f.eecs as u64;
+        self.eec_state_bytes = f.eec_bytes as u64;
         self
     }
 
@@ -528,6 +537,8 @@ impl HostTransport {
             address_handles: 0,
             engine_state_bytes: 0,
             qp_state_bytes: 0,
+            eecs: 0,
+            eec_state_bytes: 0,
         }
     }
 

@@ -1,7 +1,7 @@
 //! perftest-style flows run by the real transport engine (scenario `[[flow]]` tables).
 //!
 //! Each (requester, responder) pair of a flow table gets a QP on each side's device
-//! (RC, UC or UD), connected as perftest's out-of-band exchange would, and the requester
+//! (RC, UC, UD or RD), connected as perftest's out-of-band exchange would, and the requester
 //! keeps `tx_depth` signalled work requests of `size` bytes in flight: RDMA WRITEs
 //! (`ib_write_bw`), RDMA READs (`ib_read_bw`), SENDs (`ib_send_bw`) or 8-byte atomics
 //! (`ib_atomic_bw`). Every completed message is one sample for the report: payload bytes and
@@ -12,7 +12,7 @@
 //! ```toml
 //! [[flow]]
 //! op = "write"              # write (ib_write_bw), read, send, atomic
-//! service = "rc"            # rc; uc for send and write; ud for send
+//! service = "rc"            # rc; uc for send and write; ud for send; rd for every op
 //! pattern = "one-to-one"    # one-to-one, incast, permutation, all-to-all, ring
 //! src = "h0"                # the requester; incast takes srcs = [...] and dst
 //! dst = "h1"
@@ -21,6 +21,7 @@
 //! iterations = 1000         # per QP; default: until the end of the run
 //! duration_us = 500         # or: each QP posts for this long after its start
 //! qps = 1                   # QP pairs per (requester, responder), perftest's -q
+//! eecs = 1                  # RD: EE contexts per pair of hosts, 1..=qps (below)
 //! mtu = 4096                # path MTU: 256, 512, 1024, 2048 or 4096
 //! sl = 0
 //! local_ack_timeout = 14    # 4.096 us x 2^n (IBA 9.7.6.1.3); 0 = infinite
@@ -49,6 +50,17 @@
 //! srq = false               # post to one shared receive queue per host and table
 //! recv_post_delay_ns = 0    # from consuming a receive to posting it again
 //! ```
+//!
+//! `service = "rd"` (Reliable Datagram, IBA 9.7): every host of the table has one RD
+//! domain and `qps` RD QPs (not `qps` per peer: an RD QP is connectionless), and every pair
+//! of hosts the table connects has `eecs` EE contexts between them, brought up as RC QPs
+//! would be. Flow `q` of a (requester, responder) pair runs from RD QP `q` of the requester
+//! to RD QP `q` of the responder over EEC `q mod eecs` of that host pair; the same EECs
+//! carry the pair's flows in both directions. So a server with N clients of `qps` QPs each
+//! holds `qps` RD QPs and N x `eecs` EECs where RC holds N x `qps` QPs, and an EEC, which
+//! has one message in progress at a time (IBA 9.7.1), serialises the messages of the
+//! `qps / eecs` QPs sharing it. RD runs every `op`; `srq`, leads, `fence` and
+//! `sq_psn_offset` are RC's (UC's, UD's) keys and refused.
 //!
 //! `pattern = "ring"` sends from each host (of `srcs`, in that order, or every host) to the
 //! next, with `op = "send"` or `"write"` (WRITE with immediate, so that each chunk consumes a
@@ -102,6 +114,8 @@ pub enum Service {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// Reliable datagram: RD QPs over EE contexts shared per host pair.
+    Rd,
 }
 
 impl Service {
@@ -110,7 +124,14 @@ impl Service {
             Service::Rc => QpType::Rc,
             Service::Uc => QpType::Uc,
             Service::Ud => QpType::Ud,
+            Service::Rd => QpType::Rd,
         }
+    }
+
+    /// Whether completions mean the responder has the message (RC, RD): then a message
+    /// counts at the requester's completion.
+    pub(crate) fn reliable(self) -> bool {
+        matches!(self, Service::Rc | Service::Rd)
     }
 }
 
@@ -174,6 +195,8 @@ pub struct FlowEntry {
     pub duration_us: Option<Spanned<f64>>,
     /// QP pairs per (requester, responder), perftest's `-q` (default 1).
     pub qps: Option<Spanned<u32>>,
+    /// RD: EE contexts per pair of hosts, shared by the table's RD QPs (default 1).
+    pub eecs: Option<Spanned<u32>>,
     /// Path MTU in bytes (default 4096).
     pub mtu: Option<Spanned<u32>>,
     /// Service level.
@@ -270,6 +293,23 @@ pub struct QpPlan {
     pub sq_psn_offset: u32,
 }
 
+/// Where an RD flow runs: which RD QP of each host's table, over which EEC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdPlan {
+    /// EE contexts per pair of hosts of the table.
+    pub eecs: u32,
+    /// The RD QP of the table on each end (`q` of the pair's `qps`), also the flow's EEC
+    /// modulo `eecs`.
+    pub qp: u32,
+}
+
+impl RdPlan {
+    /// The EEC (of the host pair's `eecs`) this flow's messages go over.
+    pub fn eec(&self) -> u32 {
+        self.qp % self.eecs
+    }
+}
+
 /// One QP pair of a flow table, resolved against the topology.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowPlan {
@@ -283,6 +323,8 @@ pub struct FlowPlan {
     pub op: FlowOp,
     /// Service.
     pub service: Service,
+    /// RD flows: RD QP and EEC.
+    pub rd: Option<RdPlan>,
     /// Operands of an atomic flow.
     pub atomic: Option<AtomicPlan>,
     /// Work requests posted before each message.
@@ -459,6 +501,7 @@ fn table_plan(
         None => None,
     };
     let qps = qps_key(e, pattern, service, &keys)?;
+    let eecs = eecs_key(e, service, qps, &keys)?;
     let template = FlowPlan {
         flow: first_of_table,
         table: i,
@@ -471,6 +514,7 @@ fn table_plan(
         },
         op,
         service,
+        rd: eecs.map(|eecs| RdPlan { eecs, qp: 0 }),
         atomic,
         lead,
         fence,
@@ -503,7 +547,7 @@ fn op_service_pattern(
     let op = *e.op.get_ref();
     let service = e.service.as_ref().map_or(Service::Rc, |s| *s.get_ref());
     let allowed = match service {
-        Service::Rc => true,
+        Service::Rc | Service::Rd => true,
         Service::Uc => matches!(op, FlowOp::Send | FlowOp::Write),
         Service::Ud => op == FlowOp::Send,
     };
@@ -711,6 +755,12 @@ fn lead_plan(
 ) -> Result<(Option<LeadPlan>, bool), ScenarioError> {
     let fence = e.fence.as_ref().is_some_and(|f| *f.get_ref());
     if service != Service::Rc {
+        let why = match service {
+            // RD has READs and atomics, but a message's leads would queue on an EEC that
+            // other QPs share, behind their messages: not modelled.
+            Service::Rd => "applies to RC flows: an RD QP's messages queue on EE contexts shared with other QPs, and leads or fences are not modelled there",
+            _ => "applies to RC flows: a fence orders READs and atomics, which only RC has here",
+        };
         let rc_only = [
             ("lead_op", e.lead_op.as_ref().map(|v| v.span())),
             ("lead_count", e.lead_count.as_ref().map(|v| v.span())),
@@ -718,12 +768,7 @@ fn lead_plan(
             ("fence", e.fence.as_ref().map(|v| v.span())),
         ];
         if let Some((k, Some(span))) = rc_only.into_iter().find(|(_, s)| s.is_some()) {
-            return Err(keys.error(
-                k,
-                span,
-                "applies to RC flows: a fence orders READs and atomics, which only RC has here"
-                    .into(),
-            ));
+            return Err(keys.error(k, span, why.into()));
         }
     }
     let Some(op) = &e.lead_op else {
@@ -833,6 +878,49 @@ fn qps_key(
     }
 }
 
+/// Most EE contexts per pair of hosts.
+const MAX_EECS: u32 = 1024;
+
+/// RD's EE contexts per pair of hosts (`None` for other services, which refuse the key).
+/// Flow `q` uses EEC `q mod eecs`, so more EECs than `qps` would sit unused.
+fn eecs_key(
+    e: &FlowEntry,
+    service: Service,
+    qps: u32,
+    keys: &TableKeys<'_>,
+) -> Result<Option<u32>, ScenarioError> {
+    if service != Service::Rd {
+        return match &e.eecs {
+            Some(x) => Err(keys.error(
+                "eecs",
+                x.span(),
+                "applies to RD flows (service = \"rd\"): EE contexts carry RD's reliability".into(),
+            )),
+            None => Ok(None),
+        };
+    }
+    if let Some(o) = &e.sq_psn_offset {
+        return Err(keys.error(
+            "sq_psn_offset",
+            o.span(),
+            "applies to RC, UC and UD flows: an RD flow's PSNs are its EE context's, which other QPs share".into(),
+        ));
+    }
+    match &e.eecs {
+        Some(x) if *x.get_ref() == 0 || *x.get_ref() > qps.min(MAX_EECS) => Err(keys.error(
+            "eecs",
+            x.span(),
+            format!(
+                "{}: must be 1..={} (flow q of a host pair uses EEC q mod eecs, and the table has qps = {qps})",
+                x.get_ref(),
+                qps.min(MAX_EECS)
+            ),
+        )),
+        Some(x) => Ok(Some(*x.get_ref())),
+        None => Ok(Some(1)),
+    }
+}
+
 /// One plan per (source, destination, QP) of the resolved pattern, tagged in order from
 /// `template.flow`; pair k starts k x `stagger_ps` after the table's start.
 fn expand_pairs(
@@ -884,6 +972,7 @@ fn expand_pairs(
                 },
                 src: src.clone(),
                 dst,
+                rd: template.rd.map(|r| RdPlan { qp: q, ..r }),
                 stop_ps: duration_ps.map(|d| start_ps + nth * stagger_ps + d),
                 gate,
                 start_ps: start_ps + nth * stagger_ps,

@@ -69,3 +69,20 @@ pub fn atomic_counter(fabric: &mut Fabric, host: &str, table: usize) -> Option<u
     hca.device().memory(lkey)?.read(0, &mut b);
     Some(u64::from_le_bytes(b))
 }
+
+/// The memory regions (lkeys) the flows of table `table` share on `host`, in the order they
+/// were registered: what a test fills before a run and reads after it (the flows move
+/// bytes through them; the report counts them).
+pub fn flow_buffers(fabric: &mut Fabric, host: &str, table: usize) -> Vec<u32> {
+    fabric
+        .endpoint_mut::<EngineHca>(host, 1)
+        .and_then(|hca| hca.app::<FlowHost>())
+        .map(|app| {
+            app.buffers
+                .iter()
+                .filter(|b| b.0 == table)
+                .map(|b| b.1)
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,6 +1,10 @@
 //! Set-up of `[[flow]]` traffic: a device per host, the QPs of every pair, connected as
 //! perftest's out-of-band exchange would, and the hosts attached to the fabric as engine
 //! HCAs running [`crate::apps::flow::FlowHost`]. Each host's part is [`super::host`].
+//!
+//! RD flows: before the first pair of a flow table between two hosts, both hosts create
+//! the table's `eecs` EE contexts towards each other and connect them (EEC k to EEC k);
+//! every later pair of the table between those hosts, either way, reuses them.
 
 use super::host::{lid, Host};
 use crate::apps::flow::Ledger;
@@ -56,12 +60,16 @@ pub fn attach_flows(
         }
     }
     check_ud_send_depths(&mut hosts, plans)?;
+    plan_rd(&mut hosts, plans)?;
     // Receivers by flow tag, to resolve ring gates: index in their host's receivers.
     let mut receiver_of: BTreeMap<u32, usize> = BTreeMap::new();
     for p in plans {
         let verr = |e: VerbsError| setup_error(p, e.to_string());
         recorder.borrow_mut().define(p.flow, p.info.clone());
         let (ls, ld) = (lid(fabric, &p.src), lid(fabric, &p.dst));
+        if p.rd.is_some() {
+            connect_eecs(&mut hosts, p, (ls, ld)).map_err(verr)?;
+        }
         let responder = hosts.get_mut(&p.dst).expect("created above");
         let served = responder.serve(p, &mut receiver_of).map_err(verr)?;
         let requester = hosts.get_mut(&p.src).expect("created above");
@@ -103,13 +111,15 @@ fn setup_error(p: &FlowPlan, reason: String) -> FlowSetupError {
 /// responder) counts once, not once per flow.
 fn cq_depths(plans: &[FlowPlan]) -> BTreeMap<&str, u64> {
     let mut cq_depth: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut shared_rq: std::collections::BTreeSet<(&str, usize)> = Default::default();
+    let mut shared_rq: std::collections::BTreeSet<(&str, usize, u32)> = Default::default();
     for p in plans {
         *cq_depth.entry(&p.src).or_default() += p.tx_depth as u64;
         let dst = cq_depth.entry(&p.dst).or_default();
         if let Some(r) = p.recv {
-            let shared = r.srq || p.service == Service::Ud;
-            if !shared || shared_rq.insert((p.dst.as_str(), p.table)) {
+            // RD: the table's RD QP q receives for every peer's QP q.
+            let shared = r.srq || p.service == Service::Ud || p.rd.is_some();
+            let q = p.rd.map_or(u32::MAX, |rd| rd.qp);
+            if !shared || shared_rq.insert((p.dst.as_str(), p.table, q)) {
                 *dst += r.depth as u64;
             }
         }
@@ -142,6 +152,70 @@ fn check_ud_send_depths(
         }
     }
     Ok(())
+}
+
+/// RD: which RD QPs receive (and how deep), and how many messages each EEC may hold (the
+/// windows of the flows from its host over it), refusing one the device cannot hold.
+fn plan_rd(hosts: &mut BTreeMap<String, Host>, plans: &[FlowPlan]) -> Result<(), FlowSetupError> {
+    for p in plans {
+        let Some(rd) = p.rd else { continue };
+        if p.src == p.dst {
+            return Err(setup_error(
+                p,
+                "an RD flow needs two hosts: EE contexts connect two channel adapters".into(),
+            ));
+        }
+        if let Some(r) = p.recv {
+            let dst = hosts.get_mut(&p.dst).expect("created above");
+            dst.rd_receives.insert((p.table, rd.qp), r.depth);
+        }
+        let src = hosts.get_mut(&p.src).expect("created above");
+        let max = src.dev.config().max_qp_wr;
+        let d = src
+            .eec_send_depth
+            .entry((p.table, p.dst.clone(), rd.eec()))
+            .or_insert(0);
+        *d += p.tx_depth;
+        if *d > max {
+            return Err(setup_error(
+                p,
+                format!(
+                    "{}'s EE context {} to {} for flow table {} would need more than {max} messages queued (tx_depth x the RD QPs sharing it): lower tx_depth or raise eecs",
+                    p.src,
+                    rd.eec(),
+                    p.dst,
+                    p.table
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The EE contexts of `p`'s table between its two hosts (at LIDs `ls`, `ld`): created on
+/// both (responder first, as a pair's QPs are) and connected, unless an earlier pair of
+/// the table between them, either way, already did.
+fn connect_eecs(
+    hosts: &mut BTreeMap<String, Host>,
+    p: &FlowPlan,
+    (ls, ld): (u16, u16),
+) -> Result<(), VerbsError> {
+    let n = p.rd.expect("an RD flow").eecs;
+    let key = (p.table, p.dst.clone());
+    if hosts[&p.src].eecs_to.contains_key(&key) {
+        return Ok(());
+    }
+    let dst_eecs = hosts
+        .get_mut(&p.dst)
+        .expect("created above")
+        .create_eecs(p.table, &p.src, n)?;
+    let src = hosts.get_mut(&p.src).expect("created above");
+    let src_eecs = src.create_eecs(p.table, &p.dst, n)?;
+    src.bring_up_eecs(p.table, &p.dst, &dst_eecs, ld, &p.qp)?;
+    hosts
+        .get_mut(&p.dst)
+        .expect("created above")
+        .bring_up_eecs(p.table, &p.src, &src_eecs, ls, &p.qp)
 }
 
 /// Ring gates: the receiver of the gating flow lives on this flow's requester host.

@@ -1,7 +1,8 @@
 //! One host of the flows' set-up: its device, PD, CQ and buffers, and its half of each
 //! pair it takes part in (responder: receive queue, QP, target buffer, receiver;
 //! requester: QP, address handle, work request), connected as perftest's out-of-band
-//! exchange would.
+//! exchange would. RD flows share per host an RD domain, the table's RD QPs, and the EE
+//! contexts to each peer host ([`Host::rd_qp`], [`Host::create_eecs`]).
 
 use crate::apps::flow::{
     work_request, FlowHost, Ledger, Receiver, RecvQueue, RecvRole, Requester, SharedQueue,
@@ -9,17 +10,17 @@ use crate::apps::flow::{
 };
 use crate::apps::perftest::device_config;
 use crate::report::flows::SharedRecorder;
-use crate::scenario::flows::{AtomicPlan, FlowOp, FlowPlan, LeadOp, QpPlan, Service};
+use crate::scenario::flows::{AtomicPlan, FlowOp, FlowPlan, LeadOp, QpPlan, RdPlan, Service};
 use softib_fabric::fabric::Fabric;
 use softib_fabric::rng::{SeedTree, StreamKind};
 use softib_fabric::time::to_engine_nanos;
 use softib_transport::{
-    AccessFlags, AhAttr, Device, MrKeys, PdHandle, QpAttr, QpCap, QpInitAttr, QpState, SendFlags,
-    Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
+    AccessFlags, AhAttr, Device, MrKeys, PdHandle, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+    RdDest, RddHandle, SendFlags, Sge, SrqAttr, SrqHandle, UdDest, VecMemory, VerbsError, WrOpcode,
 };
 use std::collections::BTreeMap;
 
-/// Q_Key of the flows' UD QPs.
+/// Q_Key of the flows' UD and RD QPs.
 const FLOW_QKEY: u32 = 0x1111_1111;
 /// First PSN of every flow QP, as perftest's exchange would agree on.
 const START_PSN: u32 = 0x100;
@@ -48,6 +49,17 @@ pub(super) struct Host {
     buffer_of_table: BTreeMap<(usize, usize), (MrKeys, u64)>,
     /// Send WRs the UD QP of each flow table may have posted: its requesters' windows.
     pub(super) ud_send_depth: BTreeMap<usize, u32>,
+    /// The host's reliable datagram domain, allocated for its first RD flow.
+    rdd: Option<RddHandle>,
+    /// RD QP `q` of each flow table, and its receive queue in `app.srqs` if it receives.
+    rd_qps: BTreeMap<(usize, u32), (Side, Option<usize>)>,
+    /// RD QPs of each table that receive (SEND, WRITE with immediate), with their depth.
+    pub(super) rd_receives: BTreeMap<(usize, u32), u32>,
+    /// The EE contexts of each flow table to each peer host, in `eecs` order.
+    pub(super) eecs_to: BTreeMap<(usize, String), Vec<u32>>,
+    /// Messages each EEC (table, peer, index) may have queued: the windows of the flows
+    /// from this host that use it.
+    pub(super) eec_send_depth: BTreeMap<(usize, String, u32), u32>,
 }
 
 impl Host {
@@ -60,6 +72,7 @@ impl Host {
         }
         let b = self.buffer(len)?;
         self.buffer_of_table.insert((table, len), b);
+        self.app.buffers.push((table, b.0.lkey));
         Ok(b)
     }
 
@@ -110,6 +123,120 @@ impl Host {
         Ok((side, i))
     }
 
+    /// RD QP `rd.qp` of flow table `table` on this host, created on first use in this
+    /// host's RD domain and brought to RTS: connectionless, it sends to and receives from
+    /// every peer of the table (IBA 9.7). It keeps its table's receives posted (`len`
+    /// bytes each) when it receives; its send queue stays empty, since an RD QP's WRs
+    /// queue on the EEC they name (the EEC's depth is the window).
+    fn rd_qp(
+        &mut self,
+        table: usize,
+        rd: RdPlan,
+        len: usize,
+    ) -> Result<(Side, Option<usize>), VerbsError> {
+        if let Some(&q) = self.rd_qps.get(&(table, rd.qp)) {
+            return Ok(q);
+        }
+        let rdd = *self.rdd.get_or_insert_with(|| self.dev.alloc_rdd());
+        let recv_depth = self.rd_receives.get(&(table, rd.qp)).copied();
+        let (keys, addr) = self.table_buffer(table, len)?;
+        let cq = self.app.cq;
+        let qpn = self.dev.create_rd_qp(
+            self.pd,
+            rdd,
+            QpInitAttr {
+                qp_type: QpType::Rd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 1,
+                    max_recv_wr: recv_depth.unwrap_or(1),
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )?;
+        let attr = QpAttr {
+            pkey_index: 0,
+            port_num: 1,
+            qkey: FLOW_QKEY,
+            qp_access_flags: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            ..QpAttr::default()
+        };
+        self.dev
+            .bring_up_qp(0, qpn, QpType::Rd, &attr, QpState::Rts)?;
+        let side = Side { qpn, keys, addr };
+        let queue = recv_depth.map(|depth| {
+            let i = self.app.srqs.len();
+            self.app.srqs.push(SharedQueue {
+                target: SharedTarget::Qp(qpn),
+                sge: Sge {
+                    addr,
+                    length: len as u32,
+                    lkey: keys.lkey,
+                },
+                depth,
+                due: Default::default(),
+            });
+            // Its receive completions belong to the flow of their sender.
+            self.app.recv_roles.insert(qpn, RecvRole::Ud);
+            i
+        });
+        self.rd_qps.insert((table, rd.qp), (side, queue));
+        Ok((side, queue))
+    }
+
+    /// Creates the `n` EE contexts of flow table `table` from this host to `peer` (in this
+    /// host's RD domain, each as deep as the windows of the flows that use it), in RESET;
+    /// [`Host::bring_up_eecs`] connects them once the peer's exist.
+    pub(super) fn create_eecs(
+        &mut self,
+        table: usize,
+        peer: &str,
+        n: u32,
+    ) -> Result<Vec<u32>, VerbsError> {
+        let rdd = *self.rdd.get_or_insert_with(|| self.dev.alloc_rdd());
+        let mut eecs = Vec::with_capacity(n as usize);
+        for k in 0..n {
+            let depth = self
+                .eec_send_depth
+                .get(&(table, peer.to_string(), k))
+                .copied()
+                .unwrap_or(1);
+            eecs.push(self.dev.create_eec(rdd, depth)?);
+        }
+        self.eecs_to.insert((table, peer.to_string()), eecs.clone());
+        Ok(eecs)
+    }
+
+    /// Brings this host's EECs of `table` to `peer` (at `peer_lid`) to RTS, EEC k connected
+    /// to the peer's EEC k (`peer_eecs`) with the table's path and retry attributes, as an
+    /// RC QP is: an EEC carries RD's reliability with RC's state machine (IBA 10.2.7).
+    pub(super) fn bring_up_eecs(
+        &mut self,
+        table: usize,
+        peer: &str,
+        peer_eecs: &[u32],
+        peer_lid: u16,
+        qp: &QpPlan,
+    ) -> Result<(), VerbsError> {
+        let mine = self.eecs_to[&(table, peer.to_string())].clone();
+        for (me, far) in mine.into_iter().zip(peer_eecs) {
+            connect(&mut self.dev, Service::Rc, me, *far, peer_lid, qp)?;
+        }
+        Ok(())
+    }
+
+    /// The EEC flow `p` sends over from this host (its requester) to `p.dst`.
+    fn eec_of(&self, p: &FlowPlan, rd: RdPlan) -> u32 {
+        self.eecs_to[&(p.table, p.dst.clone())][rd.eec() as usize]
+    }
+
     /// A QP of `service` (on `srq` if given) completing into the host's CQ, with queues of
     /// the depths it needs (the engine reserves them) and the buffer `buf`.
     fn side(
@@ -158,7 +285,7 @@ fn connect(
         // UC has neither RDMA READ nor atomics (IBA 9.8.2).
         qp_access_flags: match service {
             Service::Uc => AccessFlags::REMOTE_WRITE,
-            Service::Rc | Service::Ud => {
+            Service::Rc | Service::Ud | Service::Rd => {
                 AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
             }
         },
@@ -239,6 +366,7 @@ impl Host {
                 srqs: Vec::new(),
                 responders: Vec::new(),
                 counters: Vec::new(),
+                buffers: Vec::new(),
                 recorder: recorder.clone(),
                 ledger: ledger.clone(),
                 wcs: vec![softib_transport::harness::empty_wc(); 64],
@@ -251,6 +379,11 @@ impl Host {
             buffer_of_table: BTreeMap::new(),
             ud_send_depth: BTreeMap::new(),
             counter_of_table: BTreeMap::new(),
+            rdd: None,
+            rd_qps: BTreeMap::new(),
+            rd_receives: BTreeMap::new(),
+            eecs_to: BTreeMap::new(),
+            eec_send_depth: BTreeMap::new(),
         })
     }
 
@@ -298,8 +431,11 @@ impl Host {
             _ => 1,
         };
         // UD: one QP per host and table, which every peer reaches (the point of UD at
-        // scale); its receive queue serves all of them.
-        let (peer, ud_queue) = if p.service == Service::Ud {
+        // scale); its receive queue serves all of them. RD: the table's RD QP `q`, whose
+        // receive queue serves every peer's QP `q`.
+        let (peer, ud_queue) = if let Some(rd) = p.rd {
+            self.rd_qp(p.table, rd, buf_len)?
+        } else if p.service == Service::Ud {
             let depths = (
                 self.ud_send_depth.get(&p.table).copied().unwrap_or(1),
                 recv_depth,
@@ -335,7 +471,12 @@ impl Host {
             (Some(_), Some(c)) => c,
             _ => (peer.keys, peer.addr),
         };
-        self.app.responders.push((p.flow, peer.qpn));
+        // An RD flow's transport counters are its EEC's (which the flows on it share).
+        let counted_qpn = match p.rd {
+            Some(rd) => self.eecs_to[&(p.table, p.src.clone())][rd.eec() as usize],
+            None => peer.qpn,
+        };
+        self.app.responders.push((p.flow, counted_qpn));
         let mut ud_receiver = None;
         if let Some(r) = p.recv {
             let index = self.app.receivers.len();
@@ -366,7 +507,7 @@ impl Host {
                 depth: r.depth,
                 delay: to_engine_nanos(r.post_delay_ps),
                 header,
-                records: p.service != Service::Rc,
+                records: !p.service.reliable(),
                 due: Default::default(),
                 received: 0,
                 gates: None,
@@ -398,7 +539,9 @@ impl Host {
             recv_depth,
             ..
         } = *served;
-        let me = if p.service == Service::Ud {
+        let me = if let Some(rd) = p.rd {
+            self.rd_qp(p.table, rd, p.size as usize)?.0
+        } else if p.service == Service::Ud {
             let depths = (
                 self.ud_send_depth.get(&p.table).copied().unwrap_or(1),
                 recv_depth,
@@ -431,7 +574,7 @@ impl Host {
             None
         };
         // Unreliable messages that consume a receive are counted where they arrive.
-        let unreliable_send = p.recv.is_some() && p.service != Service::Rc;
+        let unreliable_send = p.recv.is_some() && !p.service.reliable();
         let (opcode, compare_add, swap) = match (p.op, p.atomic) {
             (FlowOp::Write, _) if p.recv.is_some() => (WrOpcode::RdmaWriteWithImm, 0, 0),
             (FlowOp::Write, _) => (WrOpcode::RdmaWrite, 0, 0),
@@ -497,11 +640,22 @@ impl Host {
         if p.fence {
             wr.flags |= SendFlags::FENCE;
         }
-        self.app.unreliable |= p.service != Service::Rc;
+        // RD: each WR names the EEC to the responder's host, the responder's RD QP and
+        // the Q_Key (IBA 9.7, 10.2.7).
+        let eec = p.rd.map(|rd| self.eec_of(p, rd));
+        if let Some(eec) = eec {
+            wr.rd = Some(RdDest {
+                eec,
+                remote_qpn: peer.qpn,
+                remote_qkey: FLOW_QKEY,
+            });
+        }
+        self.app.unreliable |= !p.service.reliable();
         self.app.unstarted += 1;
         self.app.requesters.push(Requester {
             flow: p.flow,
             qpn: me.qpn,
+            eec,
             wr,
             lead,
             size: p.size,
@@ -531,7 +685,7 @@ impl Host {
         if let Some(index) = served.ud_receiver {
             self.app.ud_sources.insert((ls, me_qpn), index);
         }
-        if p.service != Service::Ud {
+        if !matches!(p.service, Service::Ud | Service::Rd) {
             // The mistake a scenario may reproduce is the requester's; the responder sends
             // no requests, and its sq_psn is the agreed one.
             let qp = QpPlan {

@@ -6,5 +6,5 @@ pub mod counters;
 pub mod flows;
 mod host;
 
-pub use self::counters::{atomic_counter, flow_qp_counters, transport_counters};
+pub use self::counters::{atomic_counter, flow_buffers, flow_qp_counters, transport_counters};
 pub use self::flows::{attach_flows, FlowSetupError, WrapEndpoint};
