@@ -319,6 +319,17 @@ const TABLE: [u32; 256] = {
     table
 };
 
+/// [`Opcode::ext_headers_len`] per opcode byte, at compile time (0 for reserved values).
+const EXT_HEADERS_LEN: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = Opcode(i as u8).ext_headers_len_of_flags() as u8;
+        i += 1;
+    }
+    t
+};
+
 impl Opcode {
     /// The opcode for a wire byte; reserved and vendor-defined values are
     /// [`Error::UnknownOpcode`] (IBA 9.2.1: a reserved opcode makes the packet invalid).
@@ -442,8 +453,14 @@ impl Opcode {
         self.has(PAYLOAD)
     }
 
-    /// Total length of the extension headers that follow the BTH for this opcode.
+    /// Total length of the extension headers that follow the BTH for this opcode (a table
+    /// read: every packet parsed and emitted asks).
     pub const fn ext_headers_len(self) -> usize {
+        EXT_HEADERS_LEN[self.0 as usize] as usize
+    }
+
+    /// [`Self::ext_headers_len`] from the flags, for the table.
+    const fn ext_headers_len_of_flags(self) -> usize {
         let mut len = 0;
         if self.has_rdeth() {
             len += RDETH_LEN;
@@ -677,6 +694,12 @@ mod tests {
                 }
             }
             assert_eq!(m, expected, "{}", op.name());
+            assert_eq!(
+                op.ext_headers_len(),
+                op.ext_headers_len_of_flags(),
+                "{}",
+                op.name()
+            );
         }
     }
 
