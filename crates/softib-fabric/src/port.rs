@@ -166,6 +166,9 @@ pub(crate) struct Port {
     /// (its crossbar transfer ends exactly then).
     pub release_on_done: Option<(u32, u8, u16)>,
     pub nonempty: u16,
+    /// Entries in all the output queues together (an HCA's backlog, read before every
+    /// packet its engine is asked for).
+    pub queued: u32,
     /// Output VLs found blocked on credits with a request waiting, since their last grant.
     pub credit_stalled: u16,
     pub arb: VlArbiter,
@@ -265,6 +268,7 @@ impl Port {
             done_scheduled: false,
             release_on_done: None,
             nonempty: 0,
+            queued: 0,
             credit_stalled: 0,
             arb,
             fc_pending: 0,
@@ -330,6 +334,7 @@ impl Port {
 
     pub fn enqueue(&mut self, vl: u8, s: Source) {
         self.vls[vl as usize].out_q.push_back(s);
+        self.queued += 1;
         self.nonempty |= 1 << vl;
     }
 

@@ -188,6 +188,25 @@ const ATOMIC: u32 = 1 << 20;
 const ATOMIC_WRITE: u32 = 1 << 21;
 
 /// Extension-header lengths in bytes (IBA 9.3; XRCETH Annex A14; CNP body Annex A17).
+/// The bits of [`Opcode::ext_headers`]: which of the extension headers checked against a
+/// packet's contents an opcode implies (the CNP body is the opcode's own, never optional).
+pub(crate) struct ExtHeaders;
+
+impl ExtHeaders {
+    pub(crate) const RDETH: u32 = RDETH;
+    pub(crate) const DETH: u32 = DETH;
+    pub(crate) const XRCETH: u32 = XRCETH;
+    pub(crate) const RETH: u32 = RETH;
+    pub(crate) const ATOMIC_ETH: u32 = ATOMIC_ETH;
+    pub(crate) const AETH: u32 = AETH;
+    pub(crate) const ATOMIC_ACK_ETH: u32 = ATOMIC_ACK_ETH;
+    pub(crate) const IMMDT: u32 = IMMDT;
+    pub(crate) const IETH: u32 = IETH;
+    /// All of the above.
+    pub(crate) const ALL: u32 =
+        RDETH | DETH | XRCETH | RETH | ATOMIC_ETH | AETH | ATOMIC_ACK_ETH | IMMDT | IETH;
+}
+
 pub(crate) const RDETH_LEN: usize = 4;
 pub(crate) const DETH_LEN: usize = 8;
 pub(crate) const XRCETH_LEN: usize = 4;
@@ -300,6 +319,17 @@ const TABLE: [u32; 256] = {
     table
 };
 
+/// [`Opcode::ext_headers_len`] per opcode byte, at compile time (0 for reserved values).
+const EXT_HEADERS_LEN: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = Opcode(i as u8).ext_headers_len_of_flags() as u8;
+        i += 1;
+    }
+    t
+};
+
 impl Opcode {
     /// The opcode for a wire byte; reserved and vendor-defined values are
     /// [`Error::UnknownOpcode`] (IBA 9.2.1: a reserved opcode makes the packet invalid).
@@ -368,6 +398,12 @@ impl Opcode {
         TABLE[self.0 as usize] & flag != 0
     }
 
+    /// The extension headers the opcode implies, as a mask of [`ExtHeaders`] bits (one
+    /// table read, for the emit path's consistency check).
+    pub(crate) const fn ext_headers(self) -> u32 {
+        TABLE[self.0 as usize] & ExtHeaders::ALL
+    }
+
     /// An RDETH follows the BTH (every RD packet, IBA 9.3.1).
     pub const fn has_rdeth(self) -> bool {
         self.has(RDETH)
@@ -417,8 +453,14 @@ impl Opcode {
         self.has(PAYLOAD)
     }
 
-    /// Total length of the extension headers that follow the BTH for this opcode.
+    /// Total length of the extension headers that follow the BTH for this opcode (a table
+    /// read: every packet parsed and emitted asks).
     pub const fn ext_headers_len(self) -> usize {
+        EXT_HEADERS_LEN[self.0 as usize] as usize
+    }
+
+    /// [`Self::ext_headers_len`] from the flags, for the table.
+    const fn ext_headers_len_of_flags(self) -> usize {
         let mut len = 0;
         if self.has_rdeth() {
             len += RDETH_LEN;
@@ -629,6 +671,37 @@ opcodes! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_extension_header_mask_says_what_each_has_function_says() {
+        for &op in Opcode::ALL {
+            let m = op.ext_headers();
+            let has = [
+                (ExtHeaders::RDETH, op.has_rdeth()),
+                (ExtHeaders::DETH, op.has_deth()),
+                (ExtHeaders::XRCETH, op.has_xrceth()),
+                (ExtHeaders::RETH, op.has_reth()),
+                (ExtHeaders::ATOMIC_ETH, op.has_atomic_eth()),
+                (ExtHeaders::AETH, op.has_aeth()),
+                (ExtHeaders::ATOMIC_ACK_ETH, op.has_atomic_ack_eth()),
+                (ExtHeaders::IMMDT, op.has_immdt()),
+                (ExtHeaders::IETH, op.has_ieth()),
+            ];
+            let mut expected = 0;
+            for (bit, present) in has {
+                if present {
+                    expected |= bit;
+                }
+            }
+            assert_eq!(m, expected, "{}", op.name());
+            assert_eq!(
+                op.ext_headers_len(),
+                op.ext_headers_len_of_flags(),
+                "{}",
+                op.name()
+            );
+        }
+    }
 
     #[test]
     fn exactly_the_table_38_opcodes_and_cnp_are_known() {

@@ -11,7 +11,6 @@ use crate::rng::{SeedTree, StreamKind};
 use crate::routing::{compute_lfts_with, peers, Addressing};
 use crate::topology::{NodeKind, PortAddr, Topology};
 use crate::vlarb::VlArbiter;
-use std::collections::VecDeque;
 
 impl Fabric {
     /// Builds the fabric: LIDs, forwarding tables, ports with their QoS and credits. Links
@@ -198,7 +197,7 @@ impl Fabric {
             node_first_port,
             switches,
             hcas,
-            kicks: VecDeque::new(),
+            kicks: super::kicks::Kicks::default(),
             scheduled_by: vec![0; entities],
             current: 0,
             part: None,

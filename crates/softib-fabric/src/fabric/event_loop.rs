@@ -25,11 +25,7 @@ impl Fabric {
 
     /// Runs the events up to and including `end`.
     pub(super) fn run_events(&mut self, end: Picos) {
-        while let Some(t) = self.queue.peek_time() {
-            if t > end {
-                break;
-            }
-            let (t, ev) = self.queue.pop().expect("peeked");
+        while let Some((t, ev)) = self.queue.pop_until(end) {
             self.now = t;
             self.events += 1;
             self.handle(t, ev);

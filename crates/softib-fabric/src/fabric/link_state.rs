@@ -63,6 +63,7 @@ impl Fabric {
         }
         for v in 0..16u8 {
             while let Some(src) = self.ports[q as usize].vls[v as usize].out_q.pop_front() {
+                self.ports[q as usize].queued -= 1;
                 if let Source::Input { port, vl } = src {
                     let blocks = {
                         let head = *self.ports[port as usize].vls[vl as usize]

@@ -29,6 +29,7 @@ mod cross;
 mod cross_codec;
 mod crossbar;
 mod event_loop;
+mod kicks;
 mod link_state;
 mod partition;
 mod program;
@@ -52,7 +53,7 @@ use crate::qos::{QosOptions, Sl2Vl};
 use crate::routing::{Addressing, RoutingEngine};
 use crate::time::Picos;
 use crate::topology::{NodeKind, PortAddr, Topology, TopologyError};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 /// Bytes of the LRH, after which a cut-through switch can route a packet.
 const LRH_BYTES: u64 = softib_wire::lrh::LRH_LEN as u64;
@@ -216,7 +217,7 @@ pub struct Fabric {
     node_first_port: Vec<u32>,
     switches: Vec<Switch>,
     hcas: Vec<Hca>,
-    kicks: VecDeque<u32>,
+    kicks: kicks::Kicks,
     /// Per entity (0: the fabric, node n: n + 1), how many events it has scheduled: the
     /// count in the [`Tie`] of its next event.
     scheduled_by: Vec<u64>,

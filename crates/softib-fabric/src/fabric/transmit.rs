@@ -125,6 +125,7 @@ impl Fabric {
             queue.remove(chosen[vl as usize])
         }
         .expect("granted VL has a request");
+        p.queued -= 1;
         if p.vls[vl as usize].out_q.is_empty() {
             p.nonempty &= !(1 << vl);
         }

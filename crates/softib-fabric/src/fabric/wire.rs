@@ -125,7 +125,23 @@ impl Fabric {
     }
 
     /// Applies what reached port `r` by now, in the order it was sent.
+    ///
+    /// Called before every read of a port's credit state, and most calls find nothing due:
+    /// that test is inlined into the callers, the work is not.
+    #[inline]
     pub(super) fn apply_wire(&mut self, r: u32) {
+        if self.ports[r as usize]
+            .wire_in
+            .front()
+            .is_some_and(|w| w.at <= self.now)
+        {
+            self.apply_wire_due(r);
+        }
+    }
+
+    /// [`Self::apply_wire`] when something is due.
+    #[inline(never)]
+    fn apply_wire_due(&mut self, r: u32) {
         let now = self.now;
         let ri = r as usize;
         while let Some(&w) = self.ports[ri].wire_in.front() {
