@@ -149,7 +149,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     })?;
     let state = match &held {
         Some(h) => format!(
-            "held at 0 us for an external SM on {h}: ports in Init, no LIDs; the run starts when every port is Active"
+            "held at 0 us for an external SM on {h}: ports in Init, no LIDs; the run starts when every port is Active and the SM is done"
         ),
         None => format!("frozen at {at_us} us"),
     };

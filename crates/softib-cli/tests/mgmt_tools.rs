@@ -1127,7 +1127,13 @@ fn opensm_ftree_routes_the_held_fabric_on_shortest_paths() {
 }
 
 fn replayed(log: &mad_log::Log) -> (Fabric, Subnet) {
-    let s = Scenario::load(Path::new(OPENSM_SCENARIO)).unwrap();
+    replayed_of(OPENSM_SCENARIO, log)
+}
+
+/// Replays `log` against scenario file `scenario` (checking every response) and returns the
+/// fabric of the run that followed the SM's bring-up, and the served subnet at the end.
+fn replayed_of(scenario: &str, log: &mad_log::Log) -> (Fabric, Subnet) {
+    let s = Scenario::load(Path::new(scenario)).unwrap();
     let built = s.build().unwrap();
     let mut subnet = Subnet::unconfigured(&built);
     subnet.sm_host = s.external_sm_host().unwrap();
@@ -1199,4 +1205,320 @@ fn clients_that_vanish_leave_their_slots_free() {
     }
     let out = ok(&s, &["smpquery", "nodedesc", "-D", "0"]);
     assert!(out.contains("h0"), "{out}");
+}
+
+/// Runs `ibccconfig ARGS` and checks it succeeded.
+fn ccconfig(s: &Served, args: &[&str]) {
+    let mut all = vec!["ibccconfig"];
+    all.extend_from_slice(args);
+    let (good, out) = tool(s, None, &all);
+    assert!(good, "{all:?} failed:\n{out}");
+}
+
+/// `ibccconfig` writes every settable congestion control attribute of a frozen fabric's
+/// agents (IBA Annex A10.4.3) and `ibccquery` reads back what it wrote; read-only
+/// attributes, settings of the wrong node type and out-of-range fields are refused with the
+/// status a node returns, and the log of the session replays bit for bit.
+#[test]
+fn ibccconfig_sets_what_ibccquery_reads_back() {
+    require_tools();
+    let s = serve();
+    let (_, sub) = model();
+    let leaf0 = lid(&sub, "leaf0").to_string();
+    let h3 = lid(&sub, "h3").to_string();
+
+    // Power-on: no marking, no CA reaction.
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Threshold"), "0x00", "{out}");
+
+    // SwitchCongestionSetting: Control_Map, Victim_Mask, Credit_Mask, Threshold,
+    // Packet_Size, CS_Threshold, CS_ReturnDelay, Marking_Rate.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &leaf0,
+            "0x1F",
+            "0x6",
+            "0x0",
+            "0xA",
+            "8",
+            "0",
+            "0:0",
+            "5",
+        ],
+    );
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Control_Map"), "0x0000001f", "{out}");
+    assert_eq!(
+        field(&out, "Victim_Mask"),
+        format!("{:064x}", 6),
+        "ports 1 and 2: {out}"
+    );
+    assert_eq!(field(&out, "Threshold"), "0x0a", "{out}");
+    assert_eq!(field(&out, "Packet_Size"), "8", "{out}");
+    assert_eq!(field(&out, "Marking_Rate"), "5", "{out}");
+    // A Set naming only Marking_Rate in its Control_Map leaves the Threshold alone.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &leaf0,
+            "0x10",
+            "0x0",
+            "0x0",
+            "0x3",
+            "0",
+            "0",
+            "0:0",
+            "9",
+        ],
+    );
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Threshold"), "0x0a", "{out}");
+    assert_eq!(field(&out, "Marking_Rate"), "9", "{out}");
+
+    // SwitchPortCongestionSetting of port 3: Valid, Control_Type, Threshold, Packet_Size,
+    // Cong_Parm; the other ports stay invalid.
+    ccconfig(
+        &s,
+        &[
+            "SwitchPortCongestionSetting",
+            &leaf0,
+            "3",
+            "1",
+            "0",
+            "12",
+            "4",
+            "2",
+        ],
+    );
+    let out = ok(
+        &s,
+        &["ibccquery", "SwitchPortCongestionSetting", &leaf0, "3"],
+    );
+    assert_eq!(field(&out, "Valid"), "1", "{out}");
+    assert_eq!(field(&out, "Threshold"), "0x0c", "{out}");
+    assert_eq!(field(&out, "Packet_Size"), "4", "{out}");
+    assert_eq!(field(&out, "Cong_Parm_Marking_Rate"), "2", "{out}");
+    let out = ok(
+        &s,
+        &["ibccquery", "SwitchPortCongestionSetting", &leaf0, "4"],
+    );
+    assert_eq!(field(&out, "Valid"), "0", "{out}");
+
+    // CACongestionSetting: Port_Control, Control_Map (SLs 0 and 1), CCTI_Timer,
+    // CCTI_Increase, Trigger_Threshold, CCTI_Min.
+    ccconfig(
+        &s,
+        &["CACongestionSetting", &h3, "1", "0x3", "150", "2", "3", "1"],
+    );
+    let out = ok(&s, &["ibccquery", "CACongestionSetting", &h3]);
+    assert_eq!(field(&out, "Port_Control"), "0x0001", "{out}");
+    assert_eq!(field(&out, "Control_Map"), "0x0003", "{out}");
+    let timers: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("CCTI_Timer"))
+        .collect();
+    assert_eq!(timers.len(), 16, "{out}");
+    assert!(
+        timers[0].ends_with(".150") && timers[1].ends_with(".150"),
+        "{out}"
+    );
+    assert!(
+        timers[2].ends_with(".0"),
+        "SL 2 outside the Control_Map: {out}"
+    );
+    assert_eq!(field(&out, "CCTI_Increase"), "2", "{out}");
+    assert_eq!(field(&out, "CCTI_Min"), "1", "{out}");
+
+    // CongestionControlTable: CCTI_Limit 3, block 0, four shift:multiplier entries.
+    ccconfig(
+        &s,
+        &[
+            "CongestionControlTable",
+            &h3,
+            "3",
+            "0",
+            "0:0",
+            "1:10",
+            "1:20",
+            "2:30",
+        ],
+    );
+    let out = ok(&s, &["ibccquery", "CongestionControlTable", &h3]);
+    assert_eq!(field(&out, "CCTI_Limit"), "3", "{out}");
+    let mults: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("CCT_Multiplier"))
+        .collect();
+    let shifts: Vec<&str> = out.lines().filter(|l| l.starts_with("CCT_Shift")).collect();
+    for (i, (sh, mu)) in [(0, 0), (1, 10), (1, 20), (2, 30)].iter().enumerate() {
+        assert!(shifts[i].ends_with(&format!(".{sh}")), "{out}");
+        assert!(mults[i].ends_with(&format!(".{mu}")), "{out}");
+    }
+    // Another node's settings did not move.
+    let out = ok(
+        &s,
+        &[
+            "ibccquery",
+            "CACongestionSetting",
+            &lid(&sub, "h4").to_string(),
+        ],
+    );
+    assert_eq!(field(&out, "Control_Map"), "0x0000", "{out}");
+
+    // Refusals: a CA setting on a switch and a switch setting on a CA (0x0C), a CCT block
+    // beyond ControlTableCap (0x1C), a read-only attribute (CongestionKeyInfo, 0x0C).
+    for args in [
+        &[
+            "CACongestionSetting",
+            leaf0.as_str(),
+            "1",
+            "0x3",
+            "150",
+            "2",
+            "3",
+            "0",
+        ][..],
+        &[
+            "SwitchCongestionSetting",
+            h3.as_str(),
+            "0x1F",
+            "0x0",
+            "0x0",
+            "0xA",
+            "8",
+            "0",
+            "0:0",
+            "5",
+        ],
+        &["CongestionControlTable", h3.as_str(), "128", "2", "0:0"],
+        &["CongestionKeyInfo", h3.as_str(), "0", "0", "0", "0"],
+    ] {
+        let mut all = vec!["ibccconfig"];
+        all.extend_from_slice(args);
+        let (good, out) = tool(&s, None, &all);
+        assert!(!good, "{all:?} was accepted:\n{out}");
+    }
+    // The refused CA setting left the switch as it was.
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Threshold"), "0x0a", "{out}");
+    let text = std::fs::read_to_string(&s.log).unwrap();
+    assert!(
+        text.contains(" 0121020200"),
+        "the log holds the CC Set requests"
+    );
+    let o = softib()
+        .args(["sim", SCENARIO, "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+const OPENSM_CC_CONF: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scenarios/opensm-cc.conf"
+);
+
+/// Stock OpenSM with `congestion_control TRUE` and the cc_* keys of scenarios/opensm-cc.conf
+/// programs every switch and CA of the held fat tree after bringing its ports up (IBA
+/// Annex A10.4.3 Sets); the run waits for it to finish, so the settings reach the data
+/// plane: the switches mark FECN (CongestionLog counts the marks, the fabric's counters
+/// agree), where the same traffic without OpenSM's CC marks nothing, and every CA's
+/// congestion control is what OpenSM wrote.
+#[test]
+fn opensm_programs_congestion_control_and_the_switches_mark() {
+    require_opensm();
+    let conf = std::fs::read_to_string(OPENSM_CC_CONF).unwrap();
+    let keys = softib_fabric::cc_switch::parse_opensm_cc(&conf).unwrap();
+    let s = serve_scenario(OPENSM_SCENARIO, None);
+    opensm_once(&s, &["-F", OPENSM_CC_CONF]);
+    wait_for_the_run(&s);
+    let out = ok(&s, &["ibnetdiscover"]);
+    let lids = discovered_lids(&out);
+    let log = mad_log::parse(&std::fs::read_to_string(&s.log).unwrap()).unwrap();
+    // OpenSM's CC Sets came after every port was Active, and before the run.
+    let first_cc = log
+        .entries
+        .iter()
+        .position(|e| matches!(e, mad_log::Entry::Exchange(x) if x.request[1] == 0x21))
+        .expect("OpenSM sent CC MADs");
+    let sm_up = log
+        .entries
+        .iter()
+        .position(|e| *e == mad_log::Entry::SmUp)
+        .unwrap();
+    assert!(first_cc < sm_up, "the run started before OpenSM's CC Sets");
+    let (fabric, _) = replayed(&log);
+
+    // Every switch holds OpenSM's switch setting, every CA its CA setting and table.
+    let topo = fabric.topology().clone();
+    for n in &topo.nodes {
+        let l = lids[&n.name].to_string();
+        match n.kind {
+            NodeKind::Switch => {
+                let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &l]);
+                assert_eq!(
+                    field(&out, "Control_Map"),
+                    "0x0000001f",
+                    "{}: {out}",
+                    n.name
+                );
+                assert_eq!(field(&out, "Threshold"), "0x0f", "{out}");
+                assert_eq!(field(&out, "Packet_Size"), "8", "{out}");
+                assert_eq!(field(&out, "Marking_Rate"), "3", "{out}");
+            }
+            NodeKind::Hca => {
+                let out = ok(&s, &["ibccquery", "CACongestionSetting", &l]);
+                assert_eq!(field(&out, "Port_Control"), "0x0001", "{}: {out}", n.name);
+                assert_eq!(field(&out, "Control_Map"), "0x0003", "{out}");
+                assert_eq!(field(&out, "CCTI_Timer"), "150", "{out}");
+                assert_eq!(field(&out, "CCTI_Increase"), "2", "{out}");
+                let out = ok(&s, &["ibccquery", "CongestionControlTable", &l]);
+                assert_eq!(field(&out, "CCTI_Limit"), "3", "{out}");
+                // And the CA's engine would run that CCA.
+                let cc = fabric.ca_congestion_control_of(&n.name).expect("CC on");
+                assert_eq!(cc.ca.config, keys.ca.config, "{}", n.name);
+            }
+        }
+    }
+
+    // The switches marked with OpenSM's settings: each switch's CongestionLog counts its
+    // ports' marks, as the fabric counted them; the same run without OpenSM's CC (softib's
+    // own routing, the scenario has no [congestion_control]) marks nothing.
+    let mut total = 0;
+    for n in topo.nodes.iter().filter(|n| n.kind == NodeKind::Switch) {
+        let marked: u64 = (1..=n.ports)
+            .map(|p| fabric.port_counters(&n.name, p).unwrap().fecn_marked)
+            .sum();
+        total += marked;
+        let out = ok(
+            &s,
+            &["ibccquery", "CongestionLog", &lids[&n.name].to_string()],
+        );
+        assert_eq!(
+            field(&out, "LogEventsCounter"),
+            marked.min(u16::MAX as u64).to_string(),
+            "{}: {out}",
+            n.name
+        );
+    }
+    eprintln!("packets marked FECN under OpenSM's CC: {total}");
+    assert!(total > 0, "no switch marked");
+    let (plain, _) = model_of(Path::new(OPENSM_SCENARIO));
+    let plain_marked: u64 = topo
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Switch)
+        .flat_map(|n| (1..=n.ports).map(move |p| (n.name.clone(), p)))
+        .map(|(n, p)| plain.port_counters(&n, p).unwrap().fecn_marked)
+        .sum();
+    assert_eq!(plain_marked, 0);
 }

@@ -97,7 +97,7 @@ pub type SmRun = Box<dyn FnMut(SubnetProgram) -> Result<Subnet, String> + Send>;
 /// Where a fabric held for an external SM stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SmPhase {
-    /// Held at time 0, waiting for every port to be Active.
+    /// Held at time 0, waiting for every port to be Active and the SM to be done.
     Waiting,
     /// Every port Active: the scenario runs with the SM's tables (MADs are answered against
     /// the time-0 state meanwhile).
@@ -117,7 +117,15 @@ struct State {
     /// Wall-clock instant of the first MAD (for the bring-up's wall time; nothing simulated
     /// depends on it).
     first_mad: Option<std::time::Instant>,
+    /// Wall-clock instant of the latest MAD, to tell when the SM has finished.
+    last_mad: Option<std::time::Instant>,
+    /// A watcher waits for the SM to finish ([`await_sm_done`]).
+    watching: bool,
 }
+
+/// How long the SM must have sent nothing, once every port is Active, for its sweep to
+/// count as done when it stays attached (a resident `opensm` between sweeps).
+const SM_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl State {
     fn log(&mut self, e: &Entry) {
@@ -190,6 +198,8 @@ impl Server {
                 },
                 run,
                 first_mad: None,
+                last_mad: None,
+                watching: false,
             })),
             ctl,
             outs,
@@ -453,6 +463,7 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             continue;
         };
         st.first_mad.get_or_insert_with(std::time::Instant::now);
+        st.last_mad = Some(std::time::Instant::now());
         let sender_lid = st.subnet.nodes[cl.at.node].ports[cl.at.port as usize].lid;
         let result = mad_log::answer(&mut st.subnet, cl.at, req.dlid, &req.mad);
         let target_lid = match lid_route(&st.subnet, cl.at, req.dlid) {
@@ -483,7 +494,10 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             response: result.map_err(|d| d.to_string().replace(char::is_whitespace, "_")),
         };
         st.log(&Entry::Exchange(Box::new(entry)));
-        let brought_up = st.phase == SmPhase::Waiting && st.subnet.all_active();
+        let brought_up = st.phase == SmPhase::Waiting && !st.watching && st.subnet.all_active();
+        if brought_up {
+            st.watching = true;
+        }
         drop(st);
         if let Some(r) = reply {
             if let Err(e) = sock.send_to(&r.encode(), &cl.to) {
@@ -498,12 +512,39 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             }
         }
         if brought_up {
-            start_run(&state);
+            let state = state.clone();
+            std::thread::spawn(move || await_sm_done(&state));
         }
     }
 }
 
-/// Every port is Active: takes the SM's tables and runs the scenario with them on a thread
+/// Every port is Active, but the SM has not finished: OpenSM configures congestion control
+/// (A10) only after the ports are up, and those settings must reach the data plane. The
+/// run starts once the SM is done: it withdrew (`opensm -o` clears IsSM as it exits) or it
+/// sent nothing for [`SM_SETTLE`]. Where that happened is in the MAD log (`# sm-up`), so
+/// the replay takes the same tables whatever the wall clock did.
+fn await_sm_done(state: &Arc<Mutex<State>>) {
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let st = state.lock().expect("server state");
+        if st.phase != SmPhase::Waiting {
+            return;
+        }
+        let withdrew = !st
+            .subnet
+            .nodes
+            .iter()
+            .any(|n| n.ports.iter().any(|p| p.is_sm));
+        let quiet = st.last_mad.is_none_or(|t| t.elapsed() >= SM_SETTLE);
+        if st.subnet.all_active() && (withdrew || quiet) {
+            drop(st);
+            start_run(state);
+            return;
+        }
+    }
+}
+
+/// Every port is Active and the SM is done: takes the SM's tables and runs the scenario with them on a thread
 /// of its own, so the SM's last MADs are answered meanwhile (against the time-0 state);
 /// the run's snapshot, with whatever the SM configured since, then replaces it.
 fn start_run(state: &Arc<Mutex<State>>) {
