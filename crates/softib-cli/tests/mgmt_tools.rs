@@ -1522,3 +1522,123 @@ fn opensm_programs_congestion_control_and_the_switches_mark() {
         .sum();
     assert_eq!(plain_marked, 0);
 }
+
+/// Waits (at most 60 s) until the MAD log holds `n` runs (`# ran` lines).
+fn wait_for_runs(s: &Served, n: usize) {
+    for _ in 0..600 {
+        let text = std::fs::read_to_string(&s.log).unwrap_or_default();
+        if text
+            .lines()
+            .filter(|l| l.starts_with("# ran at_ps="))
+            .count()
+            >= n
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("run {n} did not finish within 60 s of the CC Set");
+}
+
+/// `ibccconfig` on a fabric frozen after its run (cc-victim, 1 ms) runs it again with the
+/// new congestion control settings, so the counters the tools read change with them: the
+/// same settings give the same counters again; a CCT of one 0:0 entry at the hot sender h0
+/// (its CCA can no longer slow it) lets h0 send more; Threshold 0 at sw1 stops its marking.
+/// The log, with its three runs, replays bit for bit.
+#[test]
+fn ibccconfig_on_a_served_fabric_changes_what_it_runs() {
+    require_tools();
+    let dir = std::env::temp_dir().join(format!("softib-ccset-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/cc-victim.toml"
+    ))
+    .unwrap();
+    let path = dir.join("cc-victim.toml");
+    std::fs::write(
+        &path,
+        text.replace("duration_us = 6000\n", "duration_us = 1000\n"),
+    )
+    .unwrap();
+    let (_, sub) = model_of(&path);
+    let s = serve_scenario(path.to_str().unwrap(), None);
+    let (sw1, h0) = (lid(&sub, "sw1").to_string(), lid(&sub, "h0").to_string());
+    let marks = |s: &Served| -> u64 {
+        let out = ok(s, &["ibccquery", "CongestionLog", &sw1]);
+        field(&out, "LogEventsCounter").parse().unwrap()
+    };
+    let sent = |s: &Served| -> u64 {
+        let out = ok(s, &["perfquery", "-x", &h0, "1"]);
+        field(&out, "PortXmitData").parse().unwrap()
+    };
+    let (marks0, sent0) = (marks(&s), sent(&s));
+    assert!(marks0 > 0, "sw1 marks in cc-victim");
+
+    // The scenario's own switch setting, written again: the run is the same.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &sw1,
+            "0x1F",
+            "0x0",
+            "0x0",
+            "0xE",
+            "8",
+            "0",
+            "0:0",
+            "0",
+        ],
+    );
+    wait_for_runs(&s, 1);
+    assert_eq!(
+        (marks(&s), sent(&s)),
+        (marks0, sent0),
+        "same settings, same run"
+    );
+
+    // h0's CCT: one entry 0:0, no delay at any CCTI.
+    ccconfig(&s, &["CongestionControlTable", &h0, "0", "0", "0:0"]);
+    wait_for_runs(&s, 2);
+    let sent1 = sent(&s);
+    eprintln!("h0 PortXmitData (32-bit words): {sent0} with the scenario's CCT, {sent1} with 0:0");
+    assert!(
+        sent1 > sent0,
+        "h0 unthrottled sends more: {sent1} vs {sent0}"
+    );
+
+    // sw1 Threshold 0 (Control_Map bit 2 only): sw1 no longer marks.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &sw1,
+            "0x4",
+            "0x0",
+            "0x0",
+            "0x0",
+            "0",
+            "0",
+            "0:0",
+            "0",
+        ],
+    );
+    wait_for_runs(&s, 3);
+    assert_eq!(marks(&s), 0, "sw1 still marks with Threshold 0");
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &sw1]);
+    assert_eq!(field(&out, "Threshold"), "0x00", "{out}");
+
+    let o = softib()
+        .args(["sim", path.to_str().unwrap(), "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
