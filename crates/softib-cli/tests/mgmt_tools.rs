@@ -119,6 +119,11 @@ fn serve_on(udp: Option<u16>) -> Served {
 
 /// Serves scenario file `scenario` as [`serve_on`] does.
 fn serve_scenario(scenario: &str, udp: Option<u16>) -> Served {
+    serve_with(scenario, udp, None)
+}
+
+/// Serves scenario file `scenario`, the server's stderr into `stderr` (else inherited).
+fn serve_with(scenario: &str, udp: Option<u16>, stderr: Option<&Path>) -> Served {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let sock = format!("softib-test-{}-{n}", std::process::id());
     let dir = std::env::temp_dir().join(&sock);
@@ -131,9 +136,13 @@ fn serve_scenario(scenario: &str, udp: Option<u16>) -> Served {
         Some(p) => cmd.args(["--udp-port", &p.to_string()]),
         None => cmd.args(["--sock-name", &sock]),
     };
+    let err = match stderr {
+        Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+        None => Stdio::inherit(),
+    };
     let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(err)
         .spawn()
         .expect("softib");
     let mut line = String::new();
@@ -1640,5 +1649,113 @@ fn ibccconfig_on_a_served_fabric_changes_what_it_runs() {
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A connected client's bad messages (IBA-malformed MAD, a request datagram of the wrong
+/// size, an unknown control type) are refused: the malformed MAD is answered at once with
+/// umad2sim's timeout status and its MAD back (no hang), the wrong-size datagram and the
+/// unknown control are dropped or answered with the protocol's error type, the server says
+/// on stderr what it dropped and why, and it serves on: the same client's next good MAD is
+/// answered, and a stock tool works.
+#[test]
+fn a_connected_clients_malformed_messages_are_refused_and_it_serves_on() {
+    use softib_sim::serve::protocol::{Request, REQUEST_LEN, STATUS_TIMEOUT};
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    require_tools();
+    let dir = std::env::temp_dir().join(format!("softib-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let stderr = dir.join("server.err");
+    let s = serve_with(SCENARIO, None, Some(&stderr));
+    let addr = |n: &str| SocketAddr::from_abstract_name(format!("{}:{n}\0", s.sock)).unwrap();
+    let pid = 4_200_000u32;
+    let ctl = UnixDatagram::bind_addr(&addr(&format!("ctl{pid}"))).unwrap();
+    let inbox = UnixDatagram::bind_addr(&addr(&format!("in{pid}"))).unwrap();
+    for sock in [&ctl, &inbox] {
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+    }
+    let control = |kind: u32, slot: u32, data: &[u8]| -> [u8; 80] {
+        let mut c = [0u8; 80];
+        c[0..4].copy_from_slice(&0xdead_beefu32.to_ne_bytes());
+        c[8..12].copy_from_slice(&kind.to_ne_bytes());
+        c[12..16].copy_from_slice(&slot.to_ne_bytes());
+        c[16..16 + data.len()].copy_from_slice(data);
+        ctl.send_to_addr(&c, &addr("ctl")).unwrap();
+        let mut answer = [0u8; 80];
+        assert_eq!(ctl.recv(&mut answer).expect("the control is answered"), 80);
+        answer
+    };
+    let mut info = [0u8; 64];
+    info[0..4].copy_from_slice(&pid.to_ne_bytes());
+    info[12..14].copy_from_slice(b"h3");
+    let a = control(1, 0, &info); // SIM_CTL_CONNECT
+    assert_eq!(
+        u32::from_ne_bytes(a[8..12].try_into().unwrap()),
+        1,
+        "connected"
+    );
+    let slot = u32::from_ne_bytes(a[16..20].try_into().unwrap());
+    let out = addr(&format!("out{slot}"));
+
+    // An unknown control type from the connected client: the protocol's error reply.
+    let a = control(99, slot, &[]);
+    assert_eq!(
+        u32::from_ne_bytes(a[8..12].try_into().unwrap()),
+        0,
+        "SIM_CTL_ERROR"
+    );
+
+    // A request datagram of the wrong size: dropped.
+    inbox.send_to_addr(&[0u8; 100], &out).unwrap();
+    // A MAD with BaseVersion 2 (IBA §13.4.2 knows only 1): timeout status, MAD back.
+    let mut mad = [0u8; 256];
+    mad[0..4].copy_from_slice(&[2, 0x81, 1, 1]);
+    mad[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+    mad[32..36].copy_from_slice(&[0xff; 4]);
+    let bad = Request {
+        dlid: 0xffff,
+        slid: 0,
+        dqp: [0; 4],
+        sqp: [0; 4],
+        status: 0,
+        length: 256,
+        mad,
+    };
+    inbox.send_to_addr(&bad.encode(), &out).unwrap();
+    let mut buf = [0u8; 1024];
+    let n = inbox.recv(&mut buf).expect("the malformed MAD is answered");
+    assert_eq!(n, REQUEST_LEN);
+    let r = Request::parse(&buf[..n]).unwrap();
+    assert_eq!(r.status, STATUS_TIMEOUT);
+    assert_eq!(r.mad, mad);
+
+    // The same client's next good MAD (NodeInfo of its own node by directed route).
+    let mut good = bad.clone();
+    good.mad[0] = 1;
+    inbox.send_to_addr(&good.encode(), &out).unwrap();
+    let n = inbox.recv(&mut buf).expect("the good MAD is answered");
+    let r = Request::parse(&buf[..n]).unwrap();
+    assert_eq!(r.status, 0);
+    assert_eq!(r.mad[3], 0x81, "GetResp");
+    assert_eq!(
+        u16::from_be_bytes([r.mad[4], r.mad[5]]),
+        0x8000,
+        "D bit, status 0"
+    );
+    control(2, slot, &[]); // SIM_CTL_DISCONNECT
+
+    let out = ok(&s, &["smpquery", "nodedesc", "-D", "0"]);
+    assert!(out.contains("h0"), "{out}");
+    let said = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        said.contains(&format!("dropped a 100-byte MAD request on out{slot}")),
+        "{said}"
+    );
+    assert!(
+        said.contains("dropped a malformed MAD (BaseVersion is not 1)"),
+        "{said}"
     );
 }
