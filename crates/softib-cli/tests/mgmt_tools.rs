@@ -10,11 +10,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use common::ibsim::{self, field, run_tool, which, ServeOpts, Served, TempDir};
 use common::softib;
 use softib_fabric::agents::{node_guid, port_guid, Subnet};
 use softib_fabric::fabric::Fabric;
@@ -32,7 +31,7 @@ const SCENARIO: &str = concat!(
 );
 
 fn require_tools() {
-    for (tool, package) in [
+    ibsim::require(&[
         ("ibsim-run", "ibsim-utils"),
         ("ibnetdiscover", "infiniband-diags"),
         ("iblinkinfo", "infiniband-diags"),
@@ -41,32 +40,9 @@ fn require_tools() {
         ("ibroute", "infiniband-diags"),
         ("ibqueryerrors", "infiniband-diags"),
         ("ibccquery", "infiniband-diags"),
+        ("ibccconfig", "infiniband-diags"),
         ("timeout", "coreutils"),
-    ] {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-            .unwrap_or(false);
-        assert!(
-            found,
-            "`{tool}` is not installed: these tests need the Debian package {package} \
-             (apt-get install ibsim-utils infiniband-diags)"
-        );
-    }
-    assert!(
-        Path::new("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so").exists()
-            || std::fs::read_to_string(which("ibsim-run"))
-                .map(|s| s.lines().any(|l| l.starts_with("sim_so=")
-                    && Path::new(l.trim_start_matches("sim_so=")).exists()))
-                .unwrap_or(false),
-        "libumad2sim.so is missing: install the Debian package libumad2sim0 (ibsim-utils)"
-    );
-}
-
-fn which(tool: &str) -> PathBuf {
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-        .unwrap_or_default()
+    ]);
 }
 
 /// The scenario as the server runs it, frozen at its end.
@@ -81,29 +57,6 @@ fn model_of(path: &Path) -> (Fabric, Subnet) {
         run_and_keep(&s, "served", &RunOptions::default(), None, &mut |_, _| {}).expect("run");
     let subnet = Subnet::snapshot(&fabric);
     (fabric, subnet)
-}
-
-/// A running `softib sim --serve`, killed when dropped.
-struct Served {
-    child: Child,
-    udp: Option<u16>,
-    sock: String,
-    log: PathBuf,
-    _dir: TempDir,
-}
-
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -122,64 +75,24 @@ fn serve_scenario(scenario: &str, udp: Option<u16>) -> Served {
     serve_with(scenario, udp, None)
 }
 
-/// Serves scenario file `scenario`, the server's stderr into `stderr` (else inherited).
+/// Serves scenario file `scenario` with its MAD log, in a directory of its own, the
+/// server's stderr into `stderr` (else inherited).
 fn serve_with(scenario: &str, udp: Option<u16>, stderr: Option<&Path>) -> Served {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let sock = format!("softib-test-{}-{n}", std::process::id());
     let dir = std::env::temp_dir().join(&sock);
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("mads.log");
-    let mut cmd = softib();
-    cmd.args(["sim", scenario, "--serve", "--mad-log"])
-        .arg(&log);
-    match udp {
-        Some(p) => cmd.args(["--udp-port", &p.to_string()]),
-        None => cmd.args(["--sock-name", &sock]),
-    };
-    let err = match stderr {
-        Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
-        None => Stdio::inherit(),
-    };
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(err)
-        .spawn()
-        .expect("softib");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("serving "), "server said {line:?}");
-    Served {
-        child,
+    let opts = ServeOpts {
         udp,
-        sock,
-        log,
-        _dir: TempDir(dir),
-    }
+        stderr,
+        mad_log: true,
+        no_files: false,
+    };
+    ibsim::serve(Path::new(scenario), &sock, &dir, true, opts)
 }
 
 /// Runs `tool args` under ibsim-run against `s`, at most 30 s; returns (success, stdout).
 fn tool(s: &Served, host: Option<&str>, args: &[&str]) -> (bool, String) {
-    let mut c = Command::new("timeout");
-    c.arg("30").arg("ibsim-run").args(args);
-    // OpenSM keeps the LIDs and neighbours of its last subnet in its cache directory and
-    // checks them against the next: each served fabric gets its own.
-    c.env("OSM_CACHE_DIR", &s._dir.0);
-    match s.udp {
-        Some(p) => c
-            .env("IBSIM_SERVER_NAME", "127.0.0.1")
-            .env("IBSIM_SERVER_PORT", p.to_string()),
-        None => c
-            .env("IBSIM_SOCKNAME", &s.sock)
-            .env_remove("IBSIM_SERVER_NAME"),
-    };
-    match host {
-        Some(h) => c.env("SIM_HOST", h),
-        None => c.env_remove("SIM_HOST"),
-    };
-    let o = c.output().expect("timeout/ibsim-run");
-    assert_ne!(o.status.code(), Some(124), "{args:?} hung (30 s)");
+    let o = run_tool(s, host, args);
     (
         o.status.success(),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -195,15 +108,6 @@ fn ok(s: &Served, args: &[&str]) -> String {
 fn lid(sub: &Subnet, name: &str) -> u16 {
     let n = sub.find_node(name).unwrap();
     sub.nodes[n].ports[1].lid.max(sub.nodes[n].ports[0].lid)
-}
-
-fn field<'a>(out: &'a str, name: &str) -> &'a str {
-    out.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([':', '.']))
-        .unwrap_or_else(|| panic!("no {name} in\n{out}"))
-        .trim_start_matches(name)
-        .trim_start_matches([':', '.'])
-        .trim()
 }
 
 /// Garbage on the control and MAD sockets (wrong sizes, wrong magic, an unknown control
