@@ -13,8 +13,8 @@ use softib_sim::serve::{mad_log, Server, SmRun, Transport};
 
 use crate::sim::{emit, load, options, out_dir, SimArgs};
 
-/// What `--serve` serves: the scenario's name, the subnet, and with an external SM the run
-/// that follows its bring-up.
+/// What `--serve` serves: the scenario's name, the subnet, and the run that follows an
+/// external SM's bring-up or a congestion control Set.
 struct ToServe {
     name: String,
     subnet: Subnet,
@@ -26,6 +26,18 @@ struct ToServe {
 /// as it powers up, and the run to `at` that starts once the SM has brought every port up.
 fn frozen(args: &SimArgs, at: Option<Picos>) -> Result<ToServe> {
     let l = load(args.scenario.as_deref(), args.seed, &args.set)?;
+    // The run with an SM's tables and CC settings: after an external SM's bring-up, and
+    // again after a congestion control Set (softib_sim::serve).
+    let (scenario, name, opts) = (l.scenario.clone(), l.name.clone(), options(args));
+    let run: SmRun = Box::new(move |program| {
+        let opts = RunOptions {
+            program: Some(program),
+            ..opts.clone()
+        };
+        run_and_keep(&scenario, &name, &opts, at, &mut |_, _| {})
+            .map(|(_, fabric)| Subnet::snapshot(&fabric))
+            .map_err(|e| e.to_string())
+    });
     if let Some(host) = l.scenario.external_sm_host()? {
         let fabric = l
             .scenario
@@ -33,16 +45,6 @@ fn frozen(args: &SimArgs, at: Option<Picos>) -> Result<ToServe> {
             .with_context(|| format!("building {}", l.name))?;
         let mut subnet = Subnet::unconfigured(&fabric);
         subnet.sm_host = Some(host);
-        let (scenario, name, opts) = (l.scenario.clone(), l.name.clone(), options(args));
-        let run: SmRun = Box::new(move |program| {
-            let opts = RunOptions {
-                program: Some(program),
-                ..opts.clone()
-            };
-            run_and_keep(&scenario, &name, &opts, at, &mut |_, _| {})
-                .map(|(_, fabric)| Subnet::snapshot(&fabric))
-                .map_err(|e| e.to_string())
-        });
         return Ok(ToServe {
             name: l.name,
             subnet,
@@ -54,7 +56,7 @@ fn frozen(args: &SimArgs, at: Option<Picos>) -> Result<ToServe> {
     Ok(ToServe {
         name: l.name,
         subnet: Subnet::snapshot(&fabric),
-        run: None,
+        run: Some(run),
     })
 }
 
@@ -149,7 +151,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     })?;
     let state = match &held {
         Some(h) => format!(
-            "held at 0 us for an external SM on {h}: ports in Init, no LIDs; the run starts when every port is Active"
+            "held at 0 us for an external SM on {h}: ports in Init, no LIDs; the run starts when every port is Active and the SM is done"
         ),
         None => format!("frozen at {at_us} us"),
     };

@@ -15,10 +15,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 
+use common::ibsim::{self, field, run_tool, ServeOpts, Served, TempDir};
 use common::softib;
 use softib_fabric::agents::Subnet;
 use softib_sim::report::run::{run_and_keep, RunOptions};
@@ -67,86 +66,29 @@ const CASES: &[GuideCase] = &[
 ];
 
 fn require_tools() {
-    for (tool, package) in [
+    ibsim::require(&[
         ("ibsim-run", "ibsim-utils"),
         ("perfquery", "infiniband-diags"),
         ("ibqueryerrors", "infiniband-diags"),
         ("smpquery", "infiniband-diags"),
         ("ibccquery", "infiniband-diags"),
         ("timeout", "coreutils"),
-    ] {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-            .unwrap_or(false);
-        assert!(
-            found,
-            "`{tool}` is not installed: this test needs the Debian package {package} \
-             (apt-get install ibsim-utils infiniband-diags)"
-        );
-    }
-}
-
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running `softib sim PROBLEM --serve`, killed when dropped.
-struct Served {
-    child: Child,
-    sock: String,
-    dir: PathBuf,
-    /// The server's first line: what it froze, and when.
-    banner: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    ]);
 }
 
 fn serve(scenario: &Path, sock: &str, dir: &Path) -> Served {
-    let mut child = softib()
-        .args(["sim"])
-        .arg(scenario)
-        .args(["--serve", "--no-files", "--sock-name", sock])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("softib");
-    let mut banner = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
-    assert!(banner.contains("serving "), "server said {banner:?}");
-    Served {
-        child,
-        sock: sock.to_string(),
-        dir: dir.to_path_buf(),
-        banner,
-    }
+    let opts = ServeOpts {
+        no_files: true,
+        ..ServeOpts::default()
+    };
+    ibsim::serve(scenario, sock, dir, false, opts)
 }
 
 /// Runs `args` under ibsim-run against `s` (from its directory: libumad2sim writes
 /// `sys-<pid>/` into the working directory); returns stdout, panicking on failure.
 fn tool(s: &Served, args: &[String]) -> String {
-    let o = Command::new("timeout")
-        .arg("30")
-        .arg("ibsim-run")
-        .args(args)
-        .current_dir(&s.dir)
-        .env("IBSIM_SOCKNAME", &s.sock)
-        .env("OSM_CACHE_DIR", &s.dir)
-        .env_remove("IBSIM_SERVER_NAME")
-        .env_remove("SIM_HOST")
-        .output()
-        .expect("timeout/ibsim-run");
-    assert_ne!(o.status.code(), Some(124), "{args:?} hung (30 s)");
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run_tool(s, None, &argv);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     // ibqueryerrors exits non-zero when it found a port beyond its thresholds, which is
     // what these cases are about; it has run to the end when it printed its summary.
@@ -161,15 +103,6 @@ fn tool(s: &Served, args: &[String]) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     out
-}
-
-fn field<'a>(out: &'a str, name: &str) -> &'a str {
-    out.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([':', '.']))
-        .unwrap_or_else(|| panic!("no {name} in\n{out}"))
-        .trim_start_matches(name)
-        .trim_start_matches([':', '.'])
-        .trim()
 }
 
 /// softib's own PortXmitWait per port (`summary.json` of `softib sim SCENARIO --out DIR`).

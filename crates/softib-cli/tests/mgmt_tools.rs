@@ -10,11 +10,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use common::ibsim::{self, field, run_tool, which, ServeOpts, Served, TempDir};
 use common::softib;
 use softib_fabric::agents::{node_guid, port_guid, Subnet};
 use softib_fabric::fabric::Fabric;
@@ -32,7 +31,7 @@ const SCENARIO: &str = concat!(
 );
 
 fn require_tools() {
-    for (tool, package) in [
+    ibsim::require(&[
         ("ibsim-run", "ibsim-utils"),
         ("ibnetdiscover", "infiniband-diags"),
         ("iblinkinfo", "infiniband-diags"),
@@ -41,32 +40,9 @@ fn require_tools() {
         ("ibroute", "infiniband-diags"),
         ("ibqueryerrors", "infiniband-diags"),
         ("ibccquery", "infiniband-diags"),
+        ("ibccconfig", "infiniband-diags"),
         ("timeout", "coreutils"),
-    ] {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-            .unwrap_or(false);
-        assert!(
-            found,
-            "`{tool}` is not installed: these tests need the Debian package {package} \
-             (apt-get install ibsim-utils infiniband-diags)"
-        );
-    }
-    assert!(
-        Path::new("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so").exists()
-            || std::fs::read_to_string(which("ibsim-run"))
-                .map(|s| s.lines().any(|l| l.starts_with("sim_so=")
-                    && Path::new(l.trim_start_matches("sim_so=")).exists()))
-                .unwrap_or(false),
-        "libumad2sim.so is missing: install the Debian package libumad2sim0 (ibsim-utils)"
-    );
-}
-
-fn which(tool: &str) -> PathBuf {
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-        .unwrap_or_default()
+    ]);
 }
 
 /// The scenario as the server runs it, frozen at its end.
@@ -83,29 +59,6 @@ fn model_of(path: &Path) -> (Fabric, Subnet) {
     (fabric, subnet)
 }
 
-/// A running `softib sim --serve`, killed when dropped.
-struct Served {
-    child: Child,
-    udp: Option<u16>,
-    sock: String,
-    log: PathBuf,
-    _dir: TempDir,
-}
-
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 fn serve() -> Served {
@@ -119,58 +72,27 @@ fn serve_on(udp: Option<u16>) -> Served {
 
 /// Serves scenario file `scenario` as [`serve_on`] does.
 fn serve_scenario(scenario: &str, udp: Option<u16>) -> Served {
+    serve_with(scenario, udp, None)
+}
+
+/// Serves scenario file `scenario` with its MAD log, in a directory of its own, the
+/// server's stderr into `stderr` (else inherited).
+fn serve_with(scenario: &str, udp: Option<u16>, stderr: Option<&Path>) -> Served {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let sock = format!("softib-test-{}-{n}", std::process::id());
     let dir = std::env::temp_dir().join(&sock);
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("mads.log");
-    let mut cmd = softib();
-    cmd.args(["sim", scenario, "--serve", "--mad-log"])
-        .arg(&log);
-    match udp {
-        Some(p) => cmd.args(["--udp-port", &p.to_string()]),
-        None => cmd.args(["--sock-name", &sock]),
-    };
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("softib");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("serving "), "server said {line:?}");
-    Served {
-        child,
+    let opts = ServeOpts {
         udp,
-        sock,
-        log,
-        _dir: TempDir(dir),
-    }
+        stderr,
+        mad_log: true,
+        no_files: false,
+    };
+    ibsim::serve(Path::new(scenario), &sock, &dir, true, opts)
 }
 
 /// Runs `tool args` under ibsim-run against `s`, at most 30 s; returns (success, stdout).
 fn tool(s: &Served, host: Option<&str>, args: &[&str]) -> (bool, String) {
-    let mut c = Command::new("timeout");
-    c.arg("30").arg("ibsim-run").args(args);
-    // OpenSM keeps the LIDs and neighbours of its last subnet in its cache directory and
-    // checks them against the next: each served fabric gets its own.
-    c.env("OSM_CACHE_DIR", &s._dir.0);
-    match s.udp {
-        Some(p) => c
-            .env("IBSIM_SERVER_NAME", "127.0.0.1")
-            .env("IBSIM_SERVER_PORT", p.to_string()),
-        None => c
-            .env("IBSIM_SOCKNAME", &s.sock)
-            .env_remove("IBSIM_SERVER_NAME"),
-    };
-    match host {
-        Some(h) => c.env("SIM_HOST", h),
-        None => c.env_remove("SIM_HOST"),
-    };
-    let o = c.output().expect("timeout/ibsim-run");
-    assert_ne!(o.status.code(), Some(124), "{args:?} hung (30 s)");
+    let o = run_tool(s, host, args);
     (
         o.status.success(),
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -186,15 +108,6 @@ fn ok(s: &Served, args: &[&str]) -> String {
 fn lid(sub: &Subnet, name: &str) -> u16 {
     let n = sub.find_node(name).unwrap();
     sub.nodes[n].ports[1].lid.max(sub.nodes[n].ports[0].lid)
-}
-
-fn field<'a>(out: &'a str, name: &str) -> &'a str {
-    out.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([':', '.']))
-        .unwrap_or_else(|| panic!("no {name} in\n{out}"))
-        .trim_start_matches(name)
-        .trim_start_matches([':', '.'])
-        .trim()
 }
 
 /// Garbage on the control and MAD sockets (wrong sizes, wrong magic, an unknown control
@@ -1127,7 +1040,13 @@ fn opensm_ftree_routes_the_held_fabric_on_shortest_paths() {
 }
 
 fn replayed(log: &mad_log::Log) -> (Fabric, Subnet) {
-    let s = Scenario::load(Path::new(OPENSM_SCENARIO)).unwrap();
+    replayed_of(OPENSM_SCENARIO, log)
+}
+
+/// Replays `log` against scenario file `scenario` (checking every response) and returns the
+/// fabric of the run that followed the SM's bring-up, and the served subnet at the end.
+fn replayed_of(scenario: &str, log: &mad_log::Log) -> (Fabric, Subnet) {
+    let s = Scenario::load(Path::new(scenario)).unwrap();
     let built = s.build().unwrap();
     let mut subnet = Subnet::unconfigured(&built);
     subnet.sm_host = s.external_sm_host().unwrap();
@@ -1199,4 +1118,548 @@ fn clients_that_vanish_leave_their_slots_free() {
     }
     let out = ok(&s, &["smpquery", "nodedesc", "-D", "0"]);
     assert!(out.contains("h0"), "{out}");
+}
+
+/// Runs `ibccconfig ARGS` and checks it succeeded.
+fn ccconfig(s: &Served, args: &[&str]) {
+    let mut all = vec!["ibccconfig"];
+    all.extend_from_slice(args);
+    let (good, out) = tool(s, None, &all);
+    assert!(good, "{all:?} failed:\n{out}");
+}
+
+/// `ibccconfig` writes every settable congestion control attribute of a frozen fabric's
+/// agents (IBA Annex A10.4.3) and `ibccquery` reads back what it wrote; read-only
+/// attributes, settings of the wrong node type and out-of-range fields are refused with the
+/// status a node returns, and the log of the session replays bit for bit.
+#[test]
+fn ibccconfig_sets_what_ibccquery_reads_back() {
+    require_tools();
+    let s = serve();
+    let (_, sub) = model();
+    let leaf0 = lid(&sub, "leaf0").to_string();
+    let h3 = lid(&sub, "h3").to_string();
+
+    // Power-on: no marking, no CA reaction.
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Threshold"), "0x00", "{out}");
+
+    // SwitchCongestionSetting: Control_Map, Victim_Mask, Credit_Mask, Threshold,
+    // Packet_Size, CS_Threshold, CS_ReturnDelay, Marking_Rate.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &leaf0,
+            "0x1F",
+            "0x6",
+            "0x0",
+            "0xA",
+            "8",
+            "0",
+            "0:0",
+            "5",
+        ],
+    );
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Control_Map"), "0x0000001f", "{out}");
+    assert_eq!(
+        field(&out, "Victim_Mask"),
+        format!("{:064x}", 6),
+        "ports 1 and 2: {out}"
+    );
+    assert_eq!(field(&out, "Threshold"), "0x0a", "{out}");
+    assert_eq!(field(&out, "Packet_Size"), "8", "{out}");
+    assert_eq!(field(&out, "Marking_Rate"), "5", "{out}");
+    // A Set naming only Marking_Rate in its Control_Map leaves the Threshold alone.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &leaf0,
+            "0x10",
+            "0x0",
+            "0x0",
+            "0x3",
+            "0",
+            "0",
+            "0:0",
+            "9",
+        ],
+    );
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Threshold"), "0x0a", "{out}");
+    assert_eq!(field(&out, "Marking_Rate"), "9", "{out}");
+
+    // SwitchPortCongestionSetting of port 3: Valid, Control_Type, Threshold, Packet_Size,
+    // Cong_Parm; the other ports stay invalid.
+    ccconfig(
+        &s,
+        &[
+            "SwitchPortCongestionSetting",
+            &leaf0,
+            "3",
+            "1",
+            "0",
+            "12",
+            "4",
+            "2",
+        ],
+    );
+    let out = ok(
+        &s,
+        &["ibccquery", "SwitchPortCongestionSetting", &leaf0, "3"],
+    );
+    assert_eq!(field(&out, "Valid"), "1", "{out}");
+    assert_eq!(field(&out, "Threshold"), "0x0c", "{out}");
+    assert_eq!(field(&out, "Packet_Size"), "4", "{out}");
+    assert_eq!(field(&out, "Cong_Parm_Marking_Rate"), "2", "{out}");
+    let out = ok(
+        &s,
+        &["ibccquery", "SwitchPortCongestionSetting", &leaf0, "4"],
+    );
+    assert_eq!(field(&out, "Valid"), "0", "{out}");
+
+    // CACongestionSetting: Port_Control, Control_Map (SLs 0 and 1), CCTI_Timer,
+    // CCTI_Increase, Trigger_Threshold, CCTI_Min.
+    ccconfig(
+        &s,
+        &["CACongestionSetting", &h3, "1", "0x3", "150", "2", "3", "1"],
+    );
+    let out = ok(&s, &["ibccquery", "CACongestionSetting", &h3]);
+    assert_eq!(field(&out, "Port_Control"), "0x0001", "{out}");
+    assert_eq!(field(&out, "Control_Map"), "0x0003", "{out}");
+    let timers: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("CCTI_Timer"))
+        .collect();
+    assert_eq!(timers.len(), 16, "{out}");
+    assert!(
+        timers[0].ends_with(".150") && timers[1].ends_with(".150"),
+        "{out}"
+    );
+    assert!(
+        timers[2].ends_with(".0"),
+        "SL 2 outside the Control_Map: {out}"
+    );
+    assert_eq!(field(&out, "CCTI_Increase"), "2", "{out}");
+    assert_eq!(field(&out, "CCTI_Min"), "1", "{out}");
+
+    // CongestionControlTable: CCTI_Limit 3, block 0, four shift:multiplier entries.
+    ccconfig(
+        &s,
+        &[
+            "CongestionControlTable",
+            &h3,
+            "3",
+            "0",
+            "0:0",
+            "1:10",
+            "1:20",
+            "2:30",
+        ],
+    );
+    let out = ok(&s, &["ibccquery", "CongestionControlTable", &h3]);
+    assert_eq!(field(&out, "CCTI_Limit"), "3", "{out}");
+    let mults: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("CCT_Multiplier"))
+        .collect();
+    let shifts: Vec<&str> = out.lines().filter(|l| l.starts_with("CCT_Shift")).collect();
+    for (i, (sh, mu)) in [(0, 0), (1, 10), (1, 20), (2, 30)].iter().enumerate() {
+        assert!(shifts[i].ends_with(&format!(".{sh}")), "{out}");
+        assert!(mults[i].ends_with(&format!(".{mu}")), "{out}");
+    }
+    // Another node's settings did not move.
+    let out = ok(
+        &s,
+        &[
+            "ibccquery",
+            "CACongestionSetting",
+            &lid(&sub, "h4").to_string(),
+        ],
+    );
+    assert_eq!(field(&out, "Control_Map"), "0x0000", "{out}");
+
+    // Refusals: a CA setting on a switch and a switch setting on a CA (0x0C), a CCT block
+    // beyond ControlTableCap (0x1C), a read-only attribute (CongestionKeyInfo, 0x0C).
+    for args in [
+        &[
+            "CACongestionSetting",
+            leaf0.as_str(),
+            "1",
+            "0x3",
+            "150",
+            "2",
+            "3",
+            "0",
+        ][..],
+        &[
+            "SwitchCongestionSetting",
+            h3.as_str(),
+            "0x1F",
+            "0x0",
+            "0x0",
+            "0xA",
+            "8",
+            "0",
+            "0:0",
+            "5",
+        ],
+        &["CongestionControlTable", h3.as_str(), "128", "2", "0:0"],
+        &["CongestionKeyInfo", h3.as_str(), "0", "0", "0", "0"],
+    ] {
+        let mut all = vec!["ibccconfig"];
+        all.extend_from_slice(args);
+        let (good, out) = tool(&s, None, &all);
+        assert!(!good, "{all:?} was accepted:\n{out}");
+    }
+    // The refused CA setting left the switch as it was.
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &leaf0]);
+    assert_eq!(field(&out, "Threshold"), "0x0a", "{out}");
+    let text = std::fs::read_to_string(&s.log).unwrap();
+    assert!(
+        text.contains(" 0121020200"),
+        "the log holds the CC Set requests"
+    );
+    let o = softib()
+        .args(["sim", SCENARIO, "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+const OPENSM_CC_CONF: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scenarios/opensm-cc.conf"
+);
+
+/// Stock OpenSM with `congestion_control TRUE` and the cc_* keys of scenarios/opensm-cc.conf
+/// programs every switch and CA of the held fat tree after bringing its ports up (IBA
+/// Annex A10.4.3 Sets); the run waits for it to finish, so the settings reach the data
+/// plane: the switches mark FECN (CongestionLog counts the marks, the fabric's counters
+/// agree), where the same traffic without OpenSM's CC marks nothing, and every CA's
+/// congestion control is what OpenSM wrote.
+#[test]
+fn opensm_programs_congestion_control_and_the_switches_mark() {
+    require_opensm();
+    let conf = std::fs::read_to_string(OPENSM_CC_CONF).unwrap();
+    let keys = softib_fabric::cc_switch::parse_opensm_cc(&conf).unwrap();
+    let s = serve_scenario(OPENSM_SCENARIO, None);
+    opensm_once(&s, &["-F", OPENSM_CC_CONF]);
+    wait_for_the_run(&s);
+    let out = ok(&s, &["ibnetdiscover"]);
+    let lids = discovered_lids(&out);
+    let log = mad_log::parse(&std::fs::read_to_string(&s.log).unwrap()).unwrap();
+    // OpenSM's CC Sets came after every port was Active, and before the run.
+    let first_cc = log
+        .entries
+        .iter()
+        .position(|e| matches!(e, mad_log::Entry::Exchange(x) if x.request[1] == 0x21))
+        .expect("OpenSM sent CC MADs");
+    let sm_up = log
+        .entries
+        .iter()
+        .position(|e| *e == mad_log::Entry::SmUp)
+        .unwrap();
+    assert!(first_cc < sm_up, "the run started before OpenSM's CC Sets");
+    let (fabric, _) = replayed(&log);
+
+    // Every switch holds OpenSM's switch setting, every CA its CA setting and table.
+    let topo = fabric.topology().clone();
+    for n in &topo.nodes {
+        let l = lids[&n.name].to_string();
+        match n.kind {
+            NodeKind::Switch => {
+                let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &l]);
+                assert_eq!(
+                    field(&out, "Control_Map"),
+                    "0x0000001f",
+                    "{}: {out}",
+                    n.name
+                );
+                assert_eq!(field(&out, "Threshold"), "0x0f", "{out}");
+                assert_eq!(field(&out, "Packet_Size"), "8", "{out}");
+                assert_eq!(field(&out, "Marking_Rate"), "3", "{out}");
+            }
+            NodeKind::Hca => {
+                let out = ok(&s, &["ibccquery", "CACongestionSetting", &l]);
+                assert_eq!(field(&out, "Port_Control"), "0x0001", "{}: {out}", n.name);
+                assert_eq!(field(&out, "Control_Map"), "0x0003", "{out}");
+                assert_eq!(field(&out, "CCTI_Timer"), "150", "{out}");
+                assert_eq!(field(&out, "CCTI_Increase"), "2", "{out}");
+                let out = ok(&s, &["ibccquery", "CongestionControlTable", &l]);
+                assert_eq!(field(&out, "CCTI_Limit"), "3", "{out}");
+                // And the CA's engine would run that CCA.
+                let cc = fabric.ca_congestion_control_of(&n.name).expect("CC on");
+                assert_eq!(cc.ca.config, keys.ca.config, "{}", n.name);
+            }
+        }
+    }
+
+    // The switches marked with OpenSM's settings: each switch's CongestionLog counts its
+    // ports' marks, as the fabric counted them; the same run without OpenSM's CC (softib's
+    // own routing, the scenario has no [congestion_control]) marks nothing.
+    let mut total = 0;
+    for n in topo.nodes.iter().filter(|n| n.kind == NodeKind::Switch) {
+        let marked: u64 = (1..=n.ports)
+            .map(|p| fabric.port_counters(&n.name, p).unwrap().fecn_marked)
+            .sum();
+        total += marked;
+        let out = ok(
+            &s,
+            &["ibccquery", "CongestionLog", &lids[&n.name].to_string()],
+        );
+        assert_eq!(
+            field(&out, "LogEventsCounter"),
+            marked.min(u16::MAX as u64).to_string(),
+            "{}: {out}",
+            n.name
+        );
+    }
+    eprintln!("packets marked FECN under OpenSM's CC: {total}");
+    assert!(total > 0, "no switch marked");
+    let (plain, _) = model_of(Path::new(OPENSM_SCENARIO));
+    let plain_marked: u64 = topo
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Switch)
+        .flat_map(|n| (1..=n.ports).map(move |p| (n.name.clone(), p)))
+        .map(|(n, p)| plain.port_counters(&n, p).unwrap().fecn_marked)
+        .sum();
+    assert_eq!(plain_marked, 0);
+}
+
+/// Waits (at most 60 s) until the MAD log holds `n` runs (`# ran` lines).
+fn wait_for_runs(s: &Served, n: usize) {
+    for _ in 0..600 {
+        let text = std::fs::read_to_string(&s.log).unwrap_or_default();
+        if text
+            .lines()
+            .filter(|l| l.starts_with("# ran at_ps="))
+            .count()
+            >= n
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("run {n} did not finish within 60 s of the CC Set");
+}
+
+/// `ibccconfig` on a fabric frozen after its run (cc-victim, 1 ms) runs it again with the
+/// new congestion control settings, so the counters the tools read change with them: the
+/// same settings give the same counters again; a CCT of one 0:0 entry at the hot sender h0
+/// (its CCA can no longer slow it) lets h0 send more; Threshold 0 at sw1 stops its marking.
+/// The log, with its three runs, replays bit for bit.
+#[test]
+fn ibccconfig_on_a_served_fabric_changes_what_it_runs() {
+    require_tools();
+    let dir = std::env::temp_dir().join(format!("softib-ccset-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/cc-victim.toml"
+    ))
+    .unwrap();
+    let path = dir.join("cc-victim.toml");
+    std::fs::write(
+        &path,
+        text.replace("duration_us = 6000\n", "duration_us = 1000\n"),
+    )
+    .unwrap();
+    let (_, sub) = model_of(&path);
+    let s = serve_scenario(path.to_str().unwrap(), None);
+    let (sw1, h0) = (lid(&sub, "sw1").to_string(), lid(&sub, "h0").to_string());
+    let marks = |s: &Served| -> u64 {
+        let out = ok(s, &["ibccquery", "CongestionLog", &sw1]);
+        field(&out, "LogEventsCounter").parse().unwrap()
+    };
+    let sent = |s: &Served| -> u64 {
+        let out = ok(s, &["perfquery", "-x", &h0, "1"]);
+        field(&out, "PortXmitData").parse().unwrap()
+    };
+    let (marks0, sent0) = (marks(&s), sent(&s));
+    assert!(marks0 > 0, "sw1 marks in cc-victim");
+
+    // The scenario's own switch setting, written again: the run is the same.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &sw1,
+            "0x1F",
+            "0x0",
+            "0x0",
+            "0xE",
+            "8",
+            "0",
+            "0:0",
+            "0",
+        ],
+    );
+    wait_for_runs(&s, 1);
+    assert_eq!(
+        (marks(&s), sent(&s)),
+        (marks0, sent0),
+        "same settings, same run"
+    );
+
+    // h0's CCT: one entry 0:0, no delay at any CCTI.
+    ccconfig(&s, &["CongestionControlTable", &h0, "0", "0", "0:0"]);
+    wait_for_runs(&s, 2);
+    let sent1 = sent(&s);
+    eprintln!("h0 PortXmitData (32-bit words): {sent0} with the scenario's CCT, {sent1} with 0:0");
+    assert!(
+        sent1 > sent0,
+        "h0 unthrottled sends more: {sent1} vs {sent0}"
+    );
+
+    // sw1 Threshold 0 (Control_Map bit 2 only): sw1 no longer marks.
+    ccconfig(
+        &s,
+        &[
+            "SwitchCongestionSetting",
+            &sw1,
+            "0x4",
+            "0x0",
+            "0x0",
+            "0x0",
+            "0",
+            "0",
+            "0:0",
+            "0",
+        ],
+    );
+    wait_for_runs(&s, 3);
+    assert_eq!(marks(&s), 0, "sw1 still marks with Threshold 0");
+    let out = ok(&s, &["ibccquery", "SwitchCongestionSetting", &sw1]);
+    assert_eq!(field(&out, "Threshold"), "0x00", "{out}");
+
+    let o = softib()
+        .args(["sim", path.to_str().unwrap(), "--replay"])
+        .arg(&s.log)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A connected client's bad messages (IBA-malformed MAD, a request datagram of the wrong
+/// size, an unknown control type) are refused: the malformed MAD is answered at once with
+/// umad2sim's timeout status and its MAD back (no hang), the wrong-size datagram and the
+/// unknown control are dropped or answered with the protocol's error type, the server says
+/// on stderr what it dropped and why, and it serves on: the same client's next good MAD is
+/// answered, and a stock tool works.
+#[test]
+fn a_connected_clients_malformed_messages_are_refused_and_it_serves_on() {
+    use softib_sim::serve::protocol::{Request, REQUEST_LEN, STATUS_TIMEOUT};
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    require_tools();
+    let dir = std::env::temp_dir().join(format!("softib-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let stderr = dir.join("server.err");
+    let s = serve_with(SCENARIO, None, Some(&stderr));
+    let addr = |n: &str| SocketAddr::from_abstract_name(format!("{}:{n}\0", s.sock)).unwrap();
+    let pid = 4_200_000u32;
+    let ctl = UnixDatagram::bind_addr(&addr(&format!("ctl{pid}"))).unwrap();
+    let inbox = UnixDatagram::bind_addr(&addr(&format!("in{pid}"))).unwrap();
+    for sock in [&ctl, &inbox] {
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+    }
+    let control = |kind: u32, slot: u32, data: &[u8]| -> [u8; 80] {
+        let mut c = [0u8; 80];
+        c[0..4].copy_from_slice(&0xdead_beefu32.to_ne_bytes());
+        c[8..12].copy_from_slice(&kind.to_ne_bytes());
+        c[12..16].copy_from_slice(&slot.to_ne_bytes());
+        c[16..16 + data.len()].copy_from_slice(data);
+        ctl.send_to_addr(&c, &addr("ctl")).unwrap();
+        let mut answer = [0u8; 80];
+        assert_eq!(ctl.recv(&mut answer).expect("the control is answered"), 80);
+        answer
+    };
+    let mut info = [0u8; 64];
+    info[0..4].copy_from_slice(&pid.to_ne_bytes());
+    info[12..14].copy_from_slice(b"h3");
+    let a = control(1, 0, &info); // SIM_CTL_CONNECT
+    assert_eq!(
+        u32::from_ne_bytes(a[8..12].try_into().unwrap()),
+        1,
+        "connected"
+    );
+    let slot = u32::from_ne_bytes(a[16..20].try_into().unwrap());
+    let out = addr(&format!("out{slot}"));
+
+    // An unknown control type from the connected client: the protocol's error reply.
+    let a = control(99, slot, &[]);
+    assert_eq!(
+        u32::from_ne_bytes(a[8..12].try_into().unwrap()),
+        0,
+        "SIM_CTL_ERROR"
+    );
+
+    // A request datagram of the wrong size: dropped.
+    inbox.send_to_addr(&[0u8; 100], &out).unwrap();
+    // A MAD with BaseVersion 2 (IBA §13.4.2 knows only 1): timeout status, MAD back.
+    let mut mad = [0u8; 256];
+    mad[0..4].copy_from_slice(&[2, 0x81, 1, 1]);
+    mad[16..18].copy_from_slice(&0x0011u16.to_be_bytes());
+    mad[32..36].copy_from_slice(&[0xff; 4]);
+    let bad = Request {
+        dlid: 0xffff,
+        slid: 0,
+        dqp: [0; 4],
+        sqp: [0; 4],
+        status: 0,
+        length: 256,
+        mad,
+    };
+    inbox.send_to_addr(&bad.encode(), &out).unwrap();
+    let mut buf = [0u8; 1024];
+    let n = inbox.recv(&mut buf).expect("the malformed MAD is answered");
+    assert_eq!(n, REQUEST_LEN);
+    let r = Request::parse(&buf[..n]).unwrap();
+    assert_eq!(r.status, STATUS_TIMEOUT);
+    assert_eq!(r.mad, mad);
+
+    // The same client's next good MAD (NodeInfo of its own node by directed route).
+    let mut good = bad.clone();
+    good.mad[0] = 1;
+    inbox.send_to_addr(&good.encode(), &out).unwrap();
+    let n = inbox.recv(&mut buf).expect("the good MAD is answered");
+    let r = Request::parse(&buf[..n]).unwrap();
+    assert_eq!(r.status, 0);
+    assert_eq!(r.mad[3], 0x81, "GetResp");
+    assert_eq!(
+        u16::from_be_bytes([r.mad[4], r.mad[5]]),
+        0x8000,
+        "D bit, status 0"
+    );
+    control(2, slot, &[]); // SIM_CTL_DISCONNECT
+
+    let out = ok(&s, &["smpquery", "nodedesc", "-D", "0"]);
+    assert!(out.contains("h0"), "{out}");
+    let said = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        said.contains(&format!("dropped a 100-byte MAD request on out{slot}")),
+        "{said}"
+    );
+    assert!(
+        said.contains("dropped a malformed MAD (BaseVersion is not 1)"),
+        "{said}"
+    );
 }

@@ -291,6 +291,9 @@ pub fn parse_opensm_cc(text: &str) -> Result<OpensmCc, OpensmError> {
 pub struct A10Marker {
     cfg: SwitchCcConfig,
     threshold: Option<u32>,
+    /// Per switch (topology index) and port, its own setting and threshold (SMs may set
+    /// switches and ports differently, A10.4.3.6-7); a node without an entry runs `cfg`.
+    per_port: Vec<Vec<(SwitchCcConfig, Option<u32>)>>,
     seeds: SeedTree,
     rngs: HashMap<(u32, u8), ChaCha8Rng>,
     /// Output VLs (node, port, VL) held back by credits since they last served a packet
@@ -312,6 +315,7 @@ impl A10Marker {
         A10Marker {
             cfg,
             threshold,
+            per_port: Vec::new(),
             seeds: seeds.clone(),
             rngs: HashMap::new(),
             victim_episode: HashSet::new(),
@@ -320,17 +324,72 @@ impl A10Marker {
         }
     }
 
-    /// The effective setting.
+    /// The policy of every switch port as the nodes' CC agents hold it (`cc[i]` of
+    /// topology node `i`; CAs ignored); `None` when no port marks.
+    pub fn for_nodes(
+        cc: &[crate::cc_state::NodeCc],
+        rx_buffer_bytes: u32,
+        seeds: &SeedTree,
+    ) -> Option<Self> {
+        use crate::cc_state::NodeCc;
+        let buffer_blocks = rx_buffer_bytes.div_ceil(64);
+        let mut any = false;
+        let per_port = cc
+            .iter()
+            .map(|n| match n {
+                NodeCc::Switch(sw) => {
+                    any |= sw.marks();
+                    (0..sw.ports.len())
+                        .map(|p| {
+                            let c = sw.port_effective(p as u8);
+                            let t = c.threshold_blocks(buffer_blocks);
+                            (c, t)
+                        })
+                        .collect()
+                }
+                NodeCc::Ca(_) => Vec::new(),
+            })
+            .collect();
+        any.then(|| {
+            let off = SwitchCcConfig {
+                threshold: 0,
+                ..SwitchCcConfig::default()
+            };
+            let mut m = A10Marker::new(off, rx_buffer_bytes, seeds);
+            m.per_port = per_port;
+            m
+        })
+    }
+
+    /// The effective setting (of ports without their own, see [`A10Marker::for_nodes`]).
     pub fn config(&self) -> &SwitchCcConfig {
         &self.cfg
+    }
+
+    /// The setting and threshold of port `port` of switch `node`.
+    fn port(&self, node: u32, port: u8) -> (&SwitchCcConfig, Option<u32>) {
+        match self
+            .per_port
+            .get(node as usize)
+            .and_then(|n| n.get(port as usize))
+        {
+            Some((c, t)) => (c, *t),
+            None => (&self.cfg, self.threshold),
+        }
     }
 }
 
 impl CongestionMarker for A10Marker {
     fn mark(&mut self, state: &OutputState, packet: &PacketMeta) -> bool {
-        let Some(limit) = self.threshold else {
+        let (cfg, threshold) = self.port(state.node, state.port);
+        let Some(limit) = threshold else {
             return false;
         };
+        let (packet_size, victim, marking_rate) = (
+            cfg.packet_size,
+            cfg.is_victim_port(state.port),
+            cfg.marking_rate,
+        );
         let key = (state.node, state.port, state.vl);
         let seen = self.stalls_seen.insert(key, state.credit_stalls);
         if state.credit_stalls > seen.unwrap_or(0) {
@@ -342,14 +401,14 @@ impl CongestionMarker for A10Marker {
             self.victim_episode.remove(&key);
             return false;
         }
-        if (packet.len as u32) < self.cfg.packet_size as u32 * 64 {
+        if (packet.len as u32) < packet_size as u32 * 64 {
             return false;
         }
-        if self.victim_episode.contains(&key) && !self.cfg.is_victim_port(state.port) {
+        if self.victim_episode.contains(&key) && !victim {
             self.victim_skips += 1;
             return false;
         }
-        if self.cfg.marking_rate == 0 {
+        if marking_rate == 0 {
             return true;
         }
         let seeds = &self.seeds;
@@ -362,7 +421,7 @@ impl CongestionMarker for A10Marker {
                     ((state.node as u64) << 8) | state.port as u64,
                 )
             });
-        rng.gen_range(0..=self.cfg.marking_rate as u32) == 0
+        rng.gen_range(0..=marking_rate as u32) == 0
     }
 }
 
@@ -496,6 +555,34 @@ cc_cct 0:0,1:1,1:2,1:3
         assert!(m.mark(&state(1, 200, 1), &big));
         // Port 2 is in the Victim_Mask: it marks when held back too.
         assert!(m.mark(&state(2, 200, 5), &big));
+    }
+
+    #[test]
+    fn each_port_marks_with_its_own_setting() {
+        use crate::cc_state::{NodeCc, PortCcSetting};
+        use crate::topology::NodeKind;
+        let big = meta(4126);
+        let off = [
+            NodeCc::power_on(NodeKind::Switch, 4),
+            NodeCc::power_on(NodeKind::Hca, 1),
+        ];
+        assert!(A10Marker::for_nodes(&off, 65_536, &SeedTree::new(1)).is_none());
+        let mut nodes = off.clone();
+        let NodeCc::Switch(sw) = &mut nodes[0] else {
+            unreachable!()
+        };
+        // Only port 2 marks (its own Threshold 15); the switch-wide Threshold stays 0.
+        sw.ports[2] = PortCcSetting {
+            valid: true,
+            control_type: 0,
+            threshold: 15,
+            packet_size: 0,
+            marking_rate: 0,
+        };
+        let mut m = A10Marker::for_nodes(&nodes, 65_536, &SeedTree::new(1)).unwrap();
+        assert!(m.mark(&state(2, 65, 0), &big));
+        assert!(!m.mark(&state(1, 500, 0), &big));
+        assert!(!m.mark(&state(2, 64, 0), &big));
     }
 
     #[test]

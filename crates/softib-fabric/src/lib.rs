@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod agents;
+pub mod cc_state;
 pub mod cc_switch;
 pub mod congestion;
 pub mod counters;

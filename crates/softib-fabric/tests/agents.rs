@@ -310,3 +310,132 @@ fn an_unconfigured_fabric_is_brought_up_and_its_program_taken_before_the_run() {
         "refused once running"
     );
 }
+
+/// A congestion control MAD (class 0x21, version 2, IBA A10.4.1) with `data` at byte 64.
+fn cc_mad(method: u8, attr: u16, modifier: u32, data: &[u8]) -> Mad {
+    let mut m = lid_get(0x21, attr, modifier);
+    m[2] = 2;
+    m[3] = method;
+    m[64..64 + data.len()].copy_from_slice(data);
+    m
+}
+
+/// CC Sets (A10.4.3.6-9) change the node's settings, are answered with the new value, and
+/// what they wrote is the congestion control the programmed data plane runs; refused Sets
+/// change nothing.
+#[test]
+fn cc_sets_are_read_back_and_programmed_into_the_fabric() {
+    let topo = Topology::fat_tree_2(4, 8).unwrap();
+    let mut fabric = Fabric::new(topo, FabricConfig::default()).unwrap();
+    let mut s = Subnet::snapshot(&fabric);
+    let h1 = s.find_node("h1").unwrap();
+    let leaf = s.find_node("leaf0").unwrap();
+    let (h1_lid, leaf_lid) = (s.nodes[h1].ports[1].lid, s.nodes[leaf].ports[0].lid);
+    assert!(fabric.ca_congestion_control_of("h1").is_none(), "power-on");
+
+    // CACongestionSetting: per SL, Control_Map SL 0 only, timer 150, increase 2, trigger 3.
+    let mut ca = [0u8; 12];
+    ca[0..2].copy_from_slice(&1u16.to_be_bytes());
+    ca[2..4].copy_from_slice(&1u16.to_be_bytes());
+    ca[4..6].copy_from_slice(&150u16.to_be_bytes());
+    ca[6] = 2;
+    ca[7] = 3;
+    let r = deliver(&mut s, H0, h1_lid, &cc_mad(2, 0x16, 0, &ca)).unwrap();
+    assert_eq!((st(&r), r[3]), (0, 0x81));
+    assert_eq!(&r[64..76], &ca, "answered with the new value");
+    // CongestionControlTable block 0: CCTI_Limit 1, entries 0:0 and 1:10.
+    let mut cct = [0u8; 8];
+    cct[0..2].copy_from_slice(&1u16.to_be_bytes());
+    cct[6..8].copy_from_slice(&((1u16 << 14) | 10).to_be_bytes());
+    assert_eq!(
+        st(&deliver(&mut s, H0, h1_lid, &cc_mad(2, 0x17, 0, &cct)).unwrap()),
+        0
+    );
+    // Refused: block 2, CCTI_Limit 128, a CA setting on a switch, a read-only attribute,
+    // class version 1.
+    let mut big = cct;
+    big[0..2].copy_from_slice(&128u16.to_be_bytes());
+    for (dlid, m, want) in [
+        (h1_lid, cc_mad(2, 0x17, 2, &cct), status::INVALID_FIELD),
+        (h1_lid, cc_mad(2, 0x17, 0, &big), status::INVALID_FIELD),
+        (
+            leaf_lid,
+            cc_mad(2, 0x16, 0, &ca),
+            status::METHOD_ATTR_UNSUPPORTED,
+        ),
+        (
+            h1_lid,
+            cc_mad(2, 0x12, 0, &[]),
+            status::METHOD_ATTR_UNSUPPORTED,
+        ),
+        (
+            h1_lid,
+            cc_mad(2, 0x13, 0, &[]),
+            status::METHOD_ATTR_UNSUPPORTED,
+        ),
+    ] {
+        assert_eq!(st(&deliver(&mut s, H0, dlid, &m).unwrap()), want);
+    }
+    let mut v1 = cc_mad(1, 0x11, 0, &[]);
+    v1[2] = 1;
+    assert_eq!(
+        st(&deliver(&mut s, H0, h1_lid, &v1).unwrap()),
+        status::BAD_VERSION
+    );
+    let r = deliver(&mut s, H0, h1_lid, &cc_mad(1, 0x17, 0, &[])).unwrap();
+    assert_eq!(&r[64..72], &cct, "the refused table Set changed nothing");
+
+    // SwitchCongestionSetting: Control_Map Threshold only, Threshold 12, Packet_Size 4.
+    let mut sw = [0u8; 76];
+    sw[0..4].copy_from_slice(&4u32.to_be_bytes());
+    sw[68] = 12 << 4;
+    sw[69] = 4;
+    sw[74..76].copy_from_slice(&7u16.to_be_bytes()); // not in the Control_Map: ignored
+    let r = deliver(&mut s, H0, leaf_lid, &cc_mad(2, 0x14, 0, &sw)).unwrap();
+    assert_eq!((st(&r), r[64 + 68], r[64 + 69]), (0, 12 << 4, 4));
+    assert_eq!(
+        &r[64 + 74..64 + 76],
+        &[0, 0],
+        "Marking_Rate kept its power-on 0"
+    );
+    // SwitchPortCongestionSetting block 0: port 3 valid, Threshold 5.
+    let mut ports = [0u8; 16];
+    ports[12] = 0x80 | 5;
+    let r = deliver(&mut s, H0, leaf_lid, &cc_mad(2, 0x15, 0, &ports)).unwrap();
+    assert_eq!((st(&r), r[64 + 12]), (0, 0x85));
+    assert_eq!(
+        st(&deliver(&mut s, H0, leaf_lid, &cc_mad(2, 0x15, 1, &ports)).unwrap()),
+        status::INVALID_FIELD,
+        "an 8-port switch has one block"
+    );
+
+    // The program carries them into the data plane.
+    fabric.program_subnet(&s.program()).unwrap();
+    let cc = fabric
+        .ca_congestion_control_of("h1")
+        .expect("h1 reacts to BECNs");
+    let e = cc.ca.config.entries[0];
+    assert_eq!(
+        (e.ccti_timer, e.ccti_increase, e.trigger_threshold),
+        (150, 2, 3)
+    );
+    assert_eq!(
+        cc.ca.config.entries[1],
+        Default::default(),
+        "SL 1 not in the map"
+    );
+    assert_eq!(cc.ca.config.cct.ccti_limit(), 1);
+    assert_eq!(cc.ca.config.cct.entry(1).multiplier, 10);
+    assert!(
+        fabric.ca_congestion_control_of("h2").is_none(),
+        "h2 was not configured"
+    );
+    let settings = fabric.cc_settings();
+    let softib_fabric::cc_state::NodeCc::Switch(sw) = &settings[leaf] else {
+        panic!("leaf0 is a switch")
+    };
+    assert_eq!(sw.port_effective(3).threshold, 5);
+    assert_eq!(sw.port_effective(1).threshold, 12);
+    assert_eq!(sw.port_effective(1).packet_size, 4);
+    assert_eq!(Subnet::snapshot(&fabric).cc_nodes, s.cc_nodes);
+}

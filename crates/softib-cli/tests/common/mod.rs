@@ -3,6 +3,8 @@
 //! TCP port, so tests run in parallel without sharing a RoCEv2 socket.
 #![allow(dead_code)]
 
+pub mod ibsim;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

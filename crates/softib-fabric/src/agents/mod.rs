@@ -7,8 +7,9 @@
 //! tables and port counters). A MAD does not travel the simulated fabric on VL15: it is
 //! answered against the snapshot at once (see docs/design/management.md). An SM's Sets
 //! (PortInfo, SwitchInfo, LFT, SL2VL, VLArb and P_Key blocks) change the snapshot, so an SM
-//! sees what it wrote. A fabric waiting for an external SM starts [`Subnet::unconfigured`];
-//! once the SM has brought every port up, [`Subnet::program`] is what the data plane takes
+//! sees what it wrote; the congestion control agent's Sets ([`cca`]) change the nodes'
+//! settings ([`crate::cc_state`]) the same way. A fabric waiting for an external SM starts
+//! [`Subnet::unconfigured`]; once the SM has brought every port up, [`Subnet::program`] is what the data plane takes
 //! ([`crate::fabric::Fabric::program_subnet`]).
 //!
 //! A topology imported from a real fabric (`ibnetdiscover`) carries its nodes' GUIDs
@@ -147,6 +148,9 @@ pub struct Subnet {
     /// The congestion control the fabric runs with (the scenario's OpenSM keys), for the
     /// congestion control agent ([`cca`]); `None`: none configured.
     pub cc: Option<crate::cc_switch::OpensmCc>,
+    /// The congestion control settings of every node's agent, in topology order: what the
+    /// data plane runs with, and what an SM's Sets change ([`cca`]).
+    pub cc_nodes: Vec<crate::cc_state::NodeCc>,
     /// The fabric waits for an external SM ([`Subnet::unconfigured`]): MasterSMLID is what
     /// the SM set (0 until then), not the first HCA's LID.
     pub external_sm: bool,
@@ -226,6 +230,7 @@ impl Subnet {
             at: fabric.now(),
             sm_lid: None,
             cc: fabric.ca_congestion_control().cloned(),
+            cc_nodes: fabric.cc_settings(),
             external_sm: false,
             sm_host: None,
         };
@@ -268,6 +273,10 @@ impl Subnet {
             n.lft.clear();
             n.linear_fdb_top = 0;
         }
+        // No SM has configured congestion control yet (A10.4.3: power-on settings).
+        s.cc_nodes = (s.topology.nodes.iter())
+            .map(|n| crate::cc_state::NodeCc::power_on(n.kind, n.ports))
+            .collect();
         s
     }
 
@@ -312,6 +321,7 @@ impl Subnet {
                 .iter()
                 .map(|n| n.ports.iter().map(|p| p.op_vls).collect())
                 .collect(),
+            cc: self.cc_nodes.clone(),
         }
     }
 
@@ -322,6 +332,7 @@ impl Subnet {
         self.sm_lid = sm.sm_lid;
         self.external_sm = sm.external_sm;
         self.sm_host = sm.sm_host;
+        self.cc_nodes = sm.cc_nodes.clone();
         for (n, old) in self.nodes.iter_mut().zip(&sm.nodes) {
             n.lft = old.lft.clone();
             n.linear_fdb_top = old.linear_fdb_top;

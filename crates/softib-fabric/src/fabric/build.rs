@@ -207,6 +207,7 @@ impl Fabric {
             delivered: 0,
             marker: None,
             ca_cc: None,
+            cc_nodes: None,
             tap: None,
         })
     }

@@ -233,6 +233,9 @@ pub struct Fabric {
     /// The congestion-control setting the subnet manager pushes to the CAs, for the engine
     /// HCAs attached later (`None`: CC off at the CAs).
     ca_cc: Option<crate::cc_switch::OpensmCc>,
+    /// The CC settings an SM wrote into the nodes' agents, per node (`None`: every node
+    /// runs `ca_cc` and the marker's uniform setting, or is at power-on).
+    cc_nodes: Option<Vec<crate::cc_state::NodeCc>>,
     /// Port taps (`None`: nothing is watched, the common case costs one test per packet).
     tap: Option<Box<crate::tap::Taps>>,
 }
@@ -471,6 +474,40 @@ impl Fabric {
     /// The CAs' congestion-control setting, if congestion control is on.
     pub fn ca_congestion_control(&self) -> Option<&crate::cc_switch::OpensmCc> {
         self.ca_cc.as_ref()
+    }
+
+    /// The congestion control setting of the CA `host` (what an SM wrote into its agent,
+    /// else the fabric-wide [`Fabric::ca_congestion_control`]); `None`: CC off there.
+    pub fn ca_congestion_control_of(&self, host: &str) -> Option<crate::cc_switch::OpensmCc> {
+        use crate::cc_state::NodeCc;
+        match &self.cc_nodes {
+            None => self.ca_cc.clone(),
+            Some(nodes) => {
+                let i = self.topo.nodes.iter().position(|n| n.name == host)?;
+                match &nodes[i] {
+                    NodeCc::Ca(ca) if ca.active() => Some(ca.opensm()),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// The congestion control settings of every node, in topology order, as the data plane
+    /// runs them: what an SM wrote ([`Fabric::program_subnet`]), else the scenario's
+    /// uniform setting, else the power-on zeros.
+    pub fn cc_settings(&self) -> Vec<crate::cc_state::NodeCc> {
+        use crate::cc_state::NodeCc;
+        if let Some(n) = &self.cc_nodes {
+            return n.clone();
+        }
+        self.topo
+            .nodes
+            .iter()
+            .map(|n| match &self.ca_cc {
+                Some(cc) => NodeCc::from_opensm(cc, n.kind, n.ports),
+                None => NodeCc::power_on(n.kind, n.ports),
+            })
+            .collect()
     }
 
     /// The link rate of port `port` of node `name`.

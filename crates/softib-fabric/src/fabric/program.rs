@@ -24,6 +24,8 @@ pub struct SubnetProgram {
     pub vlarb: Vec<Vec<VlArbConfig>>,
     /// OperationalVLs of every port by number.
     pub op_vls: Vec<Vec<u8>>,
+    /// The congestion control settings of every node (IBA Annex A10.4.3).
+    pub cc: Vec<crate::cc_state::NodeCc>,
 }
 
 impl Fabric {
@@ -46,6 +48,7 @@ impl Fabric {
             || prog.sl2vl.len() != nodes
             || prog.vlarb.len() != nodes
             || prog.op_vls.len() != nodes
+            || prog.cc.len() != nodes
             || prog.addressing.port_lid.len() != nodes
         {
             return Err(bad(format!(
@@ -111,7 +114,26 @@ impl Fabric {
             }
         }
         self.addr = prog.addressing.clone();
+        self.program_cc(&prog.cc);
         Ok(())
+    }
+
+    /// Takes the nodes' congestion control settings (what the SM wrote, A10.4.3) into the
+    /// data plane: the switches mark as their ports' settings say (no marker when no port
+    /// marks), and engine HCAs attached afterwards react to BECNs as their CA's setting
+    /// says ([`Fabric::ca_congestion_control_of`]). The scenario's own `[congestion_control]`
+    /// is replaced: with an external SM, CC is what the SM configured.
+    fn program_cc(&mut self, cc: &[crate::cc_state::NodeCc]) {
+        use crate::cc_state::NodeCc;
+        let seeds = crate::rng::SeedTree::new(self.config.seed);
+        self.marker =
+            crate::cc_switch::A10Marker::for_nodes(cc, self.config.rx_buffer_bytes, &seeds)
+                .map(|m| Box::new(m) as Box<dyn crate::congestion::CongestionMarker>);
+        self.ca_cc = cc.iter().find_map(|n| match n {
+            NodeCc::Ca(ca) if ca.active() => Some(ca.opensm()),
+            _ => None,
+        });
+        self.cc_nodes = Some(cc.to_vec());
     }
 
     /// The owner of `lid` in the fabric's current addressing.

@@ -3,7 +3,9 @@
 //! ([`protocol`]): a tool run under `ibsim-run` (which preloads `libumad2sim.so`) attaches
 //! to a node (`SIM_HOST`: a NodeDescription or a GUID), and its MADs are answered by the
 //! node agents of `softib_fabric::agents` against the snapshot. Every exchange goes into the
-//! MAD log ([`mad_log`]) that `--replay` checks.
+//! MAD log ([`mad_log`]) that `--replay` checks. With an external SM the fabric is held at
+//! time 0 until the SM is done, then run on its tables; a congestion control Set on a
+//! fabric that has run runs it again with the new settings (`start_run`).
 //!
 //! Sockets ([`Transport`]): abstract Unix datagram sockets `<base>:ctl` and `<base>:out0` ..
 //! `out9` (the base is `sim` unless the tools are given `IBSIM_SOCKNAME`), or UDP on
@@ -97,7 +99,7 @@ pub type SmRun = Box<dyn FnMut(SubnetProgram) -> Result<Subnet, String> + Send>;
 /// Where a fabric held for an external SM stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SmPhase {
-    /// Held at time 0, waiting for every port to be Active.
+    /// Held at time 0, waiting for every port to be Active and the SM to be done.
     Waiting,
     /// Every port Active: the scenario runs with the SM's tables (MADs are answered against
     /// the time-0 state meanwhile).
@@ -117,7 +119,17 @@ struct State {
     /// Wall-clock instant of the first MAD (for the bring-up's wall time; nothing simulated
     /// depends on it).
     first_mad: Option<std::time::Instant>,
+    /// Wall-clock instant of the latest MAD, to tell when the SM has finished.
+    last_mad: Option<std::time::Instant>,
+    /// A watcher waits for the SM to finish ([`await_sm_done`]).
+    watching: bool,
+    /// A CC Set was taken during a run: run again when it is done.
+    rerun_wanted: bool,
 }
+
+/// How long the SM must have sent nothing, once every port is Active, for its sweep to
+/// count as done when it stays attached (a resident `opensm` between sweeps).
+const SM_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl State {
     fn log(&mut self, e: &Entry) {
@@ -146,7 +158,8 @@ impl Server {
     /// Binds the control socket and the ten client sockets of `transport`. `log` receives
     /// the MAD log (its header is written here, from `scenario`). With an external SM
     /// (`subnet.external_sm`), `run` runs the scenario once the SM has brought every port
-    /// up, and its snapshot replaces the held one.
+    /// up, and its snapshot replaces the held one; on any fabric it runs the scenario again
+    /// after a congestion control Set (`None`: Sets change the served state only).
     pub fn bind(
         subnet: Subnet,
         transport: &Transport,
@@ -190,6 +203,9 @@ impl Server {
                 },
                 run,
                 first_mad: None,
+                last_mad: None,
+                watching: false,
+                rerun_wanted: false,
             })),
             ctl,
             outs,
@@ -453,11 +469,16 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             continue;
         };
         st.first_mad.get_or_insert_with(std::time::Instant::now);
+        st.last_mad = Some(std::time::Instant::now());
         let sender_lid = st.subnet.nodes[cl.at.node].ports[cl.at.port as usize].lid;
         let result = mad_log::answer(&mut st.subnet, cl.at, req.dlid, &req.mad);
         let target_lid = match lid_route(&st.subnet, cl.at, req.dlid) {
             Some(_) => req.dlid,
             None => 0xffff,
+        };
+        let rerun = match &result {
+            Ok(m) => rerun_after_cc_set(&mut st, &req.mad, m),
+            Err(_) => false,
         };
         let reply = match &result {
             Ok(m) => {
@@ -483,7 +504,10 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             response: result.map_err(|d| d.to_string().replace(char::is_whitespace, "_")),
         };
         st.log(&Entry::Exchange(Box::new(entry)));
-        let brought_up = st.phase == SmPhase::Waiting && st.subnet.all_active();
+        let brought_up = st.phase == SmPhase::Waiting && !st.watching && st.subnet.all_active();
+        if brought_up {
+            st.watching = true;
+        }
         drop(st);
         if let Some(r) = reply {
             if let Err(e) = sock.send_to(&r.encode(), &cl.to) {
@@ -498,28 +522,69 @@ fn serve_client(slot: usize, sock: Sock, state: Arc<Mutex<State>>) {
             }
         }
         if brought_up {
+            let state = state.clone();
+            std::thread::spawn(move || await_sm_done(&state));
+        }
+        if rerun {
             start_run(&state);
         }
     }
 }
 
-/// Every port is Active: takes the SM's tables and runs the scenario with them on a thread
-/// of its own, so the SM's last MADs are answered meanwhile (against the time-0 state);
-/// the run's snapshot, with whatever the SM configured since, then replaces it.
-fn start_run(state: &Arc<Mutex<State>>) {
-    let (program, run, wall) = {
-        let mut st = state.lock().expect("server state");
+/// Every port is Active, but the SM has not finished: OpenSM configures congestion control
+/// (A10) only after the ports are up, and those settings must reach the data plane. The
+/// run starts once the SM is done: it withdrew (`opensm -o` clears IsSM as it exits) or it
+/// sent nothing for [`SM_SETTLE`]. Where that happened is in the MAD log (`# sm-up`), so
+/// the replay takes the same tables whatever the wall clock did.
+fn await_sm_done(state: &Arc<Mutex<State>>) {
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let st = state.lock().expect("server state");
         if st.phase != SmPhase::Waiting {
             return;
         }
+        let withdrew = !st
+            .subnet
+            .nodes
+            .iter()
+            .any(|n| n.ports.iter().any(|p| p.is_sm));
+        let quiet = st.last_mad.is_none_or(|t| t.elapsed() >= SM_SETTLE);
+        if st.subnet.all_active() && (withdrew || quiet) {
+            drop(st);
+            start_run(state);
+            return;
+        }
+    }
+}
+
+/// Every port is Active and the SM is done (or, on a served fabric, a congestion control
+/// Set changed what the switches and CAs run: [`rerun_after_cc_set`]): takes the SM's
+/// tables and the nodes' CC settings and runs the scenario with them on a thread of its
+/// own, so further MADs are answered meanwhile (against the state before the run); the
+/// run's snapshot, with whatever was configured since, then replaces it.
+fn start_run(state: &Arc<Mutex<State>>) {
+    let (program, run, wall) = {
+        let mut st = state.lock().expect("server state");
+        let first = match st.phase {
+            SmPhase::Waiting => true,
+            SmPhase::Done if st.run.is_some() => false,
+            _ => return,
+        };
         st.phase = SmPhase::Running;
+        st.rerun_wanted = false;
         st.log(&Entry::SmUp);
         let wall = st.first_mad.map(|t| t.elapsed()).unwrap_or_default();
         let mads = st.counters.answered;
-        eprintln!(
-            "softib sim --serve: the subnet manager brought every port up ({mads} MADs, {:.3} s wall); running the scenario with its tables",
-            wall.as_secs_f64()
-        );
+        if first {
+            eprintln!(
+                "softib sim --serve: the subnet manager brought every port up ({mads} MADs, {:.3} s wall); running the scenario with its tables",
+                wall.as_secs_f64()
+            );
+        } else {
+            eprintln!(
+                "softib sim --serve: congestion control changed by a Set; running the scenario again with the new settings"
+            );
+        }
         (st.subnet.program(), st.run.take(), wall)
     };
     let Some(mut run) = run else {
@@ -535,6 +600,7 @@ fn start_run(state: &Arc<Mutex<State>>) {
         let result = run(program);
         let mut st = state.lock().expect("server state");
         st.phase = SmPhase::Done;
+        st.run = Some(run);
         match result {
             Ok(mut ran) => {
                 ran.keep_configuration(&st.subnet);
@@ -552,5 +618,32 @@ fn start_run(state: &Arc<Mutex<State>>) {
                 "softib sim --serve: the run with the SM's tables failed: {why}; serving the fabric as the SM left it"
             ),
         }
+        // CC Sets answered during the run are not in it: run again with them.
+        let again = st.rerun_wanted;
+        drop(st);
+        if again {
+            start_run(&state);
+        }
     });
+}
+
+/// A congestion control Set was taken (`request`, answered `response`). Once the fabric
+/// has run (frozen after its run, or after an external SM's), the run it is frozen after no
+/// longer matches the switches' marking and the CAs' CCA: it is run again from time 0
+/// with the new settings and the same tables, so `ibccconfig` changes what the counters
+/// then show. A Set during a run is taken by the next one. Held for an external SM, the
+/// settings go into the first run instead.
+fn rerun_after_cc_set(st: &mut State, request: &Mad, response: &Mad) -> bool {
+    use softib_fabric::agents::{cca, mad};
+    let set = request[1] == cca::CLASS_CONGESTION_CONTROL
+        && request[3] & 0x7f == mad::method::SET
+        && response[4..6] == [0, 0];
+    match (set, st.phase) {
+        (true, SmPhase::Done) => st.run.is_some(),
+        (true, SmPhase::Running) => {
+            st.rerun_wanted = true;
+            false
+        }
+        _ => false,
+    }
 }

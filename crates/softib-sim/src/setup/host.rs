@@ -313,10 +313,14 @@ fn connect(
 }
 
 /// The device of host `host` (LID `lid`): native IB, with the CAs' congestion control
-/// (IBA Annex A10 CCA, BECN answers) when the fabric has it on, at the host port's rate.
+/// (IBA Annex A10 CCA, BECN answers) when the fabric has it on at this CA (the scenario's,
+/// or what an external SM wrote into its agent), at the host port's rate.
 fn flow_device(fabric: &Fabric, host: &str, lid: u16, seed: u64) -> Device {
     let mut cfg = device_config(lid);
-    if let (Some(cc), Some(rate)) = (fabric.ca_congestion_control(), fabric.port_rate(host, 1)) {
+    if let (Some(cc), Some(rate)) = (
+        fabric.ca_congestion_control_of(host),
+        fabric.port_rate(host, 1),
+    ) {
         cfg.cc = cc.device_cc(&rate);
     }
     Device::new(cfg, seed)
