@@ -111,6 +111,7 @@ impl Device {
                 counters: DeviceCounters::default(),
                 cc: crate::cc::DeviceCc::default(),
                 describe_zeros: false,
+                pools: Default::default(),
             },
             qps: Vec::new(),
             retired: QpCounters::default(),
@@ -219,6 +220,7 @@ impl Device {
             scheduler_bytes: slots::<u32>(self.ready.capacity())
                 + slots::<Reverse<(Nanos, u32, u8)>>(self.timers.capacity()),
             device_bytes: std::mem::size_of::<Device>()
+                + sh.pools.heap_bytes()
                 + slots::<AsyncEvent>(sh.events.capacity())
                 + slots::<u32>(self.dead_pds.capacity()),
         }
@@ -992,9 +994,10 @@ impl Device {
             q if q.qp_type == QpType::Rd => return self.rd_post_send(i, wr),
             _ => {}
         }
+        let inline_buffer = self.inline_buffer_for(wr);
         let wqe = {
             let qp = self.qps[i].as_ref().expect("index checked");
-            self.build_send_wqe(qp, wr)?
+            self.build_send_wqe(qp, wr, inline_buffer)?
         };
         let mut wqe = wqe;
         let qp = self.qps[i].as_mut().expect("index checked");
@@ -1013,7 +1016,24 @@ impl Device {
         Ok(())
     }
 
-    fn build_send_wqe(&self, qp: &Qp, wr: &SendWr) -> Result<SendWqe, VerbsError> {
+    /// A buffer from the device's pool for the inline data of `wr`, if it asks for inline
+    /// (an empty list otherwise, which costs nothing).
+    fn inline_buffer_for(&mut self, wr: &SendWr) -> Vec<u8> {
+        if wr.flags.contains(SendFlags::INLINE) {
+            self.sh.pools.inline_buffer(0)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Checks `wr` and makes its WQE. Its SGE list is left empty: the caller fills it
+    /// from the queue's pool. Inline data is read into `inline_buffer`.
+    fn build_send_wqe(
+        &self,
+        qp: &Qp,
+        wr: &SendWr,
+        inline_buffer: Vec<u8>,
+    ) -> Result<SendWqe, VerbsError> {
         let state = qp.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(VerbsError::WrongState {
@@ -1150,7 +1170,9 @@ impl Device {
         }
         let inline_data = if inline {
             // Inline data is read at post time; the lkeys are not used (ibv_post_send(3)).
-            let mut data = vec![0u8; length as usize];
+            let mut data = inline_buffer;
+            data.clear();
+            data.resize(length as usize, 0);
             let mut at = 0usize;
             for sge in &wr.sg_list {
                 let Some(mr) = self.sh.mrs.get(sge.lkey) else {
@@ -1177,11 +1199,7 @@ impl Device {
         Ok(SendWqe {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
-            sges: if inline {
-                Vec::new()
-            } else {
-                wr.sg_list.clone()
-            },
+            sges: Vec::new(),
             inline: inline_data,
             signaled: wr.flags.contains(SendFlags::SIGNALED),
             solicited: wr.flags.contains(SendFlags::SOLICITED),
@@ -1244,7 +1262,7 @@ impl Device {
                 wr_id: wr.wr_id,
             });
         }
-        let wqe = RecvWqe::new(wr.wr_id, &wr.sg_list);
+        let wqe = RecvWqe::with_sges(wr.wr_id, self.sh.pools.sge_list(&wr.sg_list));
         if qp.state() == QpState::Err {
             qp.rq.push(wqe);
             qp.flush_recv(&mut self.sh);
@@ -1257,9 +1275,9 @@ impl Device {
 
     /// Posts a receive WR to a shared receive queue.
     pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<(), VerbsError> {
-        let s = self
-            .sh
-            .srqs
+        // The SRQ and the pool are disjoint fields of the shared state.
+        let Shared { srqs, pools, .. } = &mut self.sh;
+        let s = srqs
             .get_mut(srq.0 as usize)
             .and_then(|s| s.as_mut())
             .ok_or(unknown("SRQ", srq.0))?;
@@ -1278,7 +1296,8 @@ impl Device {
                 wr_id: wr.wr_id,
             });
         }
-        s.queue.push(RecvWqe::new(wr.wr_id, &wr.sg_list));
+        s.queue
+            .push(RecvWqe::with_sges(wr.wr_id, pools.sge_list(&wr.sg_list)));
         Ok(())
     }
 
