@@ -25,10 +25,12 @@ pub(crate) struct WqePools {
 
 impl WqePools {
     /// A copy of `sges` in a recycled list (allocates only when the pool is empty or the
-    /// list longer than any kept).
+    /// list longer than the one it hands out). A new list is sized exactly, as `to_vec`
+    /// does: a queue full of posted receives holds no more heap than before the pool.
     pub fn sge_list(&mut self, sges: &[Sge]) -> Vec<Sge> {
         let mut v = self.sge_lists.pop().unwrap_or_default();
         v.clear();
+        v.reserve_exact(sges.len());
         v.extend_from_slice(sges);
         v
     }
@@ -37,6 +39,7 @@ impl WqePools {
     pub fn inline_buffer(&mut self, len: usize) -> Vec<u8> {
         let mut v = self.inline.pop().unwrap_or_default();
         v.clear();
+        v.reserve_exact(len);
         v.resize(len, 0);
         v
     }
@@ -82,6 +85,7 @@ mod tests {
             lkey: 3,
         };
         let v = p.sge_list(&[a, a]);
+        assert_eq!(v.capacity(), 2, "a new list is sized exactly (the footprint counts it)");
         let ptr = v.as_ptr();
         p.recycle_sges(v);
         let b = Sge { addr: 9, ..a };
