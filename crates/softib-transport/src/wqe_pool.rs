@@ -85,7 +85,11 @@ mod tests {
             lkey: 3,
         };
         let v = p.sge_list(&[a, a]);
-        assert_eq!(v.capacity(), 2, "a new list is sized exactly (the footprint counts it)");
+        assert_eq!(
+            v.capacity(),
+            2,
+            "a new list is sized exactly (the footprint counts it)"
+        );
         let ptr = v.as_ptr();
         p.recycle_sges(v);
         let b = Sge { addr: 9, ..a };
