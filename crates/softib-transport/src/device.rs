@@ -43,6 +43,11 @@ pub struct Device {
     qps: Vec<Option<Qp>>,
     /// QP slot <-> QPN (sequential or scrambled).
     qpn_map: QpnMap,
+    /// The last (QPN, slot) the receive path and the posts looked up: a scrambled QPN
+    /// costs four Feistel rounds to map (`qpn.rs`, about 80 instructions), and consecutive
+    /// packets and posts mostly name the same QP. Checked against the slot's QPN on use,
+    /// so a destroyed or reused slot is never taken for another QP.
+    last_qp: (u32, u32),
     /// Counters of destroyed QPs, so device totals never go backwards.
     retired: QpCounters,
     pds: u32,
@@ -114,6 +119,7 @@ impl Device {
                 pools: Default::default(),
             },
             qps: Vec::new(),
+            last_qp: (u32::MAX, 0),
             retired: QpCounters::default(),
             pds: 0,
             dead_pds: Vec::new(),
@@ -238,6 +244,24 @@ impl Device {
     fn qp_index(&self, qpn: u32) -> Option<usize> {
         let i = self.qpn_map.slot_of_offset(qpn.checked_sub(FIRST_QPN)?)? as usize;
         self.qps.get(i)?.as_ref()?;
+        Some(i)
+    }
+
+    /// [`Device::qp_index`] through the one-entry cache `last_qp`, for the per-packet and
+    /// per-post paths.
+    fn qp_index_cached(&mut self, qpn: u32) -> Option<usize> {
+        let (last, slot) = self.last_qp;
+        if last == qpn
+            && self
+                .qps
+                .get(slot as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|q| q.qpn == qpn)
+        {
+            return Some(slot as usize);
+        }
+        let i = self.qp_index(qpn)?;
+        self.last_qp = (qpn, i as u32);
         Some(i)
     }
 
@@ -981,7 +1005,7 @@ impl Device {
     /// surface as error completions when the WR executes (as on hardware).
     pub fn post_send(&mut self, now: Nanos, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
         let _ = now;
-        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let i = self.qp_index_cached(qpn).ok_or(unknown("QP", qpn))?;
         match self.qps[i].as_ref().expect("index checked") {
             q if q.is_eec() => {
                 return Err(VerbsError::InvalidAttribute {
@@ -1223,7 +1247,7 @@ impl Device {
 
     /// Posts a receive WR to a QP's own receive queue.
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
-        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let i = self.qp_index_cached(qpn).ok_or(unknown("QP", qpn))?;
         let qp = self.qps[i].as_mut().expect("index checked");
         if qp.qp_type.is_xrc() {
             return Err(VerbsError::InvalidWr {
@@ -1413,7 +1437,7 @@ impl Device {
             self.handle_multicast(now, meta, pkt);
             return;
         }
-        let Some(i) = self.qp_index(dest) else {
+        let Some(i) = self.qp_index_cached(dest) else {
             self.sh.counters.unknown_qp_drops += 1;
             return;
         };
@@ -1424,15 +1448,24 @@ impl Device {
     /// GID gets it, each through its own checks. A multicast packet of any other service, or
     /// one whose GID no QP is attached to, is dropped and counted as for an unknown QP.
     fn handle_multicast(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
-        let members = match (pkt.bth.opcode.service(), meta.grh) {
-            (Service::Ud, Some(grh)) => self.mcast.members(&grh.dgid).to_vec(),
-            _ => Vec::new(),
+        let gid = match (pkt.bth.opcode.service(), meta.grh) {
+            (Service::Ud, Some(grh)) => grh.dgid,
+            _ => {
+                self.sh.counters.unknown_qp_drops += 1;
+                return;
+            }
         };
-        if members.is_empty() {
+        let members = self.mcast.members(&gid).len();
+        if members == 0 {
             self.sh.counters.unknown_qp_drops += 1;
             return;
         }
-        for qpn in members {
+        // By position, not a copy of the member list (no allocation per packet): delivery
+        // never attaches or detaches, so the list stays as it is while this loop runs.
+        for k in 0..members {
+            let Some(&qpn) = self.mcast.members(&gid).get(k) else {
+                break;
+            };
             if let Some(i) = self.qp_index(qpn) {
                 self.deliver(now, meta, pkt, i);
             }
