@@ -7,8 +7,14 @@
 //! both sides, a floor for two idle cores.
 //!
 //! ```text
-//! cargo run --release -p softib-net --example fadd_cost -- [SECONDS]
+//! cargo run --release -p softib-net --example fadd_cost -- [SECONDS | --ops N]
 //! ```
+//!
+//! `--ops N` runs exactly N operations instead of a time: under `valgrind --tool=callgrind`
+//! the difference between the instruction counts of two such runs (N and 2N) divided by N
+//! is the user-space instructions per operation without the set-up, a figure any load
+//! leaves alone (on loopback a send runs the receiver's kernel path before it returns, so
+//! the lockstep run takes the same steps every time).
 
 use std::time::{Duration, Instant};
 
@@ -34,10 +40,17 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ops: Option<u64> = match args.first().map(String::as_str) {
+        Some("--ops") => Some(
+            args.get(1)
+                .and_then(|n| n.parse().ok())
+                .map(|n: u64| n.div_ceil(SIGNAL_EVERY) * SIGNAL_EVERY)
+                .expect("--ops needs a number of operations"),
+        ),
+        _ => None,
+    };
+    let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let open = |addr: &str| {
         let c = NetConfig::new(addr.parse().unwrap());
         Context::open(c, WaitMode::default()).unwrap()
@@ -87,9 +100,13 @@ fn main() {
     let (t0, c0) = (Instant::now(), cpu_seconds());
     let end = t0 + Duration::from_secs_f64(secs);
     let mut batch = Vec::with_capacity(DEPTH as usize);
-    while Instant::now() < end {
+    let more = |posted: u64| match ops {
+        Some(n) => posted < n,
+        None => Instant::now() < end,
+    };
+    while more(posted) {
         batch.clear();
-        while posted - done < DEPTH {
+        while posted - done < DEPTH && ops.is_none_or(|n| posted < n) {
             batch.push(wr(posted));
             posted += 1;
         }

@@ -541,22 +541,16 @@ fn write_cmsg(buf: &mut [u8], level: i32, name: i32, payload: &[u8]) -> usize {
 /// Waits until `fd` is readable (or writable with `write`), or `timeout_ms` passes
 /// (negative: forever). Returns whether it became ready.
 pub(crate) fn poll_fd(fd: RawFd, write: bool, timeout_ms: i32) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
+    let mut pfd = [libc::pollfd {
         fd,
         events: if write { libc::POLLOUT } else { libc::POLLIN },
         revents: 0,
-    };
-    loop {
-        // SAFETY: pfd is a live local and we pass a count of exactly one.
-        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if rc >= 0 {
-            return Ok(rc > 0);
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
+    }];
+    let timeout = u64::try_from(timeout_ms)
+        .ok()
+        .map(std::time::Duration::from_millis);
+    ppoll_retrying(&mut pfd, timeout)?;
+    Ok(pfd[0].revents != 0)
 }
 
 /// Waits until `a` or `b` is readable, or `timeout` passes (`None`: forever), with
@@ -567,45 +561,14 @@ pub(crate) fn poll_two(
     b: RawFd,
     timeout: Option<std::time::Duration>,
 ) -> io::Result<(bool, bool)> {
-    let mut pfds = [
-        libc::pollfd {
-            fd: a,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: b,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    loop {
-        // SAFETY: pfds is a live local array and the count passed is its length; ts_ptr is
-        // null or points to the live local `ts`; a null signal mask leaves it unchanged.
-        let rc = unsafe {
-            libc::ppoll(
-                pfds.as_mut_ptr(),
-                pfds.len() as libc::nfds_t,
-                ts_ptr,
-                std::ptr::null(),
-            )
-        };
-        if rc >= 0 {
-            return Ok((pfds[0].revents != 0, pfds[1].revents != 0));
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
+    let mut pfds = [readable(a), readable(b)];
+    ppoll_retrying(&mut pfds, timeout)?;
+    Ok((pfds[0].revents != 0, pfds[1].revents != 0))
 }
+
+/// Descriptors [`poll_set`] watches from an array on the stack; more go to the heap (a
+/// device with many multicast groups), fewer cost no allocation per sleep.
+const POLL_SET_ON_STACK: usize = 16;
 
 /// Waits until one of `data` or `wake` is readable or `timeout` passes (`None`: no limit);
 /// returns (a `data` descriptor is readable, `wake` is readable). Negative descriptors are
@@ -615,15 +578,39 @@ pub(crate) fn poll_set(
     wake: RawFd,
     timeout: Option<std::time::Duration>,
 ) -> io::Result<(bool, bool)> {
-    let mut pfds: Vec<libc::pollfd> = data
-        .iter()
-        .chain(std::iter::once(&wake))
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    let fds = data.iter().chain(std::iter::once(&wake));
+    let mut on_stack = [readable(-1); POLL_SET_ON_STACK];
+    let mut on_heap = Vec::new();
+    let pfds: &mut [libc::pollfd] = if data.len() < POLL_SET_ON_STACK {
+        for (p, &fd) in on_stack.iter_mut().zip(fds) {
+            *p = readable(fd);
+        }
+        &mut on_stack[..=data.len()]
+    } else {
+        on_heap.extend(fds.map(|&fd| readable(fd)));
+        &mut on_heap
+    };
+    ppoll_retrying(pfds, timeout)?;
+    let (last, rest) = pfds.split_last().unwrap_or((&pfds[0], &[]));
+    Ok((rest.iter().any(|p| p.revents != 0), last.revents != 0))
+}
+
+/// A `pollfd` waiting for `fd` to be readable (a negative `fd` is skipped by the kernel).
+fn readable(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// `ppoll(2)` on `pfds` until one is ready or `timeout` passes (`None`: forever), with
+/// nanosecond precision; an interrupted call is retried with the same timeout. The
+/// `revents` of `pfds` say which are ready.
+fn ppoll_retrying(
+    pfds: &mut [libc::pollfd],
+    timeout: Option<std::time::Duration>,
+) -> io::Result<()> {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
@@ -632,8 +619,8 @@ pub(crate) fn poll_set(
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     loop {
-        // SAFETY: pfds is a live Vec and the count passed is its length; ts_ptr is null or
-        // points to the live local `ts`; a null signal mask leaves it unchanged.
+        // SAFETY: pfds is a live exclusive slice and the count passed is its length; ts_ptr
+        // is null or points to the live local `ts`; a null signal mask leaves it unchanged.
         let rc = unsafe {
             libc::ppoll(
                 pfds.as_mut_ptr(),
@@ -643,8 +630,7 @@ pub(crate) fn poll_set(
             )
         };
         if rc >= 0 {
-            let (last, rest) = pfds.split_last().unwrap_or((&pfds[0], &[]));
-            return Ok((rest.iter().any(|p| p.revents != 0), last.revents != 0));
+            return Ok(());
         }
         let err = io::Error::last_os_error();
         if err.kind() != io::ErrorKind::Interrupted {

@@ -43,6 +43,11 @@ pub struct Device {
     qps: Vec<Option<Qp>>,
     /// QP slot <-> QPN (sequential or scrambled).
     qpn_map: QpnMap,
+    /// The last (QPN, slot) the receive path and the posts looked up: a scrambled QPN
+    /// costs four Feistel rounds to map (`qpn.rs`, about 80 instructions), and consecutive
+    /// packets and posts mostly name the same QP. Checked against the slot's QPN on use,
+    /// so a destroyed or reused slot is never taken for another QP.
+    last_qp: (u32, u32),
     /// Counters of destroyed QPs, so device totals never go backwards.
     retired: QpCounters,
     pds: u32,
@@ -111,8 +116,10 @@ impl Device {
                 counters: DeviceCounters::default(),
                 cc: crate::cc::DeviceCc::default(),
                 describe_zeros: false,
+                pools: Default::default(),
             },
             qps: Vec::new(),
+            last_qp: (u32::MAX, 0),
             retired: QpCounters::default(),
             pds: 0,
             dead_pds: Vec::new(),
@@ -228,6 +235,7 @@ impl Device {
             scheduler_bytes: slots::<u32>(self.ready.capacity())
                 + slots::<Reverse<(Nanos, u32, u8)>>(self.timers.capacity()),
             device_bytes: std::mem::size_of::<Device>()
+                + sh.pools.heap_bytes()
                 + slots::<AsyncEvent>(sh.events.capacity())
                 + slots::<u32>(self.dead_pds.capacity()),
         }
@@ -245,6 +253,24 @@ impl Device {
     fn qp_index(&self, qpn: u32) -> Option<usize> {
         let i = self.qpn_map.slot_of_offset(qpn.checked_sub(FIRST_QPN)?)? as usize;
         self.qps.get(i)?.as_ref()?;
+        Some(i)
+    }
+
+    /// [`Device::qp_index`] through the one-entry cache `last_qp`, for the per-packet and
+    /// per-post paths.
+    fn qp_index_cached(&mut self, qpn: u32) -> Option<usize> {
+        let (last, slot) = self.last_qp;
+        if last == qpn
+            && self
+                .qps
+                .get(slot as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|q| q.qpn == qpn)
+        {
+            return Some(slot as usize);
+        }
+        let i = self.qp_index(qpn)?;
+        self.last_qp = (qpn, i as u32);
         Some(i)
     }
 
@@ -988,7 +1014,7 @@ impl Device {
     /// surface as error completions when the WR executes (as on hardware).
     pub fn post_send(&mut self, now: Nanos, qpn: u32, wr: &SendWr) -> Result<(), VerbsError> {
         let _ = now;
-        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let i = self.qp_index_cached(qpn).ok_or(unknown("QP", qpn))?;
         match self.qps[i].as_ref().expect("index checked") {
             q if q.is_eec() => {
                 return Err(VerbsError::InvalidAttribute {
@@ -1001,9 +1027,10 @@ impl Device {
             q if q.qp_type == QpType::Rd => return self.rd_post_send(i, wr),
             _ => {}
         }
+        let inline_buffer = self.inline_buffer_for(wr);
         let wqe = {
             let qp = self.qps[i].as_ref().expect("index checked");
-            self.build_send_wqe(qp, wr)?
+            self.build_send_wqe(qp, wr, inline_buffer)?
         };
         let mut wqe = wqe;
         let qp = self.qps[i].as_mut().expect("index checked");
@@ -1022,7 +1049,24 @@ impl Device {
         Ok(())
     }
 
-    fn build_send_wqe(&self, qp: &Qp, wr: &SendWr) -> Result<SendWqe, VerbsError> {
+    /// A buffer from the device's pool for the inline data of `wr`, if it asks for inline
+    /// (an empty list otherwise, which costs nothing).
+    fn inline_buffer_for(&mut self, wr: &SendWr) -> Vec<u8> {
+        if wr.flags.contains(SendFlags::INLINE) {
+            self.sh.pools.inline_buffer(0)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Checks `wr` and makes its WQE. Its SGE list is left empty: the caller fills it
+    /// from the queue's pool. Inline data is read into `inline_buffer`.
+    fn build_send_wqe(
+        &self,
+        qp: &Qp,
+        wr: &SendWr,
+        inline_buffer: Vec<u8>,
+    ) -> Result<SendWqe, VerbsError> {
         let state = qp.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(VerbsError::WrongState {
@@ -1159,7 +1203,9 @@ impl Device {
         }
         let inline_data = if inline {
             // Inline data is read at post time; the lkeys are not used (ibv_post_send(3)).
-            let mut data = vec![0u8; length as usize];
+            let mut data = inline_buffer;
+            data.clear();
+            data.resize(length as usize, 0);
             let mut at = 0usize;
             for sge in &wr.sg_list {
                 let Some(mr) = self.sh.mrs.get(sge.lkey) else {
@@ -1186,11 +1232,7 @@ impl Device {
         Ok(SendWqe {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
-            sges: if inline {
-                Vec::new()
-            } else {
-                wr.sg_list.clone()
-            },
+            sges: Vec::new(),
             inline: inline_data,
             signaled: wr.flags.contains(SendFlags::SIGNALED),
             solicited: wr.flags.contains(SendFlags::SOLICITED),
@@ -1214,7 +1256,7 @@ impl Device {
 
     /// Posts a receive WR to a QP's own receive queue.
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), VerbsError> {
-        let i = self.qp_index(qpn).ok_or(unknown("QP", qpn))?;
+        let i = self.qp_index_cached(qpn).ok_or(unknown("QP", qpn))?;
         let qp = self.qps[i].as_mut().expect("index checked");
         if qp.qp_type.is_xrc() {
             return Err(VerbsError::InvalidWr {
@@ -1253,7 +1295,7 @@ impl Device {
                 wr_id: wr.wr_id,
             });
         }
-        let wqe = RecvWqe::new(wr.wr_id, &wr.sg_list);
+        let wqe = RecvWqe::with_sges(wr.wr_id, self.sh.pools.sge_list(&wr.sg_list));
         if qp.state() == QpState::Err {
             qp.rq.push(wqe);
             qp.flush_recv(&mut self.sh);
@@ -1266,9 +1308,9 @@ impl Device {
 
     /// Posts a receive WR to a shared receive queue.
     pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<(), VerbsError> {
-        let s = self
-            .sh
-            .srqs
+        // The SRQ and the pool are disjoint fields of the shared state.
+        let Shared { srqs, pools, .. } = &mut self.sh;
+        let s = srqs
             .get_mut(srq.0 as usize)
             .and_then(|s| s.as_mut())
             .ok_or(unknown("SRQ", srq.0))?;
@@ -1287,7 +1329,8 @@ impl Device {
                 wr_id: wr.wr_id,
             });
         }
-        s.queue.push(RecvWqe::new(wr.wr_id, &wr.sg_list));
+        s.queue
+            .push(RecvWqe::with_sges(wr.wr_id, pools.sge_list(&wr.sg_list)));
         Ok(())
     }
 
@@ -1403,7 +1446,7 @@ impl Device {
             self.handle_multicast(now, meta, pkt);
             return;
         }
-        let Some(i) = self.qp_index(dest) else {
+        let Some(i) = self.qp_index_cached(dest) else {
             self.sh.counters.unknown_qp_drops += 1;
             return;
         };
@@ -1414,15 +1457,24 @@ impl Device {
     /// GID gets it, each through its own checks. A multicast packet of any other service, or
     /// one whose GID no QP is attached to, is dropped and counted as for an unknown QP.
     fn handle_multicast(&mut self, now: Nanos, meta: &RxMeta, pkt: &PacketRepr<'_>) {
-        let members = match (pkt.bth.opcode.service(), meta.grh) {
-            (Service::Ud, Some(grh)) => self.mcast.members(&grh.dgid).to_vec(),
-            _ => Vec::new(),
+        let gid = match (pkt.bth.opcode.service(), meta.grh) {
+            (Service::Ud, Some(grh)) => grh.dgid,
+            _ => {
+                self.sh.counters.unknown_qp_drops += 1;
+                return;
+            }
         };
-        if members.is_empty() {
+        let members = self.mcast.members(&gid).len();
+        if members == 0 {
             self.sh.counters.unknown_qp_drops += 1;
             return;
         }
-        for qpn in members {
+        // By position, not a copy of the member list (no allocation per packet): delivery
+        // never attaches or detaches, so the list stays as it is while this loop runs.
+        for k in 0..members {
+            let Some(&qpn) = self.mcast.members(&gid).get(k) else {
+                break;
+            };
             if let Some(i) = self.qp_index(qpn) {
                 self.deliver(now, meta, pkt, i);
             }

@@ -36,6 +36,7 @@ pub mod time;
 mod uc;
 pub mod ud;
 pub mod verbs;
+mod wqe_pool;
 
 pub use bring_up::{bring_up_steps, BRING_UP_ATTRS};
 pub use config::{DeviceConfig, LinkLayer, ResendPolicy};

@@ -105,6 +105,8 @@ pub(crate) struct Shared {
     /// Set for the duration of [`crate::Device::poll_transmit_described`]: producers leave a
     /// payload that reads as zeros out of the buffer and say so in `Transmit::zero_payload`.
     pub describe_zeros: bool,
+    /// Buffers of finished WQEs, reused by the next posts (`wqe_pool.rs`).
+    pub pools: crate::wqe_pool::WqePools,
 }
 
 impl Shared {

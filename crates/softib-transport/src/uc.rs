@@ -162,7 +162,7 @@ impl Qp {
         self.req.max_sent = self.req.tx_psn;
         if last {
             let w = self.sq.pop_head().expect("head exists");
-            self.complete_send(sh, &w, WcStatus::Success, VendorErr::None);
+            self.retire_send(sh, w, WcStatus::Success, VendorErr::None);
             self.check_drained(sh);
         }
         Some(Transmit {
@@ -319,6 +319,7 @@ impl Qp {
                     meta.sl,
                     VendorErr::None,
                 );
+                sh.pools.recycle_sges(wqe.sges);
             }
             return;
         }

@@ -166,6 +166,7 @@ impl Qp {
             meta.sl,
             VendorErr::None,
         );
+        sh.pools.recycle_sges(wqe.sges);
         Ok(())
     }
 }

@@ -188,7 +188,7 @@ impl Device {
             wr_id: wr.wr_id,
             reason: "an RD send needs `rd` (EEC, remote QPN, Q_Key)".into(),
         })?;
-        let mut wqe = self.build_send_wqe(qp, wr)?;
+        let mut wqe = self.build_send_wqe(qp, wr, Vec::new())?;
         let (qpn, rdd) = (qp.qpn, qp.rdd());
         let status = match self.eec_index(dest.eec) {
             _ if matches!(qp.state(), QpState::Err | QpState::Sqe) => Some(WcStatus::WrFlushErr),

@@ -349,6 +349,22 @@ impl Qp {
         }
     }
 
+    /// [`Qp::complete_send`] for a WQE that left the send queue for good: its inline buffer
+    /// goes back to the device's pool (`wqe_pool.rs`) instead of being freed on the receive
+    /// path of the ACK that finished it.
+    pub fn retire_send(
+        &mut self,
+        sh: &mut Shared,
+        w: SendWqe,
+        status: WcStatus,
+        vendor: VendorErr,
+    ) {
+        self.complete_send(sh, &w, status, vendor);
+        if let Some(buffer) = w.inline {
+            sh.pools.recycle_inline(buffer);
+        }
+    }
+
     /// Posts a completion for a send WQE (when signaled, or always for errors).
     pub fn complete_send(
         &mut self,

@@ -14,11 +14,12 @@ pub(crate) struct RecvWqe {
 }
 
 impl RecvWqe {
-    pub fn new(wr_id: u64, sges: &[Sge]) -> Self {
+    /// A WQE owning `sges` (a list from the device's pool, `wqe_pool.rs`).
+    pub fn with_sges(wr_id: u64, sges: Vec<Sge>) -> Self {
         RecvWqe {
             wr_id,
-            sges: sges.to_vec(),
             capacity: sges.iter().map(|s| s.length as u64).sum(),
+            sges,
         }
     }
 }

@@ -86,5 +86,6 @@ impl Qp {
             meta.sl,
             VendorErr::None,
         );
+        sh.pools.recycle_sges(wqe.sges);
     }
 }

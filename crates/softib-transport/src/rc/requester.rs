@@ -465,7 +465,7 @@ impl Qp {
             let w = self.sq.pop_head().expect("started > 0");
             self.req.una = psn::add(w.last_psn(), 1);
             self.req.tx_idx = self.req.tx_idx.saturating_sub(1);
-            self.complete_send(sh, &w, WcStatus::Success, VendorErr::None);
+            self.retire_send(sh, w, WcStatus::Success, VendorErr::None);
         }
         if self.req.una != before {
             self.progress(now);

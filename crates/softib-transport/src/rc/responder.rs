@@ -344,6 +344,7 @@ impl Qp {
                 meta.sl,
                 VendorErr::None,
             );
+            sh.pools.recycle_sges(wqe.sges);
         }
         self.accept(pkt);
     }
