@@ -8,62 +8,70 @@
 //! counting wrapper passes every call straight to the system allocator (the engine crate
 //! itself keeps `#![forbid(unsafe_code)]`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use softib_transport::harness::{empty_wc, Endpoint, Pair, QpOptions};
 use softib_transport::{RecvWr, RxGrh, RxMeta, SendFlags, SendWr, Sge, WcStatus, WrOpcode};
 
-/// Counts allocations, reallocations and frees made by threads that switched counting on.
-struct Counting;
+/// The counting global allocator: the only `unsafe` of this test, kept in one module.
+mod counting_allocator {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
 
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static HEAP_OPS: Cell<u64> = const { Cell::new(0) };
-}
+    /// Counts allocations, reallocations and frees made by threads that switched counting on.
+    struct Counting;
 
-fn count() {
-    // `try_with`: the allocator may run while this thread's locals are torn down.
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = HEAP_OPS.try_with(|n| n.set(n.get() + 1));
+    thread_local! {
+        static COUNTING: Cell<bool> = const { Cell::new(false) };
+        static HEAP_OPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    fn count() {
+        // `try_with`: the allocator may run while this thread's locals are torn down.
+        let _ = COUNTING.try_with(|on| {
+            if on.get() {
+                let _ = HEAP_OPS.try_with(|n| n.set(n.get() + 1));
+            }
+        });
+    }
+
+    // SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
+    // wrapper keeps all of GlobalAlloc's contracts that `System` keeps; the counting touches
+    // only const-initialised thread-locals, which never allocate.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            count();
+            // SAFETY: the caller's arguments, unchanged, under the contract it was called with.
+            unsafe { System.alloc(layout) }
         }
-    });
-}
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            count();
+            // SAFETY: the caller's arguments, unchanged, under the contract it was called with.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            count();
+            // SAFETY: the caller's arguments, unchanged, under the contract it was called with.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            count();
+            // SAFETY: the caller's arguments, unchanged, under the contract it was called with.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
 
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
-// wrapper keeps all of GlobalAlloc's contracts that `System` keeps; the counting touches
-// only const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count();
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        unsafe { System.realloc(ptr, layout, new_size) }
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    /// Heap operations `f` made on this thread (calls may nest: the count only grows).
+    pub fn heap_ops(f: impl FnOnce()) -> u64 {
+        let was_on = COUNTING.with(|on| on.replace(true));
+        let before = HEAP_OPS.with(Cell::get);
+        f();
+        COUNTING.with(|on| on.set(was_on));
+        HEAP_OPS.with(Cell::get) - before
     }
 }
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Heap operations `f` made on this thread (calls may nest: the count only grows).
-fn heap_ops(f: impl FnOnce()) -> u64 {
-    let was_on = COUNTING.with(|on| on.replace(true));
-    let before = HEAP_OPS.with(Cell::get);
-    f();
-    COUNTING.with(|on| on.set(was_on));
-    HEAP_OPS.with(Cell::get) - before
-}
+use counting_allocator::heap_ops;
 
 const SEC: u64 = 1_000_000_000;
 
