@@ -61,6 +61,20 @@ impl Tie {
     }
 }
 
+/// Where in a run's order something happened, for whatever records what the fabric does
+/// (a packet capture): the event being handled (`time << 64 | tie`, plus one; 0 while the
+/// fabric starts) and the entity whose state the handling code changes. The order depends
+/// only on the scenario, never on how the fabric was partitioned, so records taken in
+/// several partitions, sorted by it, come out in the order one unpartitioned fabric
+/// would have taken them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventOrder {
+    /// The event's key plus one (0: the fabric's start, before any event).
+    pub event: u128,
+    /// The entity (0 = the fabric itself, node n = n + 1).
+    pub entity: u32,
+}
+
 /// (time, tie) packed into one integer, so that an entry comparison is a single 128-bit
 /// compare on the hot path.
 #[derive(Clone, Copy)]
@@ -290,10 +304,16 @@ impl<E: Copy> EventQueue<E> {
 
     /// Removes and returns the earliest event.
     pub fn pop(&mut self) -> Option<(Picos, E)> {
+        self.pop_keyed().map(|(key, e)| ((key >> 64) as Picos, e))
+    }
+
+    /// Removes and returns the earliest event with its key, `time << 64 | tie`: the place
+    /// of the event in the run's order (see [`EventOrder`]).
+    pub fn pop_keyed(&mut self) -> Option<(u128, E)> {
         self.advance();
         let e = *self.active.get(self.head)?;
         self.head += 1;
-        Some((e.time(), e.event))
+        Some((e.key, e.event))
     }
 
     /// The time of the earliest event, if any.

@@ -201,6 +201,7 @@ impl Fabric {
             kicks: VecDeque::new(),
             scheduled_by: vec![0; entities],
             current: 0,
+            event_key: 0,
             part: None,
             started: false,
             events: 0,

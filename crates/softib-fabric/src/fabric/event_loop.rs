@@ -29,7 +29,9 @@ impl Fabric {
             if t > end {
                 break;
             }
-            let (t, ev) = self.queue.pop().expect("peeked");
+            let (key, ev) = self.queue.pop_keyed().expect("peeked");
+            let t = (key >> 64) as Picos;
+            self.event_key = key + 1;
             self.now = t;
             self.events += 1;
             self.handle(t, ev);
@@ -39,6 +41,7 @@ impl Fabric {
 
     pub(super) fn start(&mut self) {
         self.started = true;
+        self.event_key = 0;
         for q in 0..self.ports.len() {
             let node = self.ports[q].node;
             if self.ports[q].peer == NO_PEER || !self.owns_node(node as usize) {
@@ -197,6 +200,10 @@ impl Fabric {
         {
             let mut tx = HcaTx {
                 now: self.now,
+                order: crate::event::EventOrder {
+                    event: self.event_key,
+                    entity: self.current,
+                },
                 lid,
                 depth: self.config.hca_send_queue_packets,
                 pool: &mut self.pool,

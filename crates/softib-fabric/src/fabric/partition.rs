@@ -185,7 +185,8 @@ impl Partitioning {
 impl Fabric {
     /// Makes this fabric partition `me` of `partitioning`: from now on it runs only the
     /// nodes that partition owns and sends what crosses to the others to its outbox. Call
-    /// before the run starts. Port taps cannot be combined with partitions yet.
+    /// before the run starts. Port taps see what the ports this partition owns send (both ends
+    /// of the cable), so every partition sees its share once.
     pub fn set_partition(
         &mut self,
         partitioning: &Partitioning,
@@ -201,12 +202,6 @@ impl Fabric {
             return Err(BuildError::Setting {
                 key: "partitions",
                 reason: "the partitioning is for another topology".into(),
-            });
-        }
-        if self.tap.is_some() {
-            return Err(BuildError::Setting {
-                key: "partitions",
-                reason: "packet captures are not supported in a partitioned run yet".into(),
             });
         }
         self.part = Some(Box::new(PartitionState {

@@ -98,10 +98,40 @@ impl FlowStats {
     }
 
     fn touch(&mut self, at: Picos) {
-        if self.first_ps.is_none() {
-            self.first_ps = Some(at);
-        }
+        // The earliest, not the first recorded: unreliable messages are recorded after
+        // the run (`UnreliableLog::settle`), partitions' records are merged.
+        self.first_ps = Some(self.first_ps.map_or(at, |f| f.min(at)));
         self.last_ps = self.last_ps.max(at);
+    }
+
+    /// Adds what another recorder saw of this flow (the same flow in another partition).
+    fn merge(&mut self, o: &FlowStats) {
+        self.packets += o.packets;
+        self.wire_bytes += o.wire_bytes;
+        self.messages += o.messages;
+        self.payload_bytes += o.payload_bytes;
+        self.errors += o.errors;
+        for (k, v) in &o.error_statuses {
+            *self.error_statuses.entry(k).or_default() += v;
+        }
+        self.lost += o.lost;
+        if let Some(f) = o.first_ps {
+            self.touch(f);
+        }
+        self.last_ps = self.last_ps.max(o.last_ps);
+        for (bins, other) in [
+            (&mut self.wire_bins, &o.wire_bins),
+            (&mut self.payload_bins, &o.payload_bins),
+        ] {
+            if other.len() > bins.len() {
+                bins.resize(other.len(), 0);
+            }
+            for (a, b) in bins.iter_mut().zip(other) {
+                *a += b;
+            }
+        }
+        self.packet_latency.merge(&o.packet_latency);
+        self.message_latency.merge(&o.message_latency);
     }
 }
 
@@ -198,6 +228,20 @@ impl FlowRecorder {
     /// Every flow, by id.
     pub fn flows(&self) -> &BTreeMap<u32, FlowStats> {
         &self.flows
+    }
+
+    /// Adds what `other` (another partition's recorder, same bins and flow definitions)
+    /// recorded. Every figure is a sum, a minimum or a maximum, so the merged recorder
+    /// is the one a single fabric would have filled, in whatever order partitions merge.
+    pub fn merge(&mut self, other: &FlowRecorder) {
+        for (&id, o) in &other.flows {
+            match self.flows.get_mut(&id) {
+                Some(f) => f.merge(o),
+                None => {
+                    self.flows.insert(id, o.clone());
+                }
+            }
+        }
     }
 }
 

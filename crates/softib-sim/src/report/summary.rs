@@ -167,6 +167,21 @@ impl FlowQp {
         self.requester_packets_sent = c.packets_sent;
     }
 
+    /// Adds the other side's counters, as another partition found them (each field is set
+    /// by one side only).
+    pub fn absorb(&mut self, o: &FlowQp) {
+        self.retransmitted_packets += o.retransmitted_packets;
+        self.local_ack_timeouts += o.local_ack_timeouts;
+        self.seq_naks_received += o.seq_naks_received;
+        self.rnr_naks_received += o.rnr_naks_received;
+        self.requester_packets_sent += o.requester_packets_sent;
+        self.duplicates_received += o.duplicates_received;
+        self.rnr_naks_sent += o.rnr_naks_sent;
+        self.seq_naks_sent += o.seq_naks_sent;
+        self.out_of_sequence_drops += o.out_of_sequence_drops;
+        self.responder_packets_received += o.responder_packets_received;
+    }
+
     /// Takes the responder's counters from its QP.
     pub fn set_responder(&mut self, c: &softib_transport::QpCounters) {
         self.duplicates_received = c.duplicates_received;
