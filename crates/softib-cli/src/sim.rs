@@ -3,7 +3,9 @@
 //! `--sweep KEY=V1,V2,...` runs variants in parallel and tabulates them; `--compare A B`
 //! runs two scenarios and sets their counters side by side.
 //!
-//! `--threads N` splits the fabric into N partitions on N threads; the output is the same.
+//! `--threads N` splits the fabric into N partitions on N threads, and a build with the `mpi`
+//! feature run under `mpirun -np N` one partition per rank (rank 0 prints and writes); the
+//! output is the serial run's, byte for byte.
 //!
 //! SCENARIO is a TOML file, or the name of a bundled scenario (`softib sim --list`); with
 //! none, the bundled default runs. The wall clock is read here only, for the progress bar.
@@ -334,6 +336,10 @@ pub fn run_cli(args: &SimArgs, serve: fn(&SimArgs) -> Result<()>) -> Result<()> 
         return serve(args);
     }
     let l = load(args.scenario.as_deref(), args.seed, &args.set)?;
+    #[cfg(feature = "mpi")]
+    if softib_sim::mpi_exchange::launched_by_mpirun() {
+        return run_mpi(args, &l);
+    }
     let progress = Progress::new(1000, &l.name);
     let report = match args.threads {
         Some(n) => run_threaded(&l, &options(args), n, &progress),
@@ -341,6 +347,38 @@ pub fn run_cli(args: &SimArgs, serve: fn(&SimArgs) -> Result<()>) -> Result<()> 
     };
     progress.finish();
     let report = report?;
+    emit(&render(&report.summary))?;
+    if args.explain {
+        emit(&format!("\n{}", render_explain(&report.summary)))?;
+    }
+    if let Some(dir) = out_dir(args, &l.name) {
+        write_files(&report, &dir)?;
+    }
+    Ok(())
+}
+
+/// `mpirun -np N softib sim ...`: this rank runs its partition; rank 0 prints and writes
+/// what a serial run would, the other ranks stay silent.
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &SimArgs, l: &Loaded) -> Result<()> {
+    if args.threads.is_some() {
+        bail!("--threads and mpirun do not combine: under mpirun each rank runs one partition (use -np N)");
+    }
+    let mut session = softib_sim::mpi_exchange::MpiSession::init()
+        .ok_or_else(|| anyhow!("MPI was already initialised in this process"))?;
+    let rank = session.exchange.rank();
+    let ranks = session.exchange.size();
+    let report = softib_sim::report::run::run_mpi(
+        &l.scenario,
+        &l.name,
+        &options(args),
+        &mut session.exchange,
+        &mut |_, _| {},
+    )
+    .with_context(|| format!("running {} on {ranks} MPI ranks (rank {rank})", l.name))?;
+    let Some(report) = report else {
+        return Ok(());
+    };
     emit(&render(&report.summary))?;
     if args.explain {
         emit(&format!("\n{}", render_explain(&report.summary)))?;

@@ -67,7 +67,19 @@ impl Tie {
 /// only on the scenario, never on how the fabric was partitioned, so records taken in
 /// several partitions, sorted by it, come out in the order one unpartitioned fabric
 /// would have taken them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct EventOrder {
     /// The event's key plus one (0: the fabric's start, before any event).
     pub event: u128,

@@ -13,7 +13,7 @@ use softib_fabric::time::{to_engine_nanos, Picos};
 use softib_fabric::topology::NodeKind;
 
 /// A sending QP whose CCTI is traced.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CcSource {
     /// The HCA's node name.
     pub host: String,
@@ -24,7 +24,7 @@ pub struct CcSource {
 }
 
 /// The series of one port: cumulative counts at each sample time.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PortCcSeries {
     /// Node name.
     pub node: String,
@@ -39,7 +39,7 @@ pub struct PortCcSeries {
 }
 
 /// CCTI per source and FECN/BECN per port over time.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CcTrace {
     /// The traced sources.
     pub sources: Vec<CcSource>,

@@ -187,7 +187,7 @@ struct Hca {
 }
 
 /// One row of the counter time series.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CounterSample {
     /// Sample time.
     pub time: Picos,

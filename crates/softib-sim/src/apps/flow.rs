@@ -37,7 +37,7 @@ const LEDGER_CAP: usize = 1 << 20;
 /// partitioned run, even in different processes, so the receiver cannot look the post time
 /// up as the message arrives; matching after the run, from logs merged over the partitions,
 /// gives the same figures whatever the partitioning, and the same as an unpartitioned run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UnreliableLog {
     /// Per flow: (sequence number, post time), in post order.
     posts: BTreeMap<u32, Vec<(u32, Picos)>>,
@@ -118,6 +118,45 @@ impl UnreliableLog {
             }
         }
     }
+}
+
+/// Every status name [`wc_status_name`] gives.
+const WC_STATUS_NAMES: [&str; 18] = [
+    "IBV_WC_SUCCESS",
+    "IBV_WC_LOC_LEN_ERR",
+    "IBV_WC_LOC_QP_OP_ERR",
+    "IBV_WC_LOC_PROT_ERR",
+    "IBV_WC_WR_FLUSH_ERR",
+    "IBV_WC_BAD_RESP_ERR",
+    "IBV_WC_LOC_ACCESS_ERR",
+    "IBV_WC_REM_INV_REQ_ERR",
+    "IBV_WC_REM_ACCESS_ERR",
+    "IBV_WC_REM_OP_ERR",
+    "IBV_WC_RETRY_EXC_ERR",
+    "IBV_WC_RNR_RETRY_EXC_ERR",
+    "IBV_WC_MW_BIND_ERR",
+    "IBV_WC_GENERAL_ERR",
+    "IBV_WC_LOC_RDD_VIOL_ERR",
+    "IBV_WC_REM_INV_RD_REQ_ERR",
+    "IBV_WC_INV_EECN_ERR",
+    "IBV_WC_INV_EEC_STATE_ERR",
+];
+
+/// Reads error counts by status name (another rank's records): a name that is not one of
+/// [`wc_status_name`]'s is refused, as the bytes did not come from a softib rank.
+pub(crate) fn deserialize_status_names<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<&'static str, u64>, D::Error> {
+    let raw: BTreeMap<String, u64> = serde::Deserialize::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| {
+            WC_STATUS_NAMES
+                .iter()
+                .find(|n| **n == k)
+                .map(|n| (*n, v))
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown status `{k}`")))
+        })
+        .collect()
 }
 
 /// The `IBV_WC_*` name of a completion status, as libibverbs spells it.

@@ -31,12 +31,13 @@ use std::time::Duration;
 pub const MAX_CAPTURE_BYTES: usize = 256 << 20;
 
 /// The frames captured so far.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Capture {
     /// (time, place in the run's order, range in `data`) of every stored frame, in
     /// recording order.
     index: Vec<(Picos, EventOrder, usize, usize)>,
     data: Vec<u8>,
+    #[serde(skip)]
     scratch: Vec<u8>,
     stored_bytes: usize,
     /// Frames written.

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// What a flow is, for the report.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowInfo {
     /// Short unique name (e.g. `write_bw h0->h1`).
     pub name: String,
@@ -32,7 +32,7 @@ pub struct FlowInfo {
 }
 
 /// Everything recorded about one flow.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowStats {
     /// Identity.
     pub info: FlowInfo,
@@ -47,6 +47,7 @@ pub struct FlowStats {
     /// Messages completed with an error status.
     pub errors: u64,
     /// Error completions by status (`IBV_WC_*` names).
+    #[serde(deserialize_with = "crate::apps::flow::deserialize_status_names")]
     pub error_statuses: BTreeMap<&'static str, u64>,
     /// Unreliable messages known lost: a later one of the same flow arrived first.
     pub lost: u64,
@@ -144,7 +145,7 @@ fn add_bin(bins: &mut Vec<u64>, bin_ps: Picos, at: Picos, bytes: u64) {
 }
 
 /// Collects [`FlowStats`] by flow tag (the `flow` of [`softib_fabric::packet::PacketMeta`]).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct FlowRecorder {
     bin_ps: Picos,
     flows: BTreeMap<u32, FlowStats>,

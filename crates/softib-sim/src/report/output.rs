@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 /// What a report reads of a finished fabric: the counters of its cabled ports, the counter
 /// samples and the run's totals. A partitioned run takes each partition's share (the ports
 /// it owns) and merges them ([`FabricFigures::merge`]) into what one fabric would show.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FabricFigures {
     /// Simulated time at the end.
     pub duration_ps: Picos,

@@ -186,6 +186,73 @@ pub fn run_threads(
     Ok(finish_report(outcomes, &topo, &cfg, &meta(s, name), total))
 }
 
+/// Runs this MPI rank's partition of `s` (`mpirun -np N softib sim`: one partition per
+/// rank, split as for [`run_threads`]), meeting the other ranks at every window boundary
+/// through `ex`. Every rank then sends its records to rank 0, which merges them: rank 0
+/// gets the report (the serial run's, byte for byte), the others `None`. `progress` is
+/// called on rank 0.
+#[cfg(feature = "mpi")]
+pub fn run_mpi(
+    s: &Scenario,
+    name: &str,
+    opts: &RunOptions,
+    ex: &mut crate::mpi_exchange::MpiExchange,
+    progress: &mut dyn FnMut(Picos, Picos),
+) -> Result<Option<Report>, RunError> {
+    use softib_fabric::parallel::Exchange;
+    let (me, ranks) = (ex.rank(), ex.size());
+    let total = duration_ps(s);
+    // Every rank builds the same fabric from the same scenario, so a refusal here is every
+    // rank's, and none is left waiting for another.
+    let p = partitioning(s, ranks)?;
+    let mut fabric = s.build()?;
+    if let Some(prog) = &opts.program {
+        fabric.program_subnet(prog)?;
+    }
+    fabric.set_partition(&p, me)?;
+    let mut side = set_up(s, opts, total, &mut fabric)?;
+    let stops = checkpoints(total, side.cc_interval);
+    let times: Vec<Picos> = stops.iter().map(|&(t, _)| t).collect();
+    softib_fabric::parallel::run_distributed_stepped(
+        &p,
+        me,
+        &mut fabric,
+        &times,
+        ex,
+        &mut |f, t| {
+            side.at_checkpoint(f);
+            if me == 0 && stops.binary_search(&(t, true)).is_ok() {
+                progress(t, total);
+            }
+        },
+    )
+    .map_err(|e| RunError::Partitioned(format!("rank {me}: {e}")))?;
+    let outcome = side.outcome(&mut fabric);
+    let mut outgoing = vec![Vec::new(); ranks];
+    if me != 0 {
+        ciborium::into_writer(&outcome, &mut outgoing[0])
+            .map_err(|e| RunError::Partitioned(format!("rank {me}: encoding its records: {e}")))?;
+    }
+    let incoming = ex.all_to_all(outgoing);
+    if me != 0 {
+        return Ok(None);
+    }
+    let mut outcomes = vec![outcome];
+    for (rank, bytes) in incoming.iter().enumerate().skip(1) {
+        let o: Outcome = ciborium::from_reader(&bytes[..]).map_err(|e| {
+            RunError::Partitioned(format!("the records rank {rank} sent cannot be read: {e}"))
+        })?;
+        outcomes.push(o);
+    }
+    Ok(Some(finish_report(
+        outcomes,
+        fabric.topology(),
+        fabric.config(),
+        &meta(s, name),
+        total,
+    )))
+}
+
 /// How `softib sim --threads N` (and `mpirun -np N`) splits the fabric of `s`: each leaf
 /// switch with its hosts stays whole ([`Partitioning::by_leaf_groups`]), so the lookahead
 /// is the shortest delay of a link above the leaves. Fails with a message saying why when
@@ -273,7 +340,9 @@ struct Sidecar {
     cc_interval: Option<Picos>,
 }
 
-/// A fabric's share of a run's results: what [`finish_report`] merges.
+/// A fabric's share of a run's results: what [`finish_report`] merges (and what an MPI
+/// rank sends rank 0, as CBOR).
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Outcome {
     figures: FabricFigures,
     recorder: FlowRecorder,

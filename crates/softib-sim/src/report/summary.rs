@@ -133,7 +133,7 @@ pub struct FlowSummary {
 
 /// The transport counters of one engine flow's QP pair: the requester's (retries) and the
 /// responder's (what the retries cost it), as `softib_transport::QpCounters` names them.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct FlowQp {
     /// Requester: packets sent again (go-back-N after a timeout or NAK).
     pub retransmitted_packets: u64,
@@ -440,7 +440,7 @@ pub struct Units {
 
 /// The transport engine's counters on one host (sums over its QPs), as
 /// `softib_transport::DeviceCounters` names them.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct HostTransport {
     /// Host.
     pub host: String,
