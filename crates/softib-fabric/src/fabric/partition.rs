@@ -212,6 +212,19 @@ impl Fabric {
         Ok(())
     }
 
+    /// Drops the endpoints of the HCAs another partition owns: they never run here. A
+    /// caller that set up every host in every partition (so that each host's QPNs, keys
+    /// and addresses come out as in a serial run) frees their memory once it has what it
+    /// needs from them. Call after [`Fabric::set_partition`].
+    pub fn drop_foreign_endpoints(&mut self) {
+        for h in 0..self.hcas.len() {
+            let node = self.ports[self.hcas[h].port as usize].node as usize;
+            if !self.owns_node(node) {
+                self.hcas[h].endpoint = None;
+            }
+        }
+    }
+
     /// Whether this fabric runs node `node` (always, unless partitioned).
     #[inline]
     pub(super) fn owns_node(&self, node: usize) -> bool {

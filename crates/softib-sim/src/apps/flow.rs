@@ -586,3 +586,50 @@ pub(crate) fn work_request(
         ..SendWr::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Arrivals are matched to their posts after the run; messages that a later one
+    /// overtook count as lost; logs of two partitions (posts in one, arrivals in the
+    /// other) settle as one log does.
+    #[test]
+    fn a_settled_log_matches_arrivals_to_posts_and_counts_the_skipped_as_lost() {
+        let mut posts = UnreliableLog::default();
+        for seq in 0..6u32 {
+            posts.post(7, seq, 1_000_000 * seq as Picos);
+        }
+        let mut arrivals = UnreliableLog::default();
+        // 0 and 2 arrive (1 is lost), then 5 (3 and 4 lost).
+        arrivals.arrive(7, 0, 1_500_000, 100);
+        arrivals.arrive(7, 2, 3_500_000, 100);
+        arrivals.arrive(7, 5, 6_500_000, 100);
+        let mut one = posts.clone();
+        one.merge(arrivals.clone());
+        let mut split = arrivals;
+        split.merge(posts);
+        for log in [one, split] {
+            let mut rec = FlowRecorder::new(1_000_000);
+            log.settle(&mut rec);
+            let f = &rec.flows()[&7];
+            assert_eq!((f.messages, f.payload_bytes, f.lost), (3, 300, 3));
+            // Every message took 1.5 us from post to arrival.
+            assert_eq!(f.message_latency.max(), 1500);
+            assert_eq!((f.first_ps, f.last_ps), (Some(1_500_000), 6_500_000));
+        }
+    }
+
+    /// A post that finds the cap's worth of messages outstanding counts the oldest lost.
+    #[test]
+    fn posts_beyond_the_cap_count_the_oldest_as_lost() {
+        let mut log = UnreliableLog::default();
+        for seq in 0..(LEDGER_CAP as u32 + 3) {
+            log.post(1, seq, seq as Picos);
+        }
+        let mut rec = FlowRecorder::new(1_000);
+        log.settle(&mut rec);
+        assert_eq!(rec.flows()[&1].lost, 3);
+        assert_eq!(rec.flows()[&1].messages, 0);
+    }
+}

@@ -159,6 +159,7 @@ pub fn run_threads(
             // Before the set-up, which traces only the sources this partition runs.
             fabric.set_partition(&p, me)?;
             let side = set_up(s, opts, total, &mut fabric)?;
+            fabric.drop_foreign_endpoints();
             Ok((fabric, side))
         },
         |me, fabric, side, t| {
@@ -211,6 +212,7 @@ pub fn run_mpi(
     }
     fabric.set_partition(&p, me)?;
     let mut side = set_up(s, opts, total, &mut fabric)?;
+    fabric.drop_foreign_endpoints();
     let stops = checkpoints(total, side.cc_interval);
     let times: Vec<Picos> = stops.iter().map(|&(t, _)| t).collect();
     softib_fabric::parallel::run_distributed_stepped(
