@@ -3,6 +3,10 @@
 //! `--sweep KEY=V1,V2,...` runs variants in parallel and tabulates them; `--compare A B`
 //! runs two scenarios and sets their counters side by side.
 //!
+//! `--threads N` splits the fabric into N partitions on N threads, and a build with the `mpi`
+//! feature run under `mpirun -np N` one partition per rank (rank 0 prints and writes); the
+//! output is the serial run's, byte for byte.
+//!
 //! SCENARIO is a TOML file, or the name of a bundled scenario (`softib sim --list`); with
 //! none, the bundled default runs. The wall clock is read here only, for the progress bar.
 
@@ -15,7 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use softib_sim::report::compare::{compare, render as render_compare};
-use softib_sim::report::run::{run_with, RunOptions};
+use softib_sim::report::run::{run_threads, run_with, RunOptions};
 use softib_sim::report::text::{render, render_explain};
 use softib_sim::report::Report;
 use softib_sim::scenario::overrides::{apply_to_text, parse_assignment, set_key, value_from_text};
@@ -106,6 +110,11 @@ pub struct SimArgs {
         value_delimiter = ','
     )]
     pub pcap_port: Vec<String>,
+    /// Split the fabric into N partitions (each leaf switch with its hosts stays whole) and
+    /// run them on N threads (conservative parallel simulation). The output is the serial
+    /// run's, byte for byte; only the wall time changes.
+    #[arg(long, value_name = "N", conflicts_with_all = ["sweep", "compare", "list", "serve", "replay"])]
+    pub threads: Option<usize>,
     /// Write no files, only print.
     #[arg(long, conflicts_with = "out")]
     pub no_files: bool,
@@ -240,6 +249,24 @@ impl Progress {
     }
 }
 
+/// Runs `l` on `threads` partitions (`--threads`).
+fn run_threaded(
+    l: &Loaded,
+    opts: &RunOptions,
+    threads: usize,
+    progress: &Progress,
+) -> Result<Report> {
+    let steps = 1000u64;
+    let last = std::sync::atomic::AtomicU64::new(0);
+    let report = run_threads(&l.scenario, &l.name, opts, threads, &|done, total| {
+        let now = (done as u128 * steps as u128 / total.max(1) as u128) as u64;
+        let before = last.swap(now, std::sync::atomic::Ordering::Relaxed);
+        progress.tick(now.saturating_sub(before));
+    })
+    .with_context(|| format!("running {} on {threads} threads", l.name))?;
+    Ok(report)
+}
+
 fn run_one(l: &Loaded, opts: &RunOptions, progress: &Progress) -> Result<Report> {
     let mut last = 0u64;
     let steps = 1000u64;
@@ -309,10 +336,49 @@ pub fn run_cli(args: &SimArgs, serve: fn(&SimArgs) -> Result<()>) -> Result<()> 
         return serve(args);
     }
     let l = load(args.scenario.as_deref(), args.seed, &args.set)?;
+    #[cfg(feature = "mpi")]
+    if softib_sim::mpi_exchange::launched_by_mpirun() {
+        return run_mpi(args, &l);
+    }
     let progress = Progress::new(1000, &l.name);
-    let report = run_one(&l, &options(args), &progress);
+    let report = match args.threads {
+        Some(n) => run_threaded(&l, &options(args), n, &progress),
+        None => run_one(&l, &options(args), &progress),
+    };
     progress.finish();
     let report = report?;
+    emit(&render(&report.summary))?;
+    if args.explain {
+        emit(&format!("\n{}", render_explain(&report.summary)))?;
+    }
+    if let Some(dir) = out_dir(args, &l.name) {
+        write_files(&report, &dir)?;
+    }
+    Ok(())
+}
+
+/// `mpirun -np N softib sim ...`: this rank runs its partition; rank 0 prints and writes
+/// what a serial run would, the other ranks stay silent.
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &SimArgs, l: &Loaded) -> Result<()> {
+    if args.threads.is_some() {
+        bail!("--threads and mpirun do not combine: under mpirun each rank runs one partition (use -np N)");
+    }
+    let mut session = softib_sim::mpi_exchange::MpiSession::init()
+        .ok_or_else(|| anyhow!("MPI was already initialised in this process"))?;
+    let rank = session.exchange.rank();
+    let ranks = session.exchange.size();
+    let report = softib_sim::report::run::run_mpi(
+        &l.scenario,
+        &l.name,
+        &options(args),
+        &mut session.exchange,
+        &mut |_, _| {},
+    )
+    .with_context(|| format!("running {} on {ranks} MPI ranks (rank {rank})", l.name))?;
+    let Some(report) = report else {
+        return Ok(());
+    };
     emit(&render(&report.summary))?;
     if args.explain {
         emit(&format!("\n{}", render_explain(&report.summary)))?;

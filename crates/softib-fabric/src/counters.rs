@@ -15,7 +15,7 @@
 use crate::time::Picos;
 
 /// Every counter of one port, exact and 64-bit.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PortCounters {
     /// PortXmitData: words (4 bytes) of data packets sent, LRH through ICRC.
     pub port_xmit_data: u64,

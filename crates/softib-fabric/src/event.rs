@@ -61,6 +61,32 @@ impl Tie {
     }
 }
 
+/// Where in a run's order something happened, for whatever records what the fabric does
+/// (a packet capture): the event being handled (`time << 64 | tie`, plus one; 0 while the
+/// fabric starts) and the entity whose state the handling code changes. The order depends
+/// only on the scenario, never on how the fabric was partitioned, so records taken in
+/// several partitions, sorted by it, come out in the order one unpartitioned fabric
+/// would have taken them.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct EventOrder {
+    /// The event's key plus one (0: the fabric's start, before any event).
+    pub event: u128,
+    /// The entity (0 = the fabric itself, node n = n + 1).
+    pub entity: u32,
+}
+
 /// (time, tie) packed into one integer, so that an entry comparison is a single 128-bit
 /// compare on the hot path.
 #[derive(Clone, Copy)]
@@ -305,23 +331,30 @@ impl<E: Copy> EventQueue<E> {
 
     /// Removes and returns the earliest event.
     pub fn pop(&mut self) -> Option<(Picos, E)> {
+        self.pop_keyed().map(|(key, e)| ((key >> 64) as Picos, e))
+    }
+
+    /// Removes and returns the earliest event with its key, `time << 64 | tie`: the place
+    /// of the event in the run's order (see [`EventOrder`]).
+    pub fn pop_keyed(&mut self) -> Option<(u128, E)> {
         self.advance();
         let e = *self.active.get(self.head)?;
         self.head += 1;
-        Some((e.time(), e.event))
+        Some((e.key, e.event))
     }
 
-    /// Removes and returns the earliest event if it is due at or before `end` (one look at
-    /// the queue per event where `peek_time` then `pop` take two).
+    /// Removes and returns the earliest event with its key (as [`EventQueue::pop_keyed`])
+    /// if it is due at or before `end` (one look at the queue per event where `peek_time`
+    /// then `pop` take two).
     #[inline]
-    pub fn pop_until(&mut self, end: Picos) -> Option<(Picos, E)> {
+    pub fn pop_until(&mut self, end: Picos) -> Option<(u128, E)> {
         self.advance();
         let e = *self.active.get(self.head)?;
         if e.time() > end {
             return None;
         }
         self.head += 1;
-        Some((e.time(), e.event))
+        Some((e.key, e.event))
     }
 
     /// The time of the earliest event, if any.
@@ -383,11 +416,21 @@ mod tests {
         q.push(10, Tie::new(1, 1), "a");
         q.push(9_000_000_000, Tie::new(1, 2), "c");
         assert_eq!(q.pop_until(9), None);
-        assert_eq!(q.pop_until(5_000), Some((10, "a")));
-        assert_eq!(q.pop_until(5_000), Some((5_000, "b")));
+        assert_eq!(
+            q.pop_until(5_000).map(|(k, e)| ((k >> 64) as Picos, e)),
+            Some((10, "a"))
+        );
+        assert_eq!(
+            q.pop_until(5_000).map(|(k, e)| ((k >> 64) as Picos, e)),
+            Some((5_000, "b"))
+        );
         assert_eq!(q.pop_until(5_000), None);
         assert_eq!(q.len(), 1);
-        assert_eq!(q.pop_until(Picos::MAX), Some((9_000_000_000, "c")));
+        assert_eq!(
+            q.pop_until(Picos::MAX)
+                .map(|(k, e)| ((k >> 64) as Picos, e)),
+            Some((9_000_000_000, "c"))
+        );
         assert_eq!(q.pop_until(Picos::MAX), None);
     }
 

@@ -50,6 +50,7 @@ pub enum SendError {
 /// What an endpoint may do with its port during a callback.
 pub struct HcaTx<'a> {
     pub(crate) now: Picos,
+    pub(crate) order: crate::event::EventOrder,
     pub(crate) lid: u16,
     pub(crate) depth: usize,
     pub(crate) pool: &'a mut PacketPool,
@@ -60,6 +61,12 @@ impl HcaTx<'_> {
     /// Current simulated time.
     pub fn now(&self) -> Picos {
         self.now
+    }
+
+    /// Where in the run's order this call happens (see [`crate::event::EventOrder`]): what
+    /// an endpoint records, sorted by it, merges across partitions in one fabric's order.
+    pub fn order(&self) -> crate::event::EventOrder {
+        self.order
     }
 
     /// This port's LID (the SLID of what it sends).

@@ -19,16 +19,16 @@ use crate::time::Picos;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// Why a partitioned run could not run.
+/// Why a partitioned run could not run. `E` is what the caller's build step may fail with.
 #[derive(Debug, thiserror::Error)]
-pub enum ParallelError {
+pub enum ParallelError<E: std::fmt::Display = BuildError> {
     /// A partition's fabric could not be built or partitioned.
-    #[error("partition {part}: {source}")]
+    #[error("partition {part}: {error}")]
     Build {
         /// The partition.
         part: usize,
         /// Why.
-        source: BuildError,
+        error: E,
     },
     /// A partition's thread panicked.
     #[error("partition {part} panicked")]
@@ -51,6 +51,29 @@ pub fn run_threads<R: Send>(
     build: impl Fn(usize) -> Result<Fabric, BuildError> + Sync,
     finish: impl Fn(usize, Fabric) -> R + Sync,
 ) -> Result<Vec<R>, ParallelError> {
+    run_threads_stepped(
+        partitioning,
+        &[end],
+        |i| build(i).map(|f| (f, ())),
+        |_, _, _, _| {},
+        |i, f, ()| finish(i, f),
+    )
+}
+
+/// [`run_threads`] with stops: every partition stops at each of `checkpoints` (increasing;
+/// the last is the end of the run) with every event up to and including it handled in
+/// every partition and none after, and calls `at(i, fabric, state, t)` there (`fabric`
+/// reads `now() == t`): what a serial run does between `run_until` calls, e.g. sampling
+/// state. `build(i)` returns the partition's fabric and whatever state of its own the
+/// caller keeps beside it on the partition's thread (shared recorders, not `Send`);
+/// `finish(i, fabric, state)` turns them into the partition's result.
+pub fn run_threads_stepped<S, R: Send, E: From<BuildError> + Send + std::fmt::Display>(
+    partitioning: &Partitioning,
+    checkpoints: &[Picos],
+    build: impl Fn(usize) -> Result<(Fabric, S), E> + Sync,
+    at: impl Fn(usize, &mut Fabric, &mut S, Picos) + Sync,
+    finish: impl Fn(usize, Fabric, S) -> R + Sync,
+) -> Result<Vec<R>, ParallelError<E>> {
     let n = partitioning.parts();
     let mail: Vec<Mutex<Vec<Cross>>> = (0..n * n).map(|_| Mutex::new(Vec::new())).collect();
     let next: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(Picos::MAX)).collect();
@@ -61,11 +84,11 @@ pub fn run_threads<R: Send>(
         let handles: Vec<_> = (0..n)
             .map(|me| {
                 let (mail, next, failed, barrier) = (&mail, &next, &failed, &barrier);
-                let (build, finish) = (&build, &finish);
-                scope.spawn(move || -> Result<Option<R>, BuildError> {
-                    let built = build(me).and_then(|mut f| {
+                let (build, at, finish) = (&build, &at, &finish);
+                scope.spawn(move || -> Result<Option<R>, E> {
+                    let built = build(me).and_then(|(mut f, s)| {
                         f.set_partition(partitioning, me)?;
-                        Ok(f)
+                        Ok((f, s))
                     });
                     if built.is_err() {
                         failed.store(true, Ordering::SeqCst);
@@ -74,8 +97,9 @@ pub fn run_threads<R: Send>(
                     if failed.load(Ordering::SeqCst) {
                         return built.map(|_| None);
                     }
-                    let mut f = built.expect("checked");
+                    let (mut f, mut state) = built.unwrap_or_else(|_| unreachable!("checked"));
                     f.ensure_started();
+                    let mut stops = checkpoints.iter().copied().peekable();
                     loop {
                         for (dest, msgs) in f.take_outbox().into_iter().enumerate() {
                             if !msgs.is_empty() {
@@ -95,13 +119,15 @@ pub fn run_threads<R: Send>(
                             .map(|t| t.load(Ordering::SeqCst))
                             .min()
                             .unwrap_or(Picos::MAX);
-                        if start > end {
-                            break;
+                        // Every stop before the next event anywhere has been reached.
+                        while let Some(stop) = stops.next_if(|&t| t < start) {
+                            f.finish_at(stop);
+                            at(me, &mut f, &mut state, stop);
                         }
-                        f.run_window(start.saturating_add(window - 1).min(end));
+                        let Some(&stop) = stops.peek() else { break };
+                        f.run_window(start.saturating_add(window - 1).min(stop));
                     }
-                    f.finish_at(end);
-                    Ok(Some(finish(me, f)))
+                    Ok(Some(finish(me, f, state)))
                 })
             })
             .collect();
@@ -111,8 +137,8 @@ pub fn run_threads<R: Send>(
             match h.join() {
                 Ok(Ok(Some(r))) => out.push(r),
                 Ok(Ok(None)) => {}
-                Ok(Err(source)) => {
-                    first_error.get_or_insert(ParallelError::Build { part, source });
+                Ok(Err(error)) => {
+                    first_error.get_or_insert(ParallelError::Build { part, error });
                 }
                 Err(_) => {
                     first_error.get_or_insert(ParallelError::Panicked { part });
@@ -159,21 +185,37 @@ pub fn run_distributed(
     end: Picos,
     exchange: &mut dyn Exchange,
 ) -> Result<(), DistributedError> {
+    run_distributed_stepped(partitioning, me, fabric, &[end], exchange, &mut |_, _| {})
+}
+
+/// [`run_distributed`] with stops, as [`run_threads_stepped`]: at each of `checkpoints`
+/// (increasing, the last is the end) every process has handled every event up to it and
+/// none after, and calls `at(fabric, t)`.
+pub fn run_distributed_stepped(
+    partitioning: &Partitioning,
+    me: usize,
+    fabric: &mut Fabric,
+    checkpoints: &[Picos],
+    exchange: &mut dyn Exchange,
+    at: &mut dyn FnMut(&mut Fabric, Picos),
+) -> Result<(), DistributedError> {
     fabric.set_partition(partitioning, me)?;
     let window = partitioning.lookahead().max(1);
     fabric.ensure_started();
+    let mut stops = checkpoints.iter().copied().peekable();
     loop {
         let incoming = exchange.all_to_all(fabric.take_outbox_bytes());
         for bytes in &incoming {
             fabric.deliver_cross_bytes(bytes)?;
         }
         let start = exchange.min_over_partitions(fabric.next_event_time().unwrap_or(Picos::MAX));
-        if start > end {
-            break;
+        while let Some(stop) = stops.next_if(|&t| t < start) {
+            fabric.finish_at(stop);
+            at(fabric, stop);
         }
-        fabric.run_window(start.saturating_add(window - 1).min(end));
+        let Some(&stop) = stops.peek() else { break };
+        fabric.run_window(start.saturating_add(window - 1).min(stop));
     }
-    fabric.finish_at(end);
     Ok(())
 }
 

@@ -16,14 +16,17 @@
 //! them malformed as well). Their number per port is in
 //! the counters instead (flow-control packets sent and received).
 
+use crate::event::EventOrder;
 use crate::packet::Packet;
 use crate::time::Picos;
 
 /// Receives the packets crossing tapped ports.
 pub trait WireTap {
     /// `packet` (its wire image is [`crate::crc::wire_image`], which also writes out a
-    /// described zero payload) crossed a tapped port, its last byte at `at`.
-    fn on_wire(&mut self, at: Picos, packet: &Packet);
+    /// described zero payload) crossed a tapped port, its last byte at `at`; `order` is
+    /// where in the run the tap saw it (the same whether or not the fabric is partitioned,
+    /// for merging the records of several partitions).
+    fn on_wire(&mut self, at: Picos, order: EventOrder, packet: &Packet);
 }
 
 /// The fabric's taps: which global ports are watched, and where their packets go.
@@ -44,13 +47,21 @@ impl Taps {
 
     /// A packet went on the wire from port `from` to port `to`: its last byte leaves `from`
     /// at `sent` and reaches `to` at `arrived`. A packet crossing two watched ports (both
-    /// ends of one cable) is seen by each tap.
-    pub(crate) fn see(&mut self, from: usize, to: usize, sent: Picos, arrived: Picos, p: &Packet) {
+    /// ends of one cable) is seen by each tap. The sending port's partition sees both ends,
+    /// so in a partitioned run every crossing is seen exactly once.
+    pub(crate) fn see(
+        &mut self,
+        from: usize,
+        to: usize,
+        (sent, arrived): (Picos, Picos),
+        order: EventOrder,
+        p: &Packet,
+    ) {
         if self.watched[from] {
-            self.sink.on_wire(sent, p);
+            self.sink.on_wire(sent, order, p);
         }
         if self.watched.get(to).copied().unwrap_or(false) {
-            self.sink.on_wire(arrived, p);
+            self.sink.on_wire(arrived, order, p);
         }
     }
 }

@@ -13,7 +13,7 @@ use softib_fabric::time::{to_engine_nanos, Picos};
 use softib_fabric::topology::NodeKind;
 
 /// A sending QP whose CCTI is traced.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CcSource {
     /// The HCA's node name.
     pub host: String,
@@ -24,7 +24,7 @@ pub struct CcSource {
 }
 
 /// The series of one port: cumulative counts at each sample time.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PortCcSeries {
     /// Node name.
     pub node: String,
@@ -39,7 +39,7 @@ pub struct PortCcSeries {
 }
 
 /// CCTI per source and FECN/BECN per port over time.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CcTrace {
     /// The traced sources.
     pub sources: Vec<CcSource>,
@@ -140,6 +140,37 @@ impl CcTrace {
         }
     }
 
+    /// Adds another partition's trace, sampled at the same times: the sources of both in
+    /// host name order (as the flows' set-up lists hosts), each host's as found, with the
+    /// caller's `tags` of each source (this trace's in `mine`, the other's in `theirs`)
+    /// reordered alike; the ports in node order (`node_index` gives a node's place in the
+    /// topology). The result is the trace one fabric would have taken.
+    pub fn merge<T>(
+        &mut self,
+        mine: &mut Vec<T>,
+        other: CcTrace,
+        theirs: Vec<T>,
+        node_index: &dyn Fn(&str) -> usize,
+    ) {
+        if self.times.is_empty() {
+            self.times = other.times;
+        }
+        let mut sources: Vec<((CcSource, Vec<u16>), T)> = std::mem::take(&mut self.sources)
+            .into_iter()
+            .zip(std::mem::take(&mut self.ccti))
+            .zip(std::mem::take(mine))
+            .collect();
+        sources.extend(other.sources.into_iter().zip(other.ccti).zip(theirs));
+        sources.sort_by(|a, b| a.0 .0.host.cmp(&b.0 .0.host));
+        for ((src, ccti), tag) in sources {
+            self.sources.push(src);
+            self.ccti.push(ccti);
+            mine.push(tag);
+        }
+        self.ports.extend(other.ports);
+        self.ports.sort_by_key(|p| (node_index(&p.node), p.port));
+    }
+
     /// Mean and population standard deviation of source `s`'s CCTI over samples at or after
     /// `from`.
     pub fn ccti_mean_std(&self, s: usize, from: Picos) -> (f64, f64) {
@@ -159,12 +190,14 @@ impl CcTrace {
     }
 }
 
-/// The QPs of the `[[flow]]` traffic on `hosts` (engine HCAs running a [`FlowHost`]), as
-/// trace sources with their flow tags and whether each is the flow's requester, in host
-/// then flow order. Responders count too: they send the data of READ flows.
+/// The QPs of the `[[flow]]` traffic on `hosts` (engine HCAs running a [`FlowHost`]) that
+/// `fabric` runs (in a partition, the hosts it owns), as trace sources with their flow tags
+/// and whether each is the flow's requester, in host then flow order. Responders count
+/// too: they send the data of READ flows.
 pub fn flow_sources(fabric: &mut Fabric, hosts: &[String]) -> Vec<(u32, bool, CcSource)> {
     let mut out = Vec::new();
-    for h in hosts {
+    let owned: Vec<&String> = hosts.iter().filter(|h| fabric.owns(h)).collect();
+    for h in owned {
         let Some(app) = fabric
             .endpoint_mut::<EngineHca>(h, 1)
             .and_then(|hca| hca.app::<FlowHost>())

@@ -11,6 +11,36 @@ use mpi::Count;
 use softib_fabric::parallel::Exchange;
 use softib_fabric::time::Picos;
 
+/// MPI for the life of a run: the initialised library (finalised when dropped) and the
+/// exchange among the ranks of the world.
+pub struct MpiSession {
+    /// The exchange among all ranks. Declared first, so dropped first: its communicator
+    /// must be freed before MPI is finalised.
+    pub exchange: MpiExchange,
+    /// Keeps MPI initialised; `MPI_Finalize` runs when it is dropped.
+    _universe: mpi::environment::Universe,
+}
+
+impl MpiSession {
+    /// Initialises MPI (once per process), or `None` if it already was.
+    pub fn init() -> Option<MpiSession> {
+        let universe = mpi::initialize()?;
+        let exchange = MpiExchange::new(universe.world().duplicate());
+        Some(MpiSession {
+            exchange,
+            _universe: universe,
+        })
+    }
+}
+
+/// Whether this process was started by an MPI launcher (`mpirun`, `srun`): the variables
+/// Open MPI, MPICH/Hydra and PMIx set for every rank.
+pub fn launched_by_mpirun() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
 /// [`Exchange`] over an MPI communicator (normally the world).
 pub struct MpiExchange {
     world: SimpleCommunicator,

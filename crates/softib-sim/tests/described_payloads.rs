@@ -30,7 +30,7 @@ struct Seen {
 struct Recorder(Rc<RefCell<Seen>>);
 
 impl WireTap for Recorder {
-    fn on_wire(&mut self, at: Picos, packet: &Packet) {
+    fn on_wire(&mut self, at: Picos, _: softib_fabric::event::EventOrder, packet: &Packet) {
         let mut s = self.0.borrow_mut();
         if packet.meta.zero_payload.is_some() {
             s.described += 1;

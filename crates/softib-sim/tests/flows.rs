@@ -4,6 +4,7 @@
 //! the summary.
 
 use softib_fabric::time::PS_PER_US;
+use softib_sim::apps::flow::Ledger;
 use softib_sim::report::flows::FlowRecorder;
 use softib_sim::report::run::run;
 use softib_sim::report::summary::FlowSummary;
@@ -145,8 +146,10 @@ iterations = 10
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
     let rec = FlowRecorder::shared(10 * PS_PER_US);
-    attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).unwrap();
+    let log = Ledger::default();
+    attach_flows(&mut fabric, &plans, &rec, &log, s.seed, &mut |_, e| e).unwrap();
     fabric.run_until(200 * PS_PER_US);
+    log.borrow().settle(&mut rec.borrow_mut());
     assert_eq!(atomic_counter(&mut fabric, "h0", 0), Some(3 * 50 * 3));
     assert_eq!(atomic_counter(&mut fabric, "h0", 1), Some(7));
     let rec = rec.borrow();
@@ -561,9 +564,11 @@ tx_depth = 16
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
     let rec = FlowRecorder::shared(10 * PS_PER_US);
-    attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).unwrap();
+    let log = Ledger::default();
+    attach_flows(&mut fabric, &plans, &rec, &log, s.seed, &mut |_, e| e).unwrap();
     s.apply_host_models(&mut fabric).unwrap();
     fabric.run_until(100 * PS_PER_US);
+    log.borrow().settle(&mut rec.borrow_mut());
     let done: u64 = rec.borrow().flows().values().map(|f| f.messages).sum();
     assert!((180..=200).contains(&done), "{done}");
     // Every completed FetchAdd is in the counter; the others were executed or still queued.
@@ -710,8 +715,10 @@ rq_depth = 64
         let mut fabric = s.build().unwrap();
         let plans = s.flow_plan(0).unwrap();
         let rec = FlowRecorder::shared(10 * PS_PER_US);
-        let hosts = attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).unwrap();
+        let log = Ledger::default();
+        let hosts = attach_flows(&mut fabric, &plans, &rec, &log, s.seed, &mut |_, e| e).unwrap();
         fabric.run_until(50 * PS_PER_US);
+        log.borrow().settle(&mut rec.borrow_mut());
         let rec = rec.borrow();
         for f in rec.flows().values() {
             // 4 senders share the link into h0: 25 Gb/s each, 76 messages of 2 KiB in 50 us.
@@ -870,14 +877,15 @@ fn a_ud_table_whose_windows_overflow_its_qp_is_refused() {
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
     let rec = FlowRecorder::shared(PS_PER_US);
-    assert!(attach_flows(&mut fabric, &plans, &rec, 1, &mut |_, e| e).is_ok());
+    let log = Ledger::default();
+    assert!(attach_flows(&mut fabric, &plans, &rec, &log, 1, &mut |_, e| e).is_ok());
     let s = Scenario::parse(
         "[topology]\nkind = \"single-switch\"\nhosts = 21\n[[flow]]\nop = \"send\"\nservice = \"ud\"\npattern = \"all-to-all\"\ntx_depth = 1000\n",
     )
     .unwrap();
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
-    let e = attach_flows(&mut fabric, &plans, &rec, 1, &mut |_, e| e)
+    let e = attach_flows(&mut fabric, &plans, &rec, &log, 1, &mut |_, e| e)
         .expect_err("20 x 1000 WRs do not fit")
         .to_string();
     assert!(e.contains("lower tx_depth"), "{e}");

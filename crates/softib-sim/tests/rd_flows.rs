@@ -6,6 +6,7 @@
 use softib_fabric::engine_hca::EngineHca;
 use softib_fabric::fabric::Fabric;
 use softib_fabric::time::PS_PER_US;
+use softib_sim::apps::flow::Ledger;
 use softib_sim::report::flows::FlowRecorder;
 use softib_sim::report::run::run;
 use softib_sim::report::summary::{FlowSummary, HostTransport};
@@ -117,7 +118,15 @@ qps = 2
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
     let rec = FlowRecorder::shared(10 * PS_PER_US);
-    attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).unwrap();
+    attach_flows(
+        &mut fabric,
+        &plans,
+        &rec,
+        &Ledger::default(),
+        s.seed,
+        &mut |_, e| e,
+    )
+    .unwrap();
     let (w_src, r_src, s_src) = (
         buffer(&mut fabric, "h1", 0),
         buffer(&mut fabric, "h3", 1),
@@ -353,7 +362,15 @@ fn an_eec_that_cannot_hold_its_qps_windows_is_refused() {
     let mut fabric = s.build().unwrap();
     let plans = s.flow_plan(0).unwrap();
     let rec = FlowRecorder::shared(10 * PS_PER_US);
-    let e = attach_flows(&mut fabric, &plans, &rec, s.seed, &mut |_, e| e).expect_err("refused");
+    let e = attach_flows(
+        &mut fabric,
+        &plans,
+        &rec,
+        &Ledger::default(),
+        s.seed,
+        &mut |_, e| e,
+    )
+    .expect_err("refused");
     let e = e.to_string();
     assert!(
         e.contains("EE context 0") && e.contains("raise eecs"),

@@ -200,6 +200,7 @@ impl Fabric {
             kicks: super::kicks::Kicks::default(),
             scheduled_by: vec![0; entities],
             current: 0,
+            event_key: 0,
             part: None,
             started: false,
             events: 0,

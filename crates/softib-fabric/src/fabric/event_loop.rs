@@ -25,7 +25,9 @@ impl Fabric {
 
     /// Runs the events up to and including `end`.
     pub(super) fn run_events(&mut self, end: Picos) {
-        while let Some((t, ev)) = self.queue.pop_until(end) {
+        while let Some((key, ev)) = self.queue.pop_until(end) {
+            let t = (key >> 64) as Picos;
+            self.event_key = key + 1;
             self.now = t;
             self.events += 1;
             self.handle(t, ev);
@@ -35,6 +37,7 @@ impl Fabric {
 
     pub(super) fn start(&mut self) {
         self.started = true;
+        self.event_key = 0;
         for q in 0..self.ports.len() {
             let node = self.ports[q].node;
             if self.ports[q].peer == NO_PEER || !self.owns_node(node as usize) {
@@ -193,6 +196,10 @@ impl Fabric {
         {
             let mut tx = HcaTx {
                 now: self.now,
+                order: crate::event::EventOrder {
+                    event: self.event_key,
+                    entity: self.current,
+                },
                 lid,
                 depth: self.config.hca_send_queue_packets,
                 pool: &mut self.pool,

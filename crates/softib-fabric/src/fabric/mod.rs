@@ -188,7 +188,7 @@ struct Hca {
 }
 
 /// One row of the counter time series.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CounterSample {
     /// Sample time.
     pub time: Picos,
@@ -223,6 +223,9 @@ pub struct Fabric {
     scheduled_by: Vec<u64>,
     /// The entity whose state the running code changes, and so schedules as.
     current: u32,
+    /// The key of the event being handled plus one (0 while starting): with `current`, the
+    /// [`crate::event::EventOrder`] of what taps and endpoints record.
+    event_key: u128,
     /// This fabric's share of a partitioned run (`None`: it runs every node).
     part: Option<Box<cross::PartitionState>>,
     started: bool,

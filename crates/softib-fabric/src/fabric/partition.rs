@@ -185,7 +185,8 @@ impl Partitioning {
 impl Fabric {
     /// Makes this fabric partition `me` of `partitioning`: from now on it runs only the
     /// nodes that partition owns and sends what crosses to the others to its outbox. Call
-    /// before the run starts. Port taps cannot be combined with partitions yet.
+    /// before the run starts. Port taps see what the ports this partition owns send (both ends
+    /// of the cable), so every partition sees its share once.
     pub fn set_partition(
         &mut self,
         partitioning: &Partitioning,
@@ -203,18 +204,25 @@ impl Fabric {
                 reason: "the partitioning is for another topology".into(),
             });
         }
-        if self.tap.is_some() {
-            return Err(BuildError::Setting {
-                key: "partitions",
-                reason: "packet captures are not supported in a partitioned run yet".into(),
-            });
-        }
         self.part = Some(Box::new(PartitionState {
             owner: partitioning.owner.clone(),
             me: me as u16,
             outbox: (0..partitioning.parts).map(|_| Vec::new()).collect(),
         }));
         Ok(())
+    }
+
+    /// Drops the endpoints of the HCAs another partition owns: they never run here. A
+    /// caller that set up every host in every partition (so that each host's QPNs, keys
+    /// and addresses come out as in a serial run) frees their memory once it has what it
+    /// needs from them. Call after [`Fabric::set_partition`].
+    pub fn drop_foreign_endpoints(&mut self) {
+        for h in 0..self.hcas.len() {
+            let node = self.ports[self.hcas[h].port as usize].node as usize;
+            if !self.owns_node(node) {
+                self.hcas[h].endpoint = None;
+            }
+        }
     }
 
     /// Whether this fabric runs node `node` (always, unless partitioned).

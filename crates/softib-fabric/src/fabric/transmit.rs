@@ -193,7 +193,17 @@ impl Fabric {
         pkt.accounted = false;
         pkt.rejected = false;
         if let Some(tap) = self.tap.as_mut() {
-            tap.see(qi, peer as usize, now + ser, tail, self.pool.get(id));
+            let order = crate::event::EventOrder {
+                event: self.event_key,
+                entity: self.current,
+            };
+            tap.see(
+                qi,
+                peer as usize,
+                (now + ser, tail),
+                order,
+                self.pool.get(id),
+            );
         }
         self.transmit_to(
             peer,

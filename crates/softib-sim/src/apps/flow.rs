@@ -15,7 +15,7 @@
 //! more than its gate receiver has received (step k + 1 needs the chunk of step k from the
 //! predecessor), which is the data dependency of a ring all-reduce.
 
-use crate::report::flows::SharedRecorder;
+use crate::report::flows::{FlowRecorder, SharedRecorder};
 use softib_fabric::engine_hca::HostApp;
 use softib_fabric::time::{from_engine_nanos, Picos};
 use softib_transport::{
@@ -26,12 +26,138 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
-/// Unreliable messages a flow's ledger remembers at most; older ones count as lost.
+/// Unreliable messages of a flow posted and not yet received that the settlement keeps at
+/// most; older ones count as lost.
 const LEDGER_CAP: usize = 1 << 20;
 
-/// Post times of unreliable messages by (flow, sequence number), shared by the requester
-/// and the receiver of a flow (the simulation is single-threaded).
-pub(crate) type Ledger = Rc<RefCell<BTreeMap<u32, VecDeque<(u32, Picos)>>>>;
+/// The posts and arrivals of unreliable messages (UC and UD SENDs, counted where they
+/// arrive), logged as the run goes and matched after it ([`UnreliableLog::settle`]).
+///
+/// The requester and the receiver of a flow may run in different partitions of a
+/// partitioned run, even in different processes, so the receiver cannot look the post time
+/// up as the message arrives; matching after the run, from logs merged over the partitions,
+/// gives the same figures whatever the partitioning, and the same as an unpartitioned run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UnreliableLog {
+    /// Per flow: (sequence number, post time), in post order.
+    posts: BTreeMap<u32, Vec<(u32, Picos)>>,
+    /// Per flow: (sequence number, arrival time, payload bytes), in arrival order.
+    arrivals: BTreeMap<u32, Vec<(u32, Picos, u64)>>,
+}
+
+/// The log shared by the hosts of one fabric (one partition runs on one thread).
+pub type Ledger = Rc<RefCell<UnreliableLog>>;
+
+impl UnreliableLog {
+    /// Message `seq` of `flow` was posted at `at`.
+    pub(crate) fn post(&mut self, flow: u32, seq: u32, at: Picos) {
+        self.posts.entry(flow).or_default().push((seq, at));
+    }
+
+    /// Message `seq` of `flow` arrived at `at` with `payload` bytes.
+    pub(crate) fn arrive(&mut self, flow: u32, seq: u32, at: Picos, payload: u64) {
+        self.arrivals
+            .entry(flow)
+            .or_default()
+            .push((seq, at, payload));
+    }
+
+    /// Adds another partition's log. A flow's posts come from its requester and its
+    /// arrivals from its receiver, each in one partition, so nothing interleaves.
+    pub fn merge(&mut self, other: UnreliableLog) {
+        for (flow, mut v) in other.posts {
+            self.posts.entry(flow).or_default().append(&mut v);
+        }
+        for (flow, mut v) in other.arrivals {
+            self.arrivals.entry(flow).or_default().append(&mut v);
+        }
+    }
+
+    /// Matches every arrival to its post and records the messages and the losses in
+    /// `recorder`. Per flow, posts and arrivals are taken in time order (an arrival before
+    /// a post of the same picosecond); a post finding [`LEDGER_CAP`] messages outstanding
+    /// counts the oldest as lost; an arrival skips (and counts as lost) the messages posted
+    /// before it that have not arrived: a flow's messages arrive in order (one path, one QP).
+    pub fn settle(&self, recorder: &mut FlowRecorder) {
+        let none = Vec::new();
+        let flows: std::collections::BTreeSet<u32> = self
+            .posts
+            .keys()
+            .chain(self.arrivals.keys())
+            .copied()
+            .collect();
+        for flow in flows {
+            let posts = self.posts.get(&flow).unwrap_or(&none);
+            let arrivals = self.arrivals.get(&flow).map_or(&[][..], |v| &v[..]);
+            let mut q: VecDeque<(u32, Picos)> = VecDeque::new();
+            let mut p = posts.iter().peekable();
+            for &(seq, at, payload) in arrivals {
+                while let Some(&&(s, t)) = p.peek() {
+                    if t >= at {
+                        break;
+                    }
+                    p.next();
+                    if q.len() >= LEDGER_CAP {
+                        q.pop_front();
+                        recorder.record_lost(flow, 1);
+                    }
+                    q.push_back((s, t));
+                }
+                let (posted, lost) = take_posted(&mut q, seq);
+                if lost > 0 {
+                    recorder.record_lost(flow, lost);
+                }
+                if let Some(posted) = posted {
+                    recorder.record_message(flow, at, payload, posted);
+                }
+            }
+            // Posts after the last arrival: only the cap's losses remain to count.
+            let rest = q.len() + p.count();
+            if rest > LEDGER_CAP {
+                recorder.record_lost(flow, (rest - LEDGER_CAP) as u64);
+            }
+        }
+    }
+}
+
+/// Every status name [`wc_status_name`] gives.
+const WC_STATUS_NAMES: [&str; 18] = [
+    "IBV_WC_SUCCESS",
+    "IBV_WC_LOC_LEN_ERR",
+    "IBV_WC_LOC_QP_OP_ERR",
+    "IBV_WC_LOC_PROT_ERR",
+    "IBV_WC_WR_FLUSH_ERR",
+    "IBV_WC_BAD_RESP_ERR",
+    "IBV_WC_LOC_ACCESS_ERR",
+    "IBV_WC_REM_INV_REQ_ERR",
+    "IBV_WC_REM_ACCESS_ERR",
+    "IBV_WC_REM_OP_ERR",
+    "IBV_WC_RETRY_EXC_ERR",
+    "IBV_WC_RNR_RETRY_EXC_ERR",
+    "IBV_WC_MW_BIND_ERR",
+    "IBV_WC_GENERAL_ERR",
+    "IBV_WC_LOC_RDD_VIOL_ERR",
+    "IBV_WC_REM_INV_RD_REQ_ERR",
+    "IBV_WC_INV_EECN_ERR",
+    "IBV_WC_INV_EEC_STATE_ERR",
+];
+
+/// Reads error counts by status name (another rank's records): a name that is not one of
+/// [`wc_status_name`]'s is refused, as the bytes did not come from a softib rank.
+pub(crate) fn deserialize_status_names<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<&'static str, u64>, D::Error> {
+    let raw: BTreeMap<String, u64> = serde::Deserialize::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| {
+            WC_STATUS_NAMES
+                .iter()
+                .find(|n| **n == k)
+                .map(|n| (*n, v))
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown status `{k}`")))
+        })
+        .collect()
+}
 
 /// The `IBV_WC_*` name of a completion status, as libibverbs spells it.
 pub fn wc_status_name(s: WcStatus) -> &'static str {
@@ -295,15 +421,8 @@ impl FlowHost {
                         }
                         if r.records {
                             let payload = wc.byte_len.saturating_sub(r.header) as u64;
-                            let (posted, lost) = wc
-                                .imm_data
-                                .map_or((None, 0), |seq| take_posted(&self.ledger, r.flow, seq));
-                            let mut rec = self.recorder.borrow_mut();
-                            if lost > 0 {
-                                rec.record_lost(r.flow, lost);
-                            }
-                            if let Some(posted) = posted {
-                                rec.record_message(r.flow, at, payload, posted);
+                            if let Some(seq) = wc.imm_data {
+                                self.ledger.borrow_mut().arrive(r.flow, seq, at, payload);
                             }
                         }
                     }
@@ -362,13 +481,9 @@ impl FlowHost {
                     break;
                 }
                 if op.counted_at_receiver {
-                    let mut l = self.ledger.borrow_mut();
-                    let q = l.entry(op.flow).or_default();
-                    if q.len() >= LEDGER_CAP {
-                        q.pop_front();
-                        self.recorder.borrow_mut().record_lost(op.flow, 1);
-                    }
-                    q.push_back((seq, from_engine_nanos(now)));
+                    self.ledger
+                        .borrow_mut()
+                        .post(op.flow, seq, from_engine_nanos(now));
                 }
                 op.posted.push_back(now);
                 op.posted_total += 1;
@@ -383,14 +498,10 @@ impl FlowHost {
     }
 }
 
-/// The post time of message `seq` of `flow`; earlier messages still in the ledger were lost.
-/// Also returns how many earlier messages were skipped: a flow's messages arrive in order
-/// (one path, one QP), so those will never arrive.
-fn take_posted(ledger: &Ledger, flow: u32, seq: u32) -> (Option<Picos>, u64) {
-    let mut l = ledger.borrow_mut();
-    let Some(q) = l.get_mut(&flow) else {
-        return (None, 0);
-    };
+/// The post time of message `seq` from a flow's outstanding posts `q`; earlier messages
+/// still in it were lost. Also returns how many earlier messages were skipped: a flow's
+/// messages arrive in order (one path, one QP), so those will never arrive.
+fn take_posted(q: &mut VecDeque<(u32, Picos)>, seq: u32) -> (Option<Picos>, u64) {
     let mut lost = 0;
     while let Some(&(s, t)) = q.front() {
         q.pop_front();
@@ -480,5 +591,52 @@ pub(crate) fn work_request(
         // there at each post.
         imm_data: matches!(opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm).then_some(0),
         ..SendWr::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Arrivals are matched to their posts after the run; messages that a later one
+    /// overtook count as lost; logs of two partitions (posts in one, arrivals in the
+    /// other) settle as one log does.
+    #[test]
+    fn a_settled_log_matches_arrivals_to_posts_and_counts_the_skipped_as_lost() {
+        let mut posts = UnreliableLog::default();
+        for seq in 0..6u32 {
+            posts.post(7, seq, 1_000_000 * seq as Picos);
+        }
+        let mut arrivals = UnreliableLog::default();
+        // 0 and 2 arrive (1 is lost), then 5 (3 and 4 lost).
+        arrivals.arrive(7, 0, 1_500_000, 100);
+        arrivals.arrive(7, 2, 3_500_000, 100);
+        arrivals.arrive(7, 5, 6_500_000, 100);
+        let mut one = posts.clone();
+        one.merge(arrivals.clone());
+        let mut split = arrivals;
+        split.merge(posts);
+        for log in [one, split] {
+            let mut rec = FlowRecorder::new(1_000_000);
+            log.settle(&mut rec);
+            let f = &rec.flows()[&7];
+            assert_eq!((f.messages, f.payload_bytes, f.lost), (3, 300, 3));
+            // Every message took 1.5 us from post to arrival.
+            assert_eq!(f.message_latency.max(), 1500);
+            assert_eq!((f.first_ps, f.last_ps), (Some(1_500_000), 6_500_000));
+        }
+    }
+
+    /// A post that finds the cap's worth of messages outstanding counts the oldest lost.
+    #[test]
+    fn posts_beyond_the_cap_count_the_oldest_as_lost() {
+        let mut log = UnreliableLog::default();
+        for seq in 0..(LEDGER_CAP as u32 + 3) {
+            log.post(1, seq, seq as Picos);
+        }
+        let mut rec = FlowRecorder::new(1_000);
+        log.settle(&mut rec);
+        assert_eq!(rec.flows()[&1].lost, 3);
+        assert_eq!(rec.flows()[&1].messages, 0);
     }
 }

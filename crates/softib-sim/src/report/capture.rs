@@ -12,9 +12,11 @@
 //! The capture is kept in memory and written with the report, frames in time order (a port
 //! tap sees a packet it receives only after later packets it sent have been recorded);
 //! past [`MAX_CAPTURE_BYTES`] further frames are counted, not stored, so a long run cannot
-//! exhaust memory.
+//! exhaust memory. A partitioned run keeps one capture per partition and merges them
+//! ([`Capture::merge`]) into the file one fabric would have written.
 
 use softib_fabric::crc::wire_image;
+use softib_fabric::event::EventOrder;
 use softib_fabric::hca::{Endpoint, HcaTx};
 use softib_fabric::packet::Packet;
 use softib_fabric::tap::WireTap;
@@ -29,10 +31,13 @@ use std::time::Duration;
 pub const MAX_CAPTURE_BYTES: usize = 256 << 20;
 
 /// The frames captured so far.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Capture {
-    /// (time, order of recording, range in `data`) of every stored frame.
-    index: Vec<(Picos, u64, usize, usize)>,
+    /// (time, place in the run's order, range in `data`) of every stored frame, in
+    /// recording order.
+    index: Vec<(Picos, EventOrder, usize, usize)>,
     data: Vec<u8>,
+    #[serde(skip)]
     scratch: Vec<u8>,
     stored_bytes: usize,
     /// Frames written.
@@ -41,23 +46,16 @@ pub struct Capture {
     pub dropped: u64,
 }
 
-/// A capture shared by the endpoints of one run.
+/// A capture shared by the endpoints of one run (or of one partition of it).
 pub type SharedCapture = Rc<RefCell<Capture>>;
 
 impl Capture {
     /// An empty capture.
     pub fn shared() -> SharedCapture {
-        Rc::new(RefCell::new(Capture {
-            index: Vec::new(),
-            data: Vec::new(),
-            scratch: Vec::new(),
-            stored_bytes: 0,
-            frames: 0,
-            dropped: 0,
-        }))
+        Rc::new(RefCell::new(Capture::default()))
     }
 
-    fn record(&mut self, at: Picos, p: &Packet) {
+    fn record(&mut self, at: Picos, order: EventOrder, p: &Packet) {
         if self.stored_bytes + p.bytes().len() > MAX_CAPTURE_BYTES {
             self.dropped += 1;
             return;
@@ -65,22 +63,43 @@ impl Capture {
         wire_image(p, &mut self.scratch);
         let start = self.data.len();
         self.data.extend_from_slice(&self.scratch);
-        self.index.push((at, self.frames, start, self.data.len()));
+        self.index.push((at, order, start, self.data.len()));
         self.stored_bytes += self.scratch.len();
         self.frames += 1;
     }
 
-    /// The pcap file's bytes, frames in time order (ties in recording order), without the
-    /// frames whose last byte had not crossed their port by `end` (a tap records a packet
-    /// when it starts on the wire; at the end of a run some are still crossing). The
-    /// capture stores nothing after this.
+    /// Adds the frames another partition captured (`other` is left empty).
+    pub fn merge(&mut self, other: &mut Capture) {
+        let base = self.data.len();
+        self.data.append(&mut other.data);
+        self.index.extend(
+            other
+                .index
+                .drain(..)
+                .map(|(at, order, a, b)| (at, order, a + base, b + base)),
+        );
+        self.stored_bytes += std::mem::take(&mut other.stored_bytes);
+        self.frames += std::mem::take(&mut other.frames);
+        self.dropped += std::mem::take(&mut other.dropped);
+    }
+
+    /// The pcap file's bytes, frames in time order, without the frames whose last byte had
+    /// not crossed their port by `end` (a tap records a packet when it starts on the wire;
+    /// at the end of a run some are still crossing). The capture stores nothing after this.
+    ///
+    /// Frames of the same picosecond go in the order the run recorded them: by the
+    /// [`EventOrder`] of the recording (which does not depend on partitioning), then as
+    /// recorded (one event's records are all taken in one partition). Merged partitions'
+    /// captures so come out as one fabric's would.
     pub fn take_bytes(&mut self, end: Picos) -> Vec<u8> {
         let mut index = std::mem::take(&mut self.index);
         index.retain(|&(at, ..)| at <= end);
         let data = std::mem::take(&mut self.data);
-        index.sort_unstable_by_key(|&(at, seq, _, _)| (at, seq));
+        index.sort_by_key(|&(at, order, _, _)| (at, order));
+        // Partitions each fill to the limit; the merged file keeps the earliest frames.
+        let mut kept = 0usize;
         let mut w = CaptureWriter::new(
-            Vec::with_capacity(24 + data.len() + 32 * index.len()),
+            Vec::with_capacity(24 + data.len().min(MAX_CAPTURE_BYTES) + 32 * index.len()),
             LinkType::Erf,
         )
         .expect("writing a pcap header into memory cannot fail");
@@ -91,6 +110,11 @@ impl Capture {
                 ((at % 1_000_000_000_000) / 1000) as u32,
             );
             let frame = &data[a..b];
+            kept += frame.len();
+            if kept > MAX_CAPTURE_BYTES {
+                self.dropped += 1;
+                continue;
+            }
             // Frames are at most 8,190 bytes, far under ERF's 16-bit record length and the
             // snap length, and simulated time stays below the year 2106: neither fails.
             let Some(header) = erf::header(
@@ -117,8 +141,8 @@ impl Capture {
 pub struct TapCapture(pub SharedCapture);
 
 impl WireTap for TapCapture {
-    fn on_wire(&mut self, at: Picos, packet: &Packet) {
-        self.0.borrow_mut().record(at, packet);
+    fn on_wire(&mut self, at: Picos, order: EventOrder, packet: &Packet) {
+        self.0.borrow_mut().record(at, order, packet);
     }
 }
 
@@ -141,7 +165,9 @@ impl Endpoint for Captured {
     }
 
     fn on_receive(&mut self, packet: &Packet, tx: &mut HcaTx<'_>) {
-        self.capture.borrow_mut().record(tx.now(), packet);
+        self.capture
+            .borrow_mut()
+            .record(tx.now(), tx.order(), packet);
         self.inner.on_receive(packet, tx);
     }
 

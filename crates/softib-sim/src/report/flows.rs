@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// What a flow is, for the report.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowInfo {
     /// Short unique name (e.g. `write_bw h0->h1`).
     pub name: String,
@@ -32,7 +32,7 @@ pub struct FlowInfo {
 }
 
 /// Everything recorded about one flow.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowStats {
     /// Identity.
     pub info: FlowInfo,
@@ -47,6 +47,7 @@ pub struct FlowStats {
     /// Messages completed with an error status.
     pub errors: u64,
     /// Error completions by status (`IBV_WC_*` names).
+    #[serde(deserialize_with = "crate::apps::flow::deserialize_status_names")]
     pub error_statuses: BTreeMap<&'static str, u64>,
     /// Unreliable messages known lost: a later one of the same flow arrived first.
     pub lost: u64,
@@ -98,10 +99,40 @@ impl FlowStats {
     }
 
     fn touch(&mut self, at: Picos) {
-        if self.first_ps.is_none() {
-            self.first_ps = Some(at);
-        }
+        // The earliest, not the first recorded: unreliable messages are recorded after
+        // the run (`UnreliableLog::settle`), partitions' records are merged.
+        self.first_ps = Some(self.first_ps.map_or(at, |f| f.min(at)));
         self.last_ps = self.last_ps.max(at);
+    }
+
+    /// Adds what another recorder saw of this flow (the same flow in another partition).
+    fn merge(&mut self, o: &FlowStats) {
+        self.packets += o.packets;
+        self.wire_bytes += o.wire_bytes;
+        self.messages += o.messages;
+        self.payload_bytes += o.payload_bytes;
+        self.errors += o.errors;
+        for (k, v) in &o.error_statuses {
+            *self.error_statuses.entry(k).or_default() += v;
+        }
+        self.lost += o.lost;
+        if let Some(f) = o.first_ps {
+            self.touch(f);
+        }
+        self.last_ps = self.last_ps.max(o.last_ps);
+        for (bins, other) in [
+            (&mut self.wire_bins, &o.wire_bins),
+            (&mut self.payload_bins, &o.payload_bins),
+        ] {
+            if other.len() > bins.len() {
+                bins.resize(other.len(), 0);
+            }
+            for (a, b) in bins.iter_mut().zip(other) {
+                *a += b;
+            }
+        }
+        self.packet_latency.merge(&o.packet_latency);
+        self.message_latency.merge(&o.message_latency);
     }
 }
 
@@ -114,7 +145,7 @@ fn add_bin(bins: &mut Vec<u64>, bin_ps: Picos, at: Picos, bytes: u64) {
 }
 
 /// Collects [`FlowStats`] by flow tag (the `flow` of [`softib_fabric::packet::PacketMeta`]).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct FlowRecorder {
     bin_ps: Picos,
     flows: BTreeMap<u32, FlowStats>,
@@ -198,6 +229,20 @@ impl FlowRecorder {
     /// Every flow, by id.
     pub fn flows(&self) -> &BTreeMap<u32, FlowStats> {
         &self.flows
+    }
+
+    /// Adds what `other` (another partition's recorder, same bins and flow definitions)
+    /// recorded. Every figure is a sum, a minimum or a maximum, so the merged recorder
+    /// is the one a single fabric would have filled, in whatever order partitions merge.
+    pub fn merge(&mut self, other: &FlowRecorder) {
+        for (&id, o) in &other.flows {
+            match self.flows.get_mut(&id) {
+                Some(f) => f.merge(o),
+                None => {
+                    self.flows.insert(id, o.clone());
+                }
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@ const SUB: u64 = 64;
 const SUB_BITS: u32 = SUB.trailing_zeros();
 
 /// Latencies in nanoseconds, bucketed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Histogram {
     counts: Vec<u32>,
     total: u64,

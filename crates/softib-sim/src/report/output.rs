@@ -6,9 +6,76 @@ use super::decimals::round;
 use super::flows::{FlowRecorder, FlowStats};
 use super::histogram::Histogram;
 use super::summary::*;
-use softib_fabric::fabric::Fabric;
+use softib_fabric::counters::PortCounters;
+use softib_fabric::fabric::{CounterSample, Fabric, FabricConfig};
 use softib_fabric::time::{Picos, PS_PER_NS, PS_PER_US};
-use softib_fabric::topology::NodeKind;
+use softib_fabric::topology::{NodeKind, Topology};
+use std::collections::BTreeMap;
+
+/// What a report reads of a finished fabric: the counters of its cabled ports, the counter
+/// samples and the run's totals. A partitioned run takes each partition's share (the ports
+/// it owns) and merges them ([`FabricFigures::merge`]) into what one fabric would show.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FabricFigures {
+    /// Simulated time at the end.
+    pub duration_ps: Picos,
+    /// (node, port) -> counters as of the end and operational VLs.
+    pub ports: BTreeMap<(usize, u8), (PortCounters, u8)>,
+    /// The counter samples.
+    pub samples: Vec<CounterSample>,
+    /// Events handled.
+    pub events: u64,
+    /// Packets delivered to HCAs.
+    pub delivered: u64,
+    /// Packets still in the fabric.
+    pub in_flight: usize,
+}
+
+impl FabricFigures {
+    /// The figures of the nodes `fabric` runs (all of them, unless it is a partition).
+    pub fn of(fabric: &Fabric) -> Self {
+        let topo = fabric.topology();
+        let mut ports = BTreeMap::new();
+        for l in &topo.links {
+            for a in [l.a, l.b] {
+                let name = &topo.nodes[a.node].name;
+                if !fabric.owns(name) {
+                    continue;
+                }
+                let c = fabric.port_counters(name, a.port).unwrap_or_default();
+                let vls = fabric.operational_vls(name, a.port).unwrap_or(1);
+                ports.insert((a.node, a.port), (c, vls));
+            }
+        }
+        let samples = fabric
+            .samples()
+            .iter()
+            .filter(|s| fabric.owns(&topo.nodes[s.node as usize].name))
+            .cloned()
+            .collect();
+        FabricFigures {
+            duration_ps: fabric.now(),
+            ports,
+            samples,
+            events: fabric.events_processed(),
+            delivered: fabric.packets_delivered(),
+            in_flight: fabric.packets_in_flight(),
+        }
+    }
+
+    /// Adds another partition's figures (its own ports; the totals add up).
+    pub fn merge(&mut self, other: FabricFigures) {
+        self.duration_ps = self.duration_ps.max(other.duration_ps);
+        self.ports.extend(other.ports);
+        self.samples.extend(other.samples);
+        // Each port's series in time order, ports in (node, port) order within a sample,
+        // as one fabric samples them.
+        self.samples.sort_by_key(|s| (s.time, s.node, s.port));
+        self.events += other.events;
+        self.delivered += other.delivered;
+        self.in_flight += other.in_flight;
+    }
+}
 
 /// Describes the run for the report (what the fabric itself does not know).
 #[derive(Clone, Debug, Default)]
@@ -178,9 +245,21 @@ fn flow_totals(flows: &FlowRecorder, rows: &[FlowSummary]) -> Option<FlowTotals>
 impl Report {
     /// Builds the report of `fabric` as of now, with the flows of `flows`.
     pub fn build(fabric: &Fabric, flows: &FlowRecorder, meta: &RunMeta) -> Report {
-        let topo = fabric.topology();
-        let cfg = fabric.config();
-        let duration_ps = fabric.now();
+        let figures = FabricFigures::of(fabric);
+        Self::from_figures(fabric.topology(), fabric.config(), &figures, flows, meta)
+    }
+
+    /// Builds the report of a fabric of topology `topo` and settings `cfg` that ended with
+    /// `figures` (merged over its partitions, for a partitioned run), with the flows of
+    /// `flows`.
+    pub fn from_figures(
+        topo: &Topology,
+        cfg: &FabricConfig,
+        figures: &FabricFigures,
+        flows: &FlowRecorder,
+        meta: &RunMeta,
+    ) -> Report {
+        let duration_ps = figures.duration_ps;
         let tick = cfg.xmit_wait_tick_ps;
 
         // Cabled ports in (node, port) order, with the far end of each.
@@ -202,15 +281,18 @@ impl Report {
         let mut ports = Vec::with_capacity(ends.len());
         for (i, (me, peer, rate)) in ends.iter().enumerate() {
             index_of[me.node][me.port as usize] = i as u32;
-            let node_name = &topo.nodes[me.node].name;
-            let c = fabric.port_counters(node_name, me.port).unwrap_or_default();
+            let (c, operational_vls) = figures
+                .ports
+                .get(&(me.node, me.port))
+                .cloned()
+                .unwrap_or((PortCounters::default(), 1));
             let link_gbps = rate.data_bps() as f64 / 1e9;
             let mut p = PortSummary {
                 port: name(*me),
                 peer: name(*peer),
                 link: rate.name(),
                 link_gbps: round(link_gbps, 4),
-                operational_vls: fabric.operational_vls(node_name, me.port).unwrap_or(1),
+                operational_vls,
                 ..PortSummary::default()
             };
             p.fill_counters(&c, tick);
@@ -236,7 +318,7 @@ impl Report {
             .unwrap_or(1);
         let series_vls = if max_vls > 1 { max_vls } else { 0 };
         let mut vl_series: Vec<Vec<u64>> = vec![Vec::new(); ports.len()];
-        for s in fabric.samples() {
+        for s in &figures.samples {
             let Some(&i) = index_of
                 .get(s.node as usize)
                 .and_then(|v| v.get(s.port as usize))
@@ -319,9 +401,9 @@ impl Report {
                 ),
             },
             run: RunInfo {
-                events: fabric.events_processed(),
-                packets_delivered: fabric.packets_delivered(),
-                packets_in_flight: fabric.packets_in_flight(),
+                events: figures.events,
+                packets_delivered: figures.delivered,
+                packets_in_flight: figures.in_flight,
             },
             units: Units {
                 port_xmit_data: "4-byte words of data packets, LRH through ICRC (PortXmitData, PortRcvData)",

@@ -133,7 +133,7 @@ pub struct FlowSummary {
 
 /// The transport counters of one engine flow's QP pair: the requester's (retries) and the
 /// responder's (what the retries cost it), as `softib_transport::QpCounters` names them.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct FlowQp {
     /// Requester: packets sent again (go-back-N after a timeout or NAK).
     pub retransmitted_packets: u64,
@@ -165,6 +165,21 @@ impl FlowQp {
         self.seq_naks_received = c.seq_naks_received;
         self.rnr_naks_received = c.rnr_naks_received;
         self.requester_packets_sent = c.packets_sent;
+    }
+
+    /// Adds the other side's counters, as another partition found them (each field is set
+    /// by one side only).
+    pub fn absorb(&mut self, o: &FlowQp) {
+        self.retransmitted_packets += o.retransmitted_packets;
+        self.local_ack_timeouts += o.local_ack_timeouts;
+        self.seq_naks_received += o.seq_naks_received;
+        self.rnr_naks_received += o.rnr_naks_received;
+        self.requester_packets_sent += o.requester_packets_sent;
+        self.duplicates_received += o.duplicates_received;
+        self.rnr_naks_sent += o.rnr_naks_sent;
+        self.seq_naks_sent += o.seq_naks_sent;
+        self.out_of_sequence_drops += o.out_of_sequence_drops;
+        self.responder_packets_received += o.responder_packets_received;
     }
 
     /// Takes the responder's counters from its QP.
@@ -425,7 +440,7 @@ pub struct Units {
 
 /// The transport engine's counters on one host (sums over its QPs), as
 /// `softib_transport::DeviceCounters` names them.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct HostTransport {
     /// Host.
     pub host: String,

@@ -8,10 +8,12 @@ use softib_fabric::fabric::Fabric;
 use softib_fabric::time::PS_PER_US;
 use std::collections::BTreeMap;
 
-/// The transport counters of the engines on `hosts` (as attached by [`super::attach_flows`]).
+/// The transport counters of the engines on `hosts` (as attached by [`super::attach_flows`])
+/// that `fabric` runs (in a partition, the hosts it owns).
 pub fn transport_counters(fabric: &mut Fabric, hosts: &[String]) -> Vec<HostTransport> {
-    hosts
-        .iter()
+    let owned: Vec<&String> = hosts.iter().filter(|h| fabric.owns(h)).collect();
+    owned
+        .into_iter()
         .filter_map(|h| {
             let hca = fabric.endpoint_mut::<EngineHca>(h, 1)?;
             let mut t = HostTransport::new(
@@ -34,10 +36,12 @@ pub fn transport_counters(fabric: &mut Fabric, hosts: &[String]) -> Vec<HostTran
 }
 
 /// Per flow, the counters of its requester and responder QPs (hosts as attached by
-/// [`super::attach_flows`]).
+/// [`super::attach_flows`]) on the hosts `fabric` runs (in a partition, the sides it owns;
+/// [`FlowQp::absorb`] adds the other partitions').
 pub fn flow_qp_counters(fabric: &mut Fabric, hosts: &[String]) -> BTreeMap<u32, FlowQp> {
     let mut out: BTreeMap<u32, FlowQp> = BTreeMap::new();
-    for h in hosts {
+    let owned: Vec<&String> = hosts.iter().filter(|h| fabric.owns(h)).collect();
+    for h in owned {
         let Some(hca) = fabric.endpoint_mut::<EngineHca>(h, 1) else {
             continue;
         };

@@ -34,7 +34,9 @@ pub type WrapEndpoint<'a> = dyn FnMut(&str, Box<dyn Endpoint>) -> Box<dyn Endpoi
 
 /// Creates a device per host of `plans`, the QPs of every pair, connects them and attaches
 /// the hosts to `fabric` (each endpoint passed through `wrap`, e.g. to capture it). Returns
-/// the hosts, for [`super::transport_counters`].
+/// the hosts, for [`super::transport_counters`]. Messages go into `recorder`, except the
+/// unreliable SENDs counted where they arrive: those go into `ledger`, whose
+/// [`crate::apps::flow::UnreliableLog::settle`] records them after the run.
 ///
 /// The order of the verbs calls is part of the result (QPNs, keys and addresses are handed
 /// out in call order): hosts are created in the order the plans first name them, and each
@@ -43,17 +45,17 @@ pub fn attach_flows(
     fabric: &mut Fabric,
     plans: &[FlowPlan],
     recorder: &SharedRecorder,
+    ledger: &Ledger,
     seed: u64,
     wrap: &mut WrapEndpoint<'_>,
 ) -> Result<Vec<String>, FlowSetupError> {
     let seeds = SeedTree::new(seed);
-    let ledger = Ledger::default();
     let cq_depth = cq_depths(plans);
     let mut hosts: BTreeMap<String, Host> = BTreeMap::new();
     for p in plans {
         for h in [&p.src, &p.dst] {
             if !hosts.contains_key(h) {
-                let host = Host::new(fabric, h, cq_depth[h.as_str()], &seeds, recorder, &ledger)
+                let host = Host::new(fabric, h, cq_depth[h.as_str()], &seeds, recorder, ledger)
                     .map_err(|e| setup_error(p, e.to_string()))?;
                 hosts.insert(h.clone(), host);
             }
