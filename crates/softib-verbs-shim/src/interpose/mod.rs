@@ -179,24 +179,22 @@ macro_rules! interpose {
             = $cache:ident, open($writes:expr);
         $($rest:tt)*
     ) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            $($pre: $pt,)* $path: *const c_char $(, $post: $qt)*
-        ) -> $ret {
-            let Some(f) = $cache.$cache() else {
-                return no_libc(-1);
-            };
-            // SAFETY: the caller meets the libc function's contract (a C string for
-            // `path`, the rest libc's to judge), which is passed on unchanged but for a
-            // viewed path; `f` is libc's definition of the same function.
-            unsafe { with_open_path($path, $writes, |$path| f($($pre,)* $path $(, $post)*)) }
-        }
+        interpose!(@def $name($($pre: $pt,)* @$path $(, $post: $qt)*) -> $ret
+            = $cache, -1, with_open_path($writes));
         interpose!($($rest)*);
     };
     (
         fn $name:ident($($pre:ident: $pt:ty,)* @$path:ident $(, $post:ident: $qt:ty)*) -> $ret:ty
             = $cache:ident, $fail:expr;
         $($rest:tt)*
+    ) => {
+        interpose!(@def $name($($pre: $pt,)* @$path $(, $post: $qt)*) -> $ret
+            = $cache, $fail, with_path($fail));
+        interpose!($($rest)*);
+    };
+    (
+        @def $name:ident($($pre:ident: $pt:ty,)* @$path:ident $(, $post:ident: $qt:ty)*) -> $ret:ty
+            = $cache:ident, $fail:expr, $with:ident($arg:expr)
     ) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
@@ -205,10 +203,11 @@ macro_rules! interpose {
             let Some(f) = $cache.$cache() else {
                 return no_libc($fail);
             };
-            // SAFETY: as in the arm above.
-            unsafe { with_path($path, $fail, |$path| f($($pre,)* $path $(, $post)*)) }
+            // SAFETY: the caller meets the libc function's contract (a C string for
+            // `path`, the rest libc's to judge), which is passed on unchanged but for a
+            // viewed path; `f` is libc's definition of the same function.
+            unsafe { $with($path, $arg, |$path| f($($pre,)* $path $(, $post)*)) }
         }
-        interpose!($($rest)*);
     };
 }
 
