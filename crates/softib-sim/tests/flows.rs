@@ -6,24 +6,12 @@
 use softib_fabric::time::PS_PER_US;
 use softib_sim::apps::flow::Ledger;
 use softib_sim::report::flows::FlowRecorder;
-use softib_sim::report::run::run;
-use softib_sim::report::summary::FlowSummary;
 use softib_sim::report::Report;
 use softib_sim::scenario::Scenario;
 use softib_sim::setup::{atomic_counter, attach_flows};
 
-fn run_text(text: &str) -> Report {
-    let s = Scenario::parse(text).unwrap();
-    run(&s, "test", &mut |_, _| {}).unwrap()
-}
-
-fn flow<'a>(r: &'a Report, name: &str) -> &'a FlowSummary {
-    r.summary
-        .flows
-        .iter()
-        .find(|f| f.name == name)
-        .unwrap_or_else(|| panic!("no flow {name}: {:?}", r.summary.flows))
-}
+mod support;
+use support::scenario::{flow, run_text};
 
 const B2B: &str =
     "duration_us = 200\n[fabric]\ncable_m = 2.0\n[topology]\nkind = \"back-to-back\"\n";

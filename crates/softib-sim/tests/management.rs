@@ -2,23 +2,11 @@
 //! arbitration (IBA 7.6.9) however the data VLs are configured, while a low-priority data VL
 //! behind a high-priority one with an unbounded Limit of High Priority gets nothing.
 
-use softib_sim::report::run::run;
-use softib_sim::report::summary::FlowSummary;
 use softib_sim::report::Report;
 use softib_sim::scenario::Scenario;
 
-fn run_text(text: &str) -> Report {
-    let s = Scenario::parse(text).unwrap();
-    run(&s, "test", &mut |_, _| {}).unwrap()
-}
-
-fn flow<'a>(r: &'a Report, name: &str) -> &'a FlowSummary {
-    r.summary
-        .flows
-        .iter()
-        .find(|f| f.name == name)
-        .unwrap_or_else(|| panic!("no flow {name}: {:?}", r.summary.flows))
-}
+mod support;
+use support::scenario::{flow, run_text};
 
 /// h1 and h2 saturate the switch port to h0 on SL0/VL0; h3 sends h0 one 4 KiB packet per
 /// microsecond on SL1/VL1 and one SMP per microsecond on VL15.

@@ -1,14 +1,10 @@
 //! The report layer on real runs: figures in the summary agree with the fabric's counters
 //! and with what the link rate allows, the time series add up, files are deterministic.
 
-use softib_sim::report::run::run;
-use softib_sim::report::Report;
 use softib_sim::scenario::Scenario;
 
-fn run_text(text: &str) -> Report {
-    let s = Scenario::parse(text).unwrap();
-    run(&s, "test", &mut |_, _| {}).unwrap()
-}
+mod support;
+use support::scenario::run_text;
 
 const B2B: &str = r#"
 duration_us = 500

@@ -6,6 +6,7 @@
 //! Names keep their C spelling so a reader can grep the header for them.
 #![allow(non_camel_case_types, missing_docs)]
 
+use crate::layout_check::checked_constants;
 use std::ffi::c_void;
 
 pub type pthread_mutex_t = libc::pthread_mutex_t;
@@ -751,134 +752,78 @@ pub const IBV_SRQ_MAX_WR: u32 = 1;
 pub const IBV_SRQ_LIMIT: u32 = 2;
 
 /// The enum values above, by C name, for `tests/layout.rs` to compare with the header.
-pub const CHECKED_CONSTANTS: &[(&str, i64)] = &[
-    ("IBV_NODE_CA", IBV_NODE_CA as i64),
-    ("IBV_TRANSPORT_IB", IBV_TRANSPORT_IB as i64),
-    ("IBV_ATOMIC_HCA", IBV_ATOMIC_HCA as i64),
-    ("IBV_PORT_ACTIVE", IBV_PORT_ACTIVE as i64),
-    ("IBV_LINK_LAYER_ETHERNET", IBV_LINK_LAYER_ETHERNET as i64),
-    ("IBV_PORT_CM_SUP", IBV_PORT_CM_SUP as i64),
-    ("IBV_PORT_IP_BASED_GIDS", IBV_PORT_IP_BASED_GIDS as i64),
-    (
-        "IBV_DEVICE_RC_RNR_NAK_GEN",
-        IBV_DEVICE_RC_RNR_NAK_GEN as i64,
-    ),
-    (
-        "IBV_DEVICE_SYS_IMAGE_GUID",
-        IBV_DEVICE_SYS_IMAGE_GUID as i64,
-    ),
-    ("IBV_DEVICE_N_NOTIFY_CQ", IBV_DEVICE_N_NOTIFY_CQ as i64),
-    ("IBV_DEVICE_XRC", IBV_DEVICE_XRC as i64),
-    ("IBV_DEVICE_MEM_WINDOW", IBV_DEVICE_MEM_WINDOW as i64),
-    (
-        "IBV_DEVICE_MEM_WINDOW_TYPE_2A",
-        IBV_DEVICE_MEM_WINDOW_TYPE_2A as i64,
-    ),
-    (
-        "IBV_DEVICE_MEM_WINDOW_TYPE_2B",
-        IBV_DEVICE_MEM_WINDOW_TYPE_2B as i64,
-    ),
-    ("IBV_GID_TYPE_ROCE_V2", IBV_GID_TYPE_ROCE_V2 as i64),
-    ("IBV_ACCESS_ON_DEMAND", IBV_ACCESS_ON_DEMAND as i64),
-    ("IBV_ACCESS_HUGETLB", IBV_ACCESS_HUGETLB as i64),
-    (
-        "IBV_ACCESS_RELAXED_ORDERING",
-        IBV_ACCESS_RELAXED_ORDERING as i64,
-    ),
-    ("IBV_QPT_RC", IBV_QPT_RC as i64),
-    ("IBV_QPT_UC", IBV_QPT_UC as i64),
-    ("IBV_QPT_UD", IBV_QPT_UD as i64),
-    ("IBV_WR_RDMA_WRITE", IBV_WR_RDMA_WRITE as i64),
-    (
-        "IBV_WR_RDMA_WRITE_WITH_IMM",
-        IBV_WR_RDMA_WRITE_WITH_IMM as i64,
-    ),
-    ("IBV_WR_SEND", IBV_WR_SEND as i64),
-    ("IBV_WR_SEND_WITH_IMM", IBV_WR_SEND_WITH_IMM as i64),
-    ("IBV_WR_RDMA_READ", IBV_WR_RDMA_READ as i64),
-    (
-        "IBV_WR_ATOMIC_CMP_AND_SWP",
-        IBV_WR_ATOMIC_CMP_AND_SWP as i64,
-    ),
-    (
-        "IBV_WR_ATOMIC_FETCH_AND_ADD",
-        IBV_WR_ATOMIC_FETCH_AND_ADD as i64,
-    ),
-    ("IBV_WR_LOCAL_INV", IBV_WR_LOCAL_INV as i64),
-    ("IBV_WR_BIND_MW", IBV_WR_BIND_MW as i64),
-    ("IBV_WR_SEND_WITH_INV", IBV_WR_SEND_WITH_INV as i64),
-    ("IBV_WR_TSO", IBV_WR_TSO as i64),
-    ("IBV_WR_DRIVER1", IBV_WR_DRIVER1 as i64),
-    ("IBV_WR_ATOMIC_WRITE", IBV_WR_ATOMIC_WRITE as i64),
-    ("IBV_SEND_FENCE", IBV_SEND_FENCE as i64),
-    ("IBV_SEND_SIGNALED", IBV_SEND_SIGNALED as i64),
-    ("IBV_SEND_SOLICITED", IBV_SEND_SOLICITED as i64),
-    ("IBV_SEND_INLINE", IBV_SEND_INLINE as i64),
-    ("IBV_WC_SEND", IBV_WC_SEND as i64),
-    ("IBV_WC_RDMA_WRITE", IBV_WC_RDMA_WRITE as i64),
-    ("IBV_WC_RDMA_READ", IBV_WC_RDMA_READ as i64),
-    ("IBV_WC_COMP_SWAP", IBV_WC_COMP_SWAP as i64),
-    ("IBV_WC_FETCH_ADD", IBV_WC_FETCH_ADD as i64),
-    ("IBV_WC_RECV", IBV_WC_RECV as i64),
-    ("IBV_WC_BIND_MW", IBV_WC_BIND_MW as i64),
-    ("IBV_QPT_XRC_SEND", IBV_QPT_XRC_SEND as i64),
-    ("IBV_QPT_XRC_RECV", IBV_QPT_XRC_RECV as i64),
-    ("IBV_WC_LOCAL_INV", IBV_WC_LOCAL_INV as i64),
-    ("IBV_MW_TYPE_1", IBV_MW_TYPE_1 as i64),
-    ("IBV_MW_TYPE_2", IBV_MW_TYPE_2 as i64),
-    ("IBV_ACCESS_MW_BIND", IBV_ACCESS_MW_BIND as i64),
-    ("IBV_ACCESS_ZERO_BASED", IBV_ACCESS_ZERO_BASED as i64),
-    (
-        "IBV_WC_RECV_RDMA_WITH_IMM",
-        IBV_WC_RECV_RDMA_WITH_IMM as i64,
-    ),
-    ("IBV_WC_GRH", IBV_WC_GRH as i64),
-    ("IBV_WC_WITH_IMM", IBV_WC_WITH_IMM as i64),
-    ("IBV_WC_WITH_INV", IBV_WC_WITH_INV as i64),
-    ("IBV_EVENT_CQ_ERR", IBV_EVENT_CQ_ERR as i64),
-    ("IBV_EVENT_QP_FATAL", IBV_EVENT_QP_FATAL as i64),
-    ("IBV_EVENT_COMM_EST", IBV_EVENT_COMM_EST as i64),
-    ("IBV_EVENT_SQ_DRAINED", IBV_EVENT_SQ_DRAINED as i64),
-    (
-        "IBV_EVENT_SRQ_LIMIT_REACHED",
-        IBV_EVENT_SRQ_LIMIT_REACHED as i64,
-    ),
-    (
-        "IBV_EVENT_QP_LAST_WQE_REACHED",
-        IBV_EVENT_QP_LAST_WQE_REACHED as i64,
-    ),
-    ("IBV_QP_RATE_LIMIT", IBV_QP_RATE_LIMIT as i64),
-    ("IBV_SRQ_MAX_WR", IBV_SRQ_MAX_WR as i64),
-    ("IBV_SRQ_LIMIT", IBV_SRQ_LIMIT as i64),
+pub const CHECKED_CONSTANTS: &[(&str, i64)] = checked_constants![
+    IBV_NODE_CA,
+    IBV_TRANSPORT_IB,
+    IBV_ATOMIC_HCA,
+    IBV_PORT_ACTIVE,
+    IBV_LINK_LAYER_ETHERNET,
+    IBV_PORT_CM_SUP,
+    IBV_PORT_IP_BASED_GIDS,
+    IBV_DEVICE_RC_RNR_NAK_GEN,
+    IBV_DEVICE_SYS_IMAGE_GUID,
+    IBV_DEVICE_N_NOTIFY_CQ,
+    IBV_DEVICE_XRC,
+    IBV_DEVICE_MEM_WINDOW,
+    IBV_DEVICE_MEM_WINDOW_TYPE_2A,
+    IBV_DEVICE_MEM_WINDOW_TYPE_2B,
+    IBV_GID_TYPE_ROCE_V2,
+    IBV_ACCESS_ON_DEMAND,
+    IBV_ACCESS_HUGETLB,
+    IBV_ACCESS_RELAXED_ORDERING,
+    IBV_QPT_RC,
+    IBV_QPT_UC,
+    IBV_QPT_UD,
+    IBV_WR_RDMA_WRITE,
+    IBV_WR_RDMA_WRITE_WITH_IMM,
+    IBV_WR_SEND,
+    IBV_WR_SEND_WITH_IMM,
+    IBV_WR_RDMA_READ,
+    IBV_WR_ATOMIC_CMP_AND_SWP,
+    IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WR_LOCAL_INV,
+    IBV_WR_BIND_MW,
+    IBV_WR_SEND_WITH_INV,
+    IBV_WR_TSO,
+    IBV_WR_DRIVER1,
+    IBV_WR_ATOMIC_WRITE,
+    IBV_SEND_FENCE,
+    IBV_SEND_SIGNALED,
+    IBV_SEND_SOLICITED,
+    IBV_SEND_INLINE,
+    IBV_WC_SEND,
+    IBV_WC_RDMA_WRITE,
+    IBV_WC_RDMA_READ,
+    IBV_WC_COMP_SWAP,
+    IBV_WC_FETCH_ADD,
+    IBV_WC_RECV,
+    IBV_WC_BIND_MW,
+    IBV_QPT_XRC_SEND,
+    IBV_QPT_XRC_RECV,
+    IBV_WC_LOCAL_INV,
+    IBV_MW_TYPE_1,
+    IBV_MW_TYPE_2,
+    IBV_ACCESS_MW_BIND,
+    IBV_ACCESS_ZERO_BASED,
+    IBV_WC_RECV_RDMA_WITH_IMM,
+    IBV_WC_GRH,
+    IBV_WC_WITH_IMM,
+    IBV_WC_WITH_INV,
+    IBV_EVENT_CQ_ERR,
+    IBV_EVENT_QP_FATAL,
+    IBV_EVENT_COMM_EST,
+    IBV_EVENT_SQ_DRAINED,
+    IBV_EVENT_SRQ_LIMIT_REACHED,
+    IBV_EVENT_QP_LAST_WQE_REACHED,
+    IBV_QP_RATE_LIMIT,
+    IBV_SRQ_MAX_WR,
+    IBV_SRQ_LIMIT,
 ];
 
 /// `(C expression, Rust value)` pairs of sizes and offsets for `tests/layout.rs`.
 pub fn checked_layouts() -> Vec<(&'static str, usize)> {
+    use crate::layout_check::{c_offset as off, c_size as size};
     use std::mem::{offset_of, size_of};
-    macro_rules! size {
-        ($t:ident) => {
-            (concat!("sizeof(", c_type!($t), ")"), size_of::<$t>())
-        };
-    }
-    macro_rules! off {
-        ($t:ident, $f:ident) => {
-            off!($t, $f, stringify!($f))
-        };
-        ($t:ident, $f:ident, $c:expr) => {
-            (
-                concat!("offsetof(", c_type!($t), ", ", $c, ")"),
-                offset_of!($t, $f),
-            )
-        };
-    }
-    macro_rules! c_type {
-        (ibv_gid) => {
-            "union ibv_gid"
-        };
-        ($t:ident) => {
-            concat!("struct ", stringify!($t))
-        };
-    }
     vec![
         size!(ibv_gid),
         size!(ibv_gid_entry),

@@ -9,6 +9,7 @@
 use std::ffi::c_void;
 
 use crate::abi::*;
+use crate::layout_check::checked_constants;
 
 /// Index of each extension slot of `struct verbs_context` in [`verbs_context::ext`], in the
 /// header's order (the slots grow downwards in front of `sz`).
@@ -317,129 +318,60 @@ pub const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
 pub const IBV_WC_ATOMIC_WRITE: u32 = 9;
 
 /// The constants above, by C name, for `tests/layout.rs`.
-pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
-    ("IBV_WC_ATOMIC_WRITE", IBV_WC_ATOMIC_WRITE as i64),
-    ("IBV_QP_INIT_ATTR_PD", IBV_QP_INIT_ATTR_PD as i64),
-    ("IBV_QP_INIT_ATTR_XRCD", IBV_QP_INIT_ATTR_XRCD as i64),
-    (
-        "IBV_QP_INIT_ATTR_CREATE_FLAGS",
-        IBV_QP_INIT_ATTR_CREATE_FLAGS as i64,
-    ),
-    (
-        "IBV_QP_INIT_ATTR_SEND_OPS_FLAGS",
-        IBV_QP_INIT_ATTR_SEND_OPS_FLAGS as i64,
-    ),
-    (
-        "IBV_QP_EX_WITH_RDMA_WRITE",
-        IBV_QP_EX_WITH_RDMA_WRITE as i64,
-    ),
-    (
-        "IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM",
-        IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM as i64,
-    ),
-    ("IBV_QP_EX_WITH_SEND", IBV_QP_EX_WITH_SEND as i64),
-    (
-        "IBV_QP_EX_WITH_SEND_WITH_IMM",
-        IBV_QP_EX_WITH_SEND_WITH_IMM as i64,
-    ),
-    ("IBV_QP_EX_WITH_RDMA_READ", IBV_QP_EX_WITH_RDMA_READ as i64),
-    (
-        "IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP",
-        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP as i64,
-    ),
-    (
-        "IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD",
-        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD as i64,
-    ),
-    ("IBV_QP_EX_WITH_LOCAL_INV", IBV_QP_EX_WITH_LOCAL_INV as i64),
-    ("IBV_QP_EX_WITH_BIND_MW", IBV_QP_EX_WITH_BIND_MW as i64),
-    (
-        "IBV_QP_EX_WITH_SEND_WITH_INV",
-        IBV_QP_EX_WITH_SEND_WITH_INV as i64,
-    ),
-    ("IBV_QP_EX_WITH_TSO", IBV_QP_EX_WITH_TSO as i64),
-    (
-        "IBV_QP_EX_WITH_ATOMIC_WRITE",
-        IBV_QP_EX_WITH_ATOMIC_WRITE as i64,
-    ),
-    ("IBV_WC_EX_WITH_BYTE_LEN", IBV_WC_EX_WITH_BYTE_LEN as i64),
-    ("IBV_WC_EX_WITH_IMM", IBV_WC_EX_WITH_IMM as i64),
-    ("IBV_WC_EX_WITH_QP_NUM", IBV_WC_EX_WITH_QP_NUM as i64),
-    ("IBV_WC_EX_WITH_SRC_QP", IBV_WC_EX_WITH_SRC_QP as i64),
-    ("IBV_WC_EX_WITH_SLID", IBV_WC_EX_WITH_SLID as i64),
-    ("IBV_WC_EX_WITH_SL", IBV_WC_EX_WITH_SL as i64),
-    (
-        "IBV_WC_EX_WITH_DLID_PATH_BITS",
-        IBV_WC_EX_WITH_DLID_PATH_BITS as i64,
-    ),
-    (
-        "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP",
-        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP as i64,
-    ),
-    ("IBV_WC_EX_WITH_CVLAN", IBV_WC_EX_WITH_CVLAN as i64),
-    ("IBV_WC_EX_WITH_FLOW_TAG", IBV_WC_EX_WITH_FLOW_TAG as i64),
-    ("IBV_WC_EX_WITH_TM_INFO", IBV_WC_EX_WITH_TM_INFO as i64),
-    (
-        "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK",
-        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK as i64,
-    ),
-    (
-        "IBV_CQ_INIT_ATTR_MASK_FLAGS",
-        IBV_CQ_INIT_ATTR_MASK_FLAGS as i64,
-    ),
-    ("IBV_CQ_INIT_ATTR_MASK_PD", IBV_CQ_INIT_ATTR_MASK_PD as i64),
-    (
-        "IBV_CREATE_CQ_ATTR_SINGLE_THREADED",
-        IBV_CREATE_CQ_ATTR_SINGLE_THREADED as i64,
-    ),
-    (
-        "IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN",
-        IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN as i64,
-    ),
-    (
-        "IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS",
-        IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS as i64,
-    ),
-    (
-        "IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT",
-        IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT as i64,
-    ),
-    (
-        "IBV_VALUES_MASK_RAW_CLOCK",
-        IBV_VALUES_MASK_RAW_CLOCK as i64,
-    ),
-    ("IBV_SRQ_INIT_ATTR_TYPE", IBV_SRQ_INIT_ATTR_TYPE as i64),
-    ("IBV_SRQ_INIT_ATTR_PD", IBV_SRQ_INIT_ATTR_PD as i64),
-    ("IBV_SRQ_INIT_ATTR_XRCD", IBV_SRQ_INIT_ATTR_XRCD as i64),
-    ("IBV_SRQ_INIT_ATTR_CQ", IBV_SRQ_INIT_ATTR_CQ as i64),
-    ("IBV_SRQT_BASIC", IBV_SRQT_BASIC as i64),
-    ("IBV_SRQT_XRC", IBV_SRQT_XRC as i64),
-    ("IBV_ACCESS_LOCAL_WRITE", IBV_ACCESS_LOCAL_WRITE as i64),
-    ("IBV_ACCESS_REMOTE_WRITE", IBV_ACCESS_REMOTE_WRITE as i64),
-    ("IBV_ACCESS_REMOTE_READ", IBV_ACCESS_REMOTE_READ as i64),
-    ("IBV_ACCESS_REMOTE_ATOMIC", IBV_ACCESS_REMOTE_ATOMIC as i64),
-    (
-        "IBV_REREG_MR_CHANGE_TRANSLATION",
-        IBV_REREG_MR_CHANGE_TRANSLATION as i64,
-    ),
-    ("IBV_REREG_MR_CHANGE_PD", IBV_REREG_MR_CHANGE_PD as i64),
-    (
-        "IBV_REREG_MR_CHANGE_ACCESS",
-        IBV_REREG_MR_CHANGE_ACCESS as i64,
-    ),
-    (
-        "IBV_ADVISE_MR_ADVICE_PREFETCH",
-        IBV_ADVISE_MR_ADVICE_PREFETCH as i64,
-    ),
-    (
-        "IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE",
-        IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE as i64,
-    ),
-    (
-        "IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT",
-        IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT as i64,
-    ),
-    ("IBV_ADVISE_MR_FLAG_FLUSH", IBV_ADVISE_MR_FLAG_FLUSH as i64),
+pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = checked_constants![
+    IBV_WC_ATOMIC_WRITE,
+    IBV_QP_INIT_ATTR_PD,
+    IBV_QP_INIT_ATTR_XRCD,
+    IBV_QP_INIT_ATTR_CREATE_FLAGS,
+    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+    IBV_QP_EX_WITH_RDMA_WRITE,
+    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+    IBV_QP_EX_WITH_SEND,
+    IBV_QP_EX_WITH_SEND_WITH_IMM,
+    IBV_QP_EX_WITH_RDMA_READ,
+    IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+    IBV_QP_EX_WITH_LOCAL_INV,
+    IBV_QP_EX_WITH_BIND_MW,
+    IBV_QP_EX_WITH_SEND_WITH_INV,
+    IBV_QP_EX_WITH_TSO,
+    IBV_QP_EX_WITH_ATOMIC_WRITE,
+    IBV_WC_EX_WITH_BYTE_LEN,
+    IBV_WC_EX_WITH_IMM,
+    IBV_WC_EX_WITH_QP_NUM,
+    IBV_WC_EX_WITH_SRC_QP,
+    IBV_WC_EX_WITH_SLID,
+    IBV_WC_EX_WITH_SL,
+    IBV_WC_EX_WITH_DLID_PATH_BITS,
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+    IBV_WC_EX_WITH_CVLAN,
+    IBV_WC_EX_WITH_FLOW_TAG,
+    IBV_WC_EX_WITH_TM_INFO,
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
+    IBV_CQ_INIT_ATTR_MASK_FLAGS,
+    IBV_CQ_INIT_ATTR_MASK_PD,
+    IBV_CREATE_CQ_ATTR_SINGLE_THREADED,
+    IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN,
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS,
+    IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+    IBV_VALUES_MASK_RAW_CLOCK,
+    IBV_SRQ_INIT_ATTR_TYPE,
+    IBV_SRQ_INIT_ATTR_PD,
+    IBV_SRQ_INIT_ATTR_XRCD,
+    IBV_SRQ_INIT_ATTR_CQ,
+    IBV_SRQT_BASIC,
+    IBV_SRQT_XRC,
+    IBV_ACCESS_LOCAL_WRITE,
+    IBV_ACCESS_REMOTE_WRITE,
+    IBV_ACCESS_REMOTE_READ,
+    IBV_ACCESS_REMOTE_ATOMIC,
+    IBV_REREG_MR_CHANGE_TRANSLATION,
+    IBV_REREG_MR_CHANGE_PD,
+    IBV_REREG_MR_CHANGE_ACCESS,
+    IBV_ADVISE_MR_ADVICE_PREFETCH,
+    IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+    IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT,
+    IBV_ADVISE_MR_FLAG_FLUSH,
 ];
 
 /// `(C expression, Rust value)` pairs of sizes and offsets for `tests/layout.rs`.
@@ -447,29 +379,8 @@ pub const CHECKED_CONSTANTS_EX: &[(&str, i64)] = &[
 /// driver.h definition spells it (a union of `ibv_qp` and `ibv_qp_ex`, then `comp_mask`
 /// and a pointer) by a local C definition the test provides.
 pub fn checked_layouts_ex() -> Vec<(&'static str, usize)> {
+    use crate::layout_check::{c_offset as off, c_size as size};
     use std::mem::{offset_of, size_of};
-    macro_rules! size {
-        ($t:ident) => {
-            (
-                concat!("sizeof(struct ", stringify!($t), ")"),
-                size_of::<$t>(),
-            )
-        };
-    }
-    macro_rules! off {
-        ($t:ident, $f:ident) => {
-            (
-                concat!(
-                    "offsetof(struct ",
-                    stringify!($t),
-                    ", ",
-                    stringify!($f),
-                    ")"
-                ),
-                offset_of!($t, $f),
-            )
-        };
-    }
     let ext = offset_of!(verbs_context, ext);
     let slot_at = |i: usize| ext + i * size_of::<*mut c_void>();
     vec![

@@ -31,6 +31,7 @@ pub mod domain;
 mod events;
 mod ffi;
 mod interpose;
+mod layout_check;
 mod objects;
 mod process_memory;
 pub mod rdmacm;

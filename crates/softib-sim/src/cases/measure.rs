@@ -2,7 +2,7 @@
 //! counters by host, and time series for plots. A missing flow or port is a
 //! [`CaseError::Missing`] naming what was looked for, never a panic.
 
-use super::case::CaseError;
+use super::case::{CaseError, Evaluation};
 use crate::report::plots::{chart, Line};
 use crate::report::summary::{FlowSummary, HostTransport, PortSummary};
 use crate::report::Report;
@@ -48,6 +48,34 @@ pub fn transport<'a>(r: &'a Report, host: &str) -> Result<&'a HostTransport, Cas
                 r.summary.scenario.name
             ))
         })
+}
+
+/// The engine counters of `host` in each of `reports`, in their order: a case comparing
+/// runs reads the same host's state from every column.
+pub fn transports<'a>(
+    reports: &[&'a Report],
+    host: &str,
+) -> Result<Vec<&'a HostTransport>, CaseError> {
+    reports.iter().map(|r| transport(r, host)).collect()
+}
+
+/// Bytes as KiB with one decimal.
+pub fn kib(b: u64) -> String {
+    format!("{:.1}", b as f64 / 1024.0)
+}
+
+/// Two rows of a host's engine state in every run, in KiB: all of it, and the part the
+/// objects named by `of_which` (`QPs`, `QPs and EECs`) hold. `who` heads the rows
+/// (`server h0`). The scale cases compare the state that grows with the peers this way.
+pub fn engine_state_rows(e: &mut Evaluation, who: &str, t: &[&HostTransport], of_which: &str) {
+    e.row(
+        format!("{who}: engine state, KiB"),
+        t.iter().map(|t| kib(t.engine_state_bytes)).collect(),
+    );
+    e.row(
+        format!("{who}: of which {of_which}, KiB"),
+        t.iter().map(|t| kib(t.qp_state_bytes)).collect(),
+    );
 }
 
 /// Packets retransmitted by every engine of the run.

@@ -9,8 +9,7 @@
 //! is the links' bit errors, the throughput the time the same messages take.
 
 use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome};
-use super::measure::{gbps, ratio, transport};
-use crate::report::summary::HostTransport;
+use super::measure::{engine_state_rows, gbps, kib, ratio, transports};
 use crate::report::Report;
 
 /// The case.
@@ -67,10 +66,6 @@ const BW_MESSAGES: u64 = 2000;
 /// Runs 0..3 are the many-clients server; the rest the one-client throughput runs.
 const SCALE_RUNS: usize = 3;
 
-fn kib(b: u64) -> String {
-    format!("{:.1}", b as f64 / 1024.0)
-}
-
 /// Clients of h0: every other host in the many-clients runs, h1 alone in the others.
 fn clients(r: &Report, i: usize) -> u64 {
     if i < SCALE_RUNS {
@@ -121,27 +116,14 @@ fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
         ..Evaluation::default()
     };
     let reports = o.reports_in_order(&CASE)?;
-    let server: Vec<&HostTransport> = reports
-        .iter()
-        .map(|r| transport(r, "h0"))
-        .collect::<Result<_, _>>()?;
-    let client: Vec<&HostTransport> = reports
-        .iter()
-        .map(|r| transport(r, "h1"))
-        .collect::<Result<_, _>>()?;
+    let server = transports(&reports, "h0")?;
+    let client = transports(&reports, "h1")?;
     let n = reports.len();
     let row = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>();
     e.row("clients", row(&|i| clients(reports[i], i).to_string()));
     e.row("server h0: QPs", row(&|i| server[i].qps.to_string()));
     e.row("server h0: EECs", row(&|i| server[i].eecs.to_string()));
-    e.row(
-        "server h0: engine state, KiB",
-        row(&|i| kib(server[i].engine_state_bytes)),
-    );
-    e.row(
-        "server h0: of which QPs and EECs, KiB",
-        row(&|i| kib(server[i].qp_state_bytes)),
-    );
+    engine_state_rows(&mut e, "server h0", &server, "QPs and EECs");
     e.row(
         "server h0: of which EECs, KiB",
         row(&|i| kib(server[i].eec_state_bytes)),

@@ -7,8 +7,7 @@
 //! (`Device::footprint`), not estimated.
 
 use super::case::{Case, CaseError, CaseRun, Evaluation, Outcome};
-use super::measure::transport;
-use crate::report::summary::HostTransport;
+use super::measure::{engine_state_rows, kib, transports};
 use crate::report::Report;
 
 /// The case.
@@ -60,36 +59,19 @@ fn clients(r: &Report) -> u64 {
     r.summary.scenario.hosts as u64 - 1
 }
 
-fn kib(b: u64) -> String {
-    format!("{:.1}", b as f64 / 1024.0)
-}
-
 fn evaluate(o: &Outcome) -> Result<Evaluation, CaseError> {
     let mut e = Evaluation {
         columns: CASE.columns(),
         ..Evaluation::default()
     };
     let reports = o.reports_in_order(&CASE)?;
-    let server: Vec<&HostTransport> = reports
-        .iter()
-        .map(|r| transport(r, "h0"))
-        .collect::<Result<_, _>>()?;
-    let client: Vec<&HostTransport> = reports
-        .iter()
-        .map(|r| transport(r, "h1"))
-        .collect::<Result<_, _>>()?;
+    let server = transports(&reports, "h0")?;
+    let client = transports(&reports, "h1")?;
     let n = reports.len();
     let row = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>();
     e.row("clients", row(&|i| clients(reports[i]).to_string()));
     e.row("server h0: QPs", row(&|i| server[i].qps.to_string()));
-    e.row(
-        "server h0: engine state, KiB",
-        row(&|i| kib(server[i].engine_state_bytes)),
-    );
-    e.row(
-        "server h0: of which QPs, KiB",
-        row(&|i| kib(server[i].qp_state_bytes)),
-    );
+    engine_state_rows(&mut e, "server h0", &server, "QPs");
     e.row(
         "server h0: bytes per QP",
         row(&|i| (server[i].qp_state_bytes / server[i].qps.max(1)).to_string()),

@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::{ctx_obj, guard, obj, report};
+use super::{ctx_obj, guard, null_reporter, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::convert::{access_from_c, errno_of};
@@ -24,10 +24,7 @@ pub(super) unsafe extern "C" fn alloc_dm(
             return std::ptr::null_mut();
         };
         let s = &c.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_alloc_dm", errno, why));
-            std::ptr::null_mut()
-        };
+        let fail = null_reporter(s, "ibv_alloc_dm");
         if a.comp_mask != 0 {
             return fail(libc::EINVAL, &format!("comp_mask {:#x}", a.comp_mask));
         }
@@ -188,10 +185,7 @@ pub(super) unsafe extern "C" fn reg_dm_mr(
             return std::ptr::null_mut();
         };
         let s = &p.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_reg_dm_mr", errno, why));
-            std::ptr::null_mut()
-        };
+        let fail = null_reporter(s, "ibv_reg_dm_mr");
         if access & !DM_MR_ACCESS != 0 || access & IBV_ACCESS_ZERO_BASED == 0 {
             return fail(
                 libc::EINVAL,

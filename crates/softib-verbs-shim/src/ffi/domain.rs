@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{ctx_obj, guard, obj, report};
+use super::{ctx_obj, guard, null_reporter, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::domain::{AllocatedStaging, ParentDomain, SOFTIB_RES_TYPE_QP_SQ, STAGING_ALIGN};
@@ -88,10 +88,7 @@ pub(super) unsafe extern "C" fn alloc_parent_domain(
             return std::ptr::null_mut();
         };
         let s = &c.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_alloc_parent_domain", errno, why));
-            std::ptr::null_mut()
-        };
+        let fail = null_reporter(s, "ibv_alloc_parent_domain");
         let known = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
         if a.comp_mask & !known != 0 {
             return fail(libc::EINVAL, &format!("comp_mask {:#x}", a.comp_mask));

@@ -53,6 +53,18 @@ fn report(shared: &Shared, verb: &str, errno: i32, why: &dyn std::fmt::Display) 
     errno
 }
 
+/// The `fail` of a verb that returns an object: says why (as `report`) and returns NULL,
+/// with `errno` set.
+fn null_reporter<'a, T>(
+    shared: &'a Shared,
+    verb: &'a str,
+) -> impl Fn(i32, &dyn std::fmt::Display) -> *mut T + 'a {
+    move |errno, why| {
+        report(shared, verb, errno, why);
+        std::ptr::null_mut()
+    }
+}
+
 /// Sets `errno` and returns it: the failure of a verb that returns an errno, where no
 /// device is at hand to report on (a NULL or foreign handle).
 fn fail(errno: i32) -> i32 {

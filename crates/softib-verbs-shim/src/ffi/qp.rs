@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use softib_transport::{CqHandle, QpAttrMask, QpCap, QpInitAttr, QpType, SrqHandle};
 
-use super::{ctx_obj, fail, guard, obj, report};
+use super::{ctx_obj, fail, guard, null_reporter, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::convert::{
@@ -47,10 +47,7 @@ pub(super) unsafe fn create_qp_in(
             return std::ptr::null_mut();
         };
         let s = &p.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, verb, errno, why));
-            std::ptr::null_mut()
-        };
+        let fail = null_reporter(s, verb);
         let Some(qp_type) = qp_type_from_c(init.qp_type) else {
             return fail(
                 libc::EOPNOTSUPP,
@@ -171,10 +168,7 @@ pub(super) unsafe extern "C" fn create_qp_ex(
             return std::ptr::null_mut();
         };
         let s = &c.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_create_qp_ex", errno, why));
-            std::ptr::null_mut()
-        };
+        let fail = null_reporter(s, "ibv_create_qp_ex");
         if a.qp_type == IBV_QPT_XRC_RECV {
             if a.comp_mask & !(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
                 return fail(

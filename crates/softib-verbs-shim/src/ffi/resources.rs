@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use softib_transport::{AccessFlags, SrqAttr, VecMemory};
 
-use super::{ctx_obj, fail, guard, obj, report};
+use super::{ctx_obj, fail, guard, null_reporter, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::convert::{access_from_c, ah_attr_from_c, errno_of, source_gid_of_grh_area};
@@ -320,10 +320,7 @@ pub(super) unsafe extern "C" fn create_cq_ex(
             return std::ptr::null_mut();
         };
         let s = &c.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_create_cq_ex", errno, why));
-            std::ptr::null_mut()
-        };
+        let fail = null_reporter(s, "ibv_create_cq_ex");
         let known = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
         if a.comp_mask & !known != 0 {
             return fail(libc::EINVAL, &format!("comp_mask {:#x}", a.comp_mask));

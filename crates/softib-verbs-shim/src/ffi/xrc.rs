@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use softib_transport::{CqHandle, QpType, SrqAttr};
 
-use super::{ctx_obj, guard, obj, report};
+use super::{ctx_obj, guard, null_reporter, obj, report};
 use crate::abi::*;
 use crate::abi_ex::*;
 use crate::convert::errno_of;
@@ -38,10 +38,7 @@ pub(super) unsafe extern "C" fn open_xrcd(
             return std::ptr::null_mut();
         };
         let s = &c.shared;
-        let fail = |errno: i32, why: &dyn std::fmt::Display| {
-            set_errno(report(s, "ibv_open_xrcd", errno, why));
-            std::ptr::null_mut()
-        };
+        let fail = null_reporter(s, "ibv_open_xrcd");
         let both = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
         if a.comp_mask & !both != 0 {
             return fail(libc::EOPNOTSUPP, &format!("comp_mask {:#x}", a.comp_mask));
@@ -157,10 +154,7 @@ pub(super) unsafe extern "C" fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) ->
 /// `ibv_create_srq_ex` with `IBV_SRQT_XRC` (`comp_mask` TYPE, XRCD, CQ and PD).
 pub(super) fn create_xrc_srq(c: &ContextObj, a: &ibv_srq_init_attr_ex) -> *mut ibv_srq {
     let s = &c.shared;
-    let fail = |errno: i32, why: &dyn std::fmt::Display| {
-        set_errno(report(s, "ibv_create_srq_ex", errno, why));
-        std::ptr::null_mut()
-    };
+    let fail = null_reporter(s, "ibv_create_srq_ex");
     let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD;
     if a.comp_mask & need != need {
         return fail(libc::EINVAL, &"an XRC SRQ needs XRCD, CQ and PD");
@@ -227,10 +221,7 @@ pub(super) fn create_xrc_target_qp(
     a: &mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     let s = &c.shared;
-    let fail = |errno: i32, why: &dyn std::fmt::Display| {
-        set_errno(report(s, "ibv_create_qp_ex", errno, why));
-        std::ptr::null_mut()
-    };
+    let fail = null_reporter(s, "ibv_create_qp_ex");
     // SAFETY: NULL or an XRCD of this library.
     let Some(x) = (unsafe { obj::<_, XrcdObj>(a.xrcd) }) else {
         return fail(libc::EINVAL, &"an XRC_RECV QP needs IBV_QP_INIT_ATTR_XRCD");

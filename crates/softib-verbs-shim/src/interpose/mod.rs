@@ -166,6 +166,51 @@ fn no_libc<T>(fail: T) -> T {
     fail
 }
 
+/// Defines interposed functions, each a libc function `fn name(.., @path, ..) -> ret`
+/// whose `path` argument is rewritten: it resolves libc's definition through its cache
+/// (`real_fn!`), fails with ENOSYS and `fail` when there is none, and otherwise calls it
+/// with every argument as given but the path (`with_path`, which fails with `fail`).
+/// `= CACHE, open(writes)` instead of `= CACHE, fail` goes through `with_open_path`, which
+/// refuses to write a viewed sysfs file and fails with -1.
+macro_rules! interpose {
+    () => {};
+    (
+        fn $name:ident($($pre:ident: $pt:ty,)* @$path:ident $(, $post:ident: $qt:ty)*) -> $ret:ty
+            = $cache:ident, open($writes:expr);
+        $($rest:tt)*
+    ) => {
+        interpose!(@def $name($($pre: $pt,)* @$path $(, $post: $qt)*) -> $ret
+            = $cache, -1, with_open_path($writes));
+        interpose!($($rest)*);
+    };
+    (
+        fn $name:ident($($pre:ident: $pt:ty,)* @$path:ident $(, $post:ident: $qt:ty)*) -> $ret:ty
+            = $cache:ident, $fail:expr;
+        $($rest:tt)*
+    ) => {
+        interpose!(@def $name($($pre: $pt,)* @$path $(, $post: $qt)*) -> $ret
+            = $cache, $fail, with_path($fail));
+        interpose!($($rest)*);
+    };
+    (
+        @def $name:ident($($pre:ident: $pt:ty,)* @$path:ident $(, $post:ident: $qt:ty)*) -> $ret:ty
+            = $cache:ident, $fail:expr, $with:ident($arg:expr)
+    ) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $($pre: $pt,)* $path: *const c_char $(, $post: $qt)*
+        ) -> $ret {
+            let Some(f) = $cache.$cache() else {
+                return no_libc($fail);
+            };
+            // SAFETY: the caller meets the libc function's contract (a C string for
+            // `path`, the rest libc's to judge), which is passed on unchanged but for a
+            // viewed path; `f` is libc's definition of the same function.
+            unsafe { $with($path, $arg, |$path| f($($pre,)* $path $(, $post)*)) }
+        }
+    };
+}
+
 // --- open ------------------------------------------------------------------------------
 //
 // open(2)'s mode is a variadic argument, which Rust cannot receive; the functions below
@@ -188,87 +233,20 @@ real_fn!(OPEN64_2, c"__open64_2", Open2Fn);
 real_fn!(OPENAT_2, c"__openat_2", Openat2Fn);
 real_fn!(OPENAT64_2, c"__openat64_2", Openat2Fn);
 
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let Some(f) = OPEN.OPEN() else {
-        return no_libc(-1);
-    };
-    // SAFETY: open(2)'s contract: `path` is a C string; `f` is libc's open.
-    unsafe { with_open_path(path, writes(flags), |p| f(p, flags, mode)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let Some(f) = OPEN64.OPEN64() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as open.
-    unsafe { with_open_path(path, writes(flags), |p| f(p, flags, mode)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn openat(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: c_uint,
-) -> c_int {
-    let Some(f) = OPENAT.OPENAT() else {
-        return no_libc(-1);
-    };
-    // SAFETY: openat(2)'s contract; only absolute paths are rewritten, for which dirfd is
-    // ignored.
-    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags, mode)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn openat64(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: c_uint,
-) -> c_int {
-    let Some(f) = OPENAT64.OPENAT64() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as openat.
-    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags, mode)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    let Some(f) = OPEN_2.OPEN_2() else {
-        return no_libc(-1);
-    };
-    // SAFETY: the fortified open (_FORTIFY_SOURCE), same contract without a mode.
-    unsafe { with_open_path(path, writes(flags), |p| f(p, flags)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    let Some(f) = OPEN64_2.OPEN64_2() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as __open_2.
-    unsafe { with_open_path(path, writes(flags), |p| f(p, flags)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let Some(f) = OPENAT_2.OPENAT_2() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as __open_2, with a directory descriptor.
-    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let Some(f) = OPENAT64_2.OPENAT64_2() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as __openat_2.
-    unsafe { with_open_path(path, writes(flags), |p| f(dirfd, p, flags)) }
+interpose! {
+    fn open(@path, flags: c_int, mode: c_uint) -> c_int = OPEN, open(writes(flags));
+    fn open64(@path, flags: c_int, mode: c_uint) -> c_int = OPEN64, open(writes(flags));
+    // Only absolute paths are rewritten, for which dirfd is ignored.
+    fn openat(dirfd: c_int, @path, flags: c_int, mode: c_uint) -> c_int
+        = OPENAT, open(writes(flags));
+    fn openat64(dirfd: c_int, @path, flags: c_int, mode: c_uint) -> c_int
+        = OPENAT64, open(writes(flags));
+    // The fortified opens (_FORTIFY_SOURCE): the same contract without a mode.
+    fn __open_2(@path, flags: c_int) -> c_int = OPEN_2, open(writes(flags));
+    fn __open64_2(@path, flags: c_int) -> c_int = OPEN64_2, open(writes(flags));
+    fn __openat_2(dirfd: c_int, @path, flags: c_int) -> c_int = OPENAT_2, open(writes(flags));
+    fn __openat64_2(dirfd: c_int, @path, flags: c_int) -> c_int
+        = OPENAT64_2, open(writes(flags));
 }
 
 // --- stdio and directories --------------------------------------------------------------
@@ -286,78 +264,44 @@ real_fn!(SCANDIR, c"scandir", ScandirFn);
 real_fn!(SCANDIR64, c"scandir64", ScandirFn);
 real_fn!(CHDIR, c"chdir", ChdirFn);
 
-#[no_mangle]
-pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut c_void {
-    let Some(f) = FOPEN.FOPEN() else {
+/// fopen(3) through libc's `f` (fopen or fopen64): a viewed sysfs file opened to write
+/// fails as in `with_open_path`.
+///
+/// # Safety
+/// fopen(3)'s contract: `path` and `mode` are C strings.
+unsafe fn fopen_via(f: Option<FopenFn>, path: *const c_char, mode: *const c_char) -> *mut c_void {
+    let Some(f) = f else {
         return no_libc(std::ptr::null_mut());
     };
-    // SAFETY: fopen(3)'s contract: two C strings.
+    // SAFETY: function contract.
     unsafe {
         if fopen_writes(mode) && with_open_path(path, true, |_| 0) != 0 {
             return std::ptr::null_mut();
         }
         with_path(path, std::ptr::null_mut(), |p| f(p, mode))
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut c_void {
+    // SAFETY: fopen(3)'s contract, forwarded.
+    unsafe { fopen_via(FOPEN.FOPEN(), path, mode) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut c_void {
-    let Some(f) = FOPEN64.FOPEN64() else {
-        return no_libc(std::ptr::null_mut());
-    };
     // SAFETY: as fopen.
-    unsafe {
-        if fopen_writes(mode) && with_open_path(path, true, |_| 0) != 0 {
-            return std::ptr::null_mut();
-        }
-        with_path(path, std::ptr::null_mut(), |p| f(p, mode))
-    }
+    unsafe { fopen_via(FOPEN64.FOPEN64(), path, mode) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut c_void {
-    let Some(f) = OPENDIR.OPENDIR() else {
-        return no_libc(std::ptr::null_mut());
-    };
-    // SAFETY: opendir(3)'s contract: a C string.
-    unsafe { with_path(path, std::ptr::null_mut(), |p| f(p)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn scandir(
-    path: *const c_char,
-    list: *mut c_void,
-    filter: *const c_void,
-    compar: *const c_void,
-) -> c_int {
-    let Some(f) = SCANDIR.SCANDIR() else {
-        return no_libc(-1);
-    };
-    // SAFETY: scandir(3)'s contract; the list and callbacks pass through untouched.
-    unsafe { with_path(path, -1, |p| f(p, list, filter, compar)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn scandir64(
-    path: *const c_char,
-    list: *mut c_void,
-    filter: *const c_void,
-    compar: *const c_void,
-) -> c_int {
-    let Some(f) = SCANDIR64.SCANDIR64() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as scandir.
-    unsafe { with_path(path, -1, |p| f(p, list, filter, compar)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
-    let Some(f) = CHDIR.CHDIR() else {
-        return no_libc(-1);
-    };
-    // SAFETY: chdir(2)'s contract: a C string.
-    unsafe { with_path(path, -1, |p| f(p)) }
+interpose! {
+    fn opendir(@path) -> *mut c_void = OPENDIR, std::ptr::null_mut();
+    // The list and callbacks pass through untouched.
+    fn scandir(@path, list: *mut c_void, filter: *const c_void, compar: *const c_void) -> c_int
+        = SCANDIR, -1;
+    fn scandir64(@path, list: *mut c_void, filter: *const c_void, compar: *const c_void) -> c_int
+        = SCANDIR64, -1;
+    fn chdir(@path) -> c_int = CHDIR, -1;
 }
 
 // --- stat and access --------------------------------------------------------------------
@@ -388,152 +332,29 @@ real_fn!(EUIDACCESS, c"euidaccess", AccessFn);
 real_fn!(EACCESS, c"eaccess", AccessFn);
 real_fn!(FACCESSAT, c"faccessat", FaccessatFn);
 
-/// Defines a `(path, buf)` stat-like function.
-macro_rules! stat_like {
-    ($fn_name:ident, $cache:ident) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $fn_name(path: *const c_char, buf: *mut c_void) -> c_int {
-            let Some(f) = $cache.$cache() else {
-                return no_libc(-1);
-            };
-            // SAFETY: stat(2)'s contract: a C string and a buffer for the result, passed on.
-            unsafe { with_path(path, -1, |p| f(p, buf)) }
-        }
-    };
-}
-
-stat_like!(stat, STAT);
-stat_like!(stat64, STAT64);
-stat_like!(lstat, LSTAT);
-stat_like!(lstat64, LSTAT64);
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_void,
-    flags: c_int,
-) -> c_int {
-    let Some(f) = FSTATAT.FSTATAT() else {
-        return no_libc(-1);
-    };
-    // SAFETY: fstatat(2)'s contract, passed on.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, buf, flags)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat64(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_void,
-    flags: c_int,
-) -> c_int {
-    let Some(f) = FSTATAT64.FSTATAT64() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as fstatat.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, buf, flags)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn statx(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mask: c_uint,
-    buf: *mut c_void,
-) -> c_int {
-    let Some(f) = STATX.STATX() else {
-        return no_libc(-1);
-    };
-    // SAFETY: statx(2)'s contract, passed on.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, flags, mask, buf)) }
-}
-
-/// Defines an old-binary `__xstat`-style `(version, path, buf)` function.
-macro_rules! xstat_like {
-    ($fn_name:ident, $cache:ident) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $fn_name(
-            ver: c_int,
-            path: *const c_char,
-            buf: *mut c_void,
-        ) -> c_int {
-            let Some(f) = $cache.$cache() else {
-                return no_libc(-1);
-            };
-            // SAFETY: the pre-2.33 glibc stat entry points: a layout version, a C string, a
-            // buffer of that layout, passed on.
-            unsafe { with_path(path, -1, |p| f(ver, p, buf)) }
-        }
-    };
-}
-
-xstat_like!(__xstat, XSTAT);
-xstat_like!(__xstat64, XSTAT64);
-xstat_like!(__lxstat, LXSTAT);
-xstat_like!(__lxstat64, LXSTAT64);
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat(
-    ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_void,
-    flags: c_int,
-) -> c_int {
-    let Some(f) = FXSTATAT.FXSTATAT() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as __xstat, with a directory descriptor and flags.
-    unsafe { with_path(path, -1, |p| f(ver, dirfd, p, buf, flags)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(
-    ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_void,
-    flags: c_int,
-) -> c_int {
-    let Some(f) = FXSTATAT64.FXSTATAT64() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as __fxstatat.
-    unsafe { with_path(path, -1, |p| f(ver, dirfd, p, buf, flags)) }
-}
-
-/// Defines an `access`-style `(path, mode)` function.
-macro_rules! access_like {
-    ($fn_name:ident, $cache:ident) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $fn_name(path: *const c_char, mode: c_int) -> c_int {
-            let Some(f) = $cache.$cache() else {
-                return no_libc(-1);
-            };
-            // SAFETY: access(2)'s contract: a C string and a mode, passed on.
-            unsafe { with_path(path, -1, |p| f(p, mode)) }
-        }
-    };
-}
-
-access_like!(access, ACCESS);
-access_like!(euidaccess, EUIDACCESS);
-access_like!(eaccess, EACCESS);
-
-#[no_mangle]
-pub unsafe extern "C" fn faccessat(
-    dirfd: c_int,
-    path: *const c_char,
-    mode: c_int,
-    flags: c_int,
-) -> c_int {
-    let Some(f) = FACCESSAT.FACCESSAT() else {
-        return no_libc(-1);
-    };
-    // SAFETY: faccessat(2)'s contract, passed on.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, mode, flags)) }
+interpose! {
+    fn stat(@path, buf: *mut c_void) -> c_int = STAT, -1;
+    fn stat64(@path, buf: *mut c_void) -> c_int = STAT64, -1;
+    fn lstat(@path, buf: *mut c_void) -> c_int = LSTAT, -1;
+    fn lstat64(@path, buf: *mut c_void) -> c_int = LSTAT64, -1;
+    fn fstatat(dirfd: c_int, @path, buf: *mut c_void, flags: c_int) -> c_int = FSTATAT, -1;
+    fn fstatat64(dirfd: c_int, @path, buf: *mut c_void, flags: c_int) -> c_int = FSTATAT64, -1;
+    fn statx(dirfd: c_int, @path, flags: c_int, mask: c_uint, buf: *mut c_void) -> c_int
+        = STATX, -1;
+    // The pre-2.33 glibc stat entry points: a layout version, a C string, a buffer of that
+    // layout.
+    fn __xstat(ver: c_int, @path, buf: *mut c_void) -> c_int = XSTAT, -1;
+    fn __xstat64(ver: c_int, @path, buf: *mut c_void) -> c_int = XSTAT64, -1;
+    fn __lxstat(ver: c_int, @path, buf: *mut c_void) -> c_int = LXSTAT, -1;
+    fn __lxstat64(ver: c_int, @path, buf: *mut c_void) -> c_int = LXSTAT64, -1;
+    fn __fxstatat(ver: c_int, dirfd: c_int, @path, buf: *mut c_void, flags: c_int) -> c_int
+        = FXSTATAT, -1;
+    fn __fxstatat64(ver: c_int, dirfd: c_int, @path, buf: *mut c_void, flags: c_int) -> c_int
+        = FXSTATAT64, -1;
+    fn access(@path, mode: c_int) -> c_int = ACCESS, -1;
+    fn euidaccess(@path, mode: c_int) -> c_int = EUIDACCESS, -1;
+    fn eaccess(@path, mode: c_int) -> c_int = EACCESS, -1;
+    fn faccessat(dirfd: c_int, @path, mode: c_int, flags: c_int) -> c_int = FACCESSAT, -1;
 }
 
 // --- links and canonical names ----------------------------------------------------------
@@ -546,27 +367,9 @@ real_fn!(READLINK, c"readlink", ReadlinkFn);
 real_fn!(READLINKAT, c"readlinkat", ReadlinkatFn);
 real_fn!(REALPATH, c"realpath", RealpathFn);
 
-#[no_mangle]
-pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: usize) -> isize {
-    let Some(f) = READLINK.READLINK() else {
-        return no_libc(-1);
-    };
-    // SAFETY: readlink(2)'s contract: a C string and a buffer of `size` bytes.
-    unsafe { with_path(path, -1, |p| f(p, buf, size)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn readlinkat(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut c_char,
-    size: usize,
-) -> isize {
-    let Some(f) = READLINKAT.READLINKAT() else {
-        return no_libc(-1);
-    };
-    // SAFETY: readlinkat(2)'s contract, passed on.
-    unsafe { with_path(path, -1, |p| f(dirfd, p, buf, size)) }
+interpose! {
+    fn readlink(@path, buf: *mut c_char, size: usize) -> isize = READLINK, -1;
+    fn readlinkat(dirfd: c_int, @path, buf: *mut c_char, size: usize) -> isize = READLINKAT, -1;
 }
 
 #[no_mangle]
@@ -697,48 +500,11 @@ real_fn!(LGETXATTR, c"lgetxattr", GetxattrFn);
 real_fn!(LISTXATTR, c"listxattr", ListxattrFn);
 real_fn!(LLISTXATTR, c"llistxattr", ListxattrFn);
 
-#[no_mangle]
-pub unsafe extern "C" fn getxattr(
-    path: *const c_char,
-    name: *const c_char,
-    value: *mut c_void,
-    size: usize,
-) -> isize {
-    let Some(f) = GETXATTR.GETXATTR() else {
-        return no_libc(-1);
-    };
-    // SAFETY: getxattr(2)'s contract: two C strings and a buffer of `size` bytes.
-    unsafe { with_path(path, -1, |p| f(p, name, value, size)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lgetxattr(
-    path: *const c_char,
-    name: *const c_char,
-    value: *mut c_void,
-    size: usize,
-) -> isize {
-    let Some(f) = LGETXATTR.LGETXATTR() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as getxattr.
-    unsafe { with_path(path, -1, |p| f(p, name, value, size)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn listxattr(path: *const c_char, list: *mut c_char, size: usize) -> isize {
-    let Some(f) = LISTXATTR.LISTXATTR() else {
-        return no_libc(-1);
-    };
-    // SAFETY: listxattr(2)'s contract: a C string and a buffer of `size` bytes.
-    unsafe { with_path(path, -1, |p| f(p, list, size)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn llistxattr(path: *const c_char, list: *mut c_char, size: usize) -> isize {
-    let Some(f) = LLISTXATTR.LLISTXATTR() else {
-        return no_libc(-1);
-    };
-    // SAFETY: as listxattr.
-    unsafe { with_path(path, -1, |p| f(p, list, size)) }
+interpose! {
+    fn getxattr(@path, name: *const c_char, value: *mut c_void, size: usize) -> isize
+        = GETXATTR, -1;
+    fn lgetxattr(@path, name: *const c_char, value: *mut c_void, size: usize) -> isize
+        = LGETXATTR, -1;
+    fn listxattr(@path, list: *mut c_char, size: usize) -> isize = LISTXATTR, -1;
+    fn llistxattr(@path, list: *mut c_char, size: usize) -> isize = LLISTXATTR, -1;
 }

@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_int, c_void};
 use crate::abi::{
     ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq,
 };
+use crate::layout_check::checked_constants;
 
 /// `struct rdma_event_channel`.
 #[repr(C)]
@@ -189,109 +190,45 @@ pub const RAI_FAMILY: c_int = 8;
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
 /// The values above, by C name, for `tests/layout.rs`.
-pub const CHECKED_CONSTANTS: &[(&str, i64)] = &[
-    (
-        "RDMA_CM_EVENT_ADDR_RESOLVED",
-        RDMA_CM_EVENT_ADDR_RESOLVED as i64,
-    ),
-    ("RDMA_CM_EVENT_ADDR_ERROR", RDMA_CM_EVENT_ADDR_ERROR as i64),
-    (
-        "RDMA_CM_EVENT_ROUTE_RESOLVED",
-        RDMA_CM_EVENT_ROUTE_RESOLVED as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_ROUTE_ERROR",
-        RDMA_CM_EVENT_ROUTE_ERROR as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_CONNECT_REQUEST",
-        RDMA_CM_EVENT_CONNECT_REQUEST as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_CONNECT_RESPONSE",
-        RDMA_CM_EVENT_CONNECT_RESPONSE as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_CONNECT_ERROR",
-        RDMA_CM_EVENT_CONNECT_ERROR as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_UNREACHABLE",
-        RDMA_CM_EVENT_UNREACHABLE as i64,
-    ),
-    ("RDMA_CM_EVENT_REJECTED", RDMA_CM_EVENT_REJECTED as i64),
-    (
-        "RDMA_CM_EVENT_ESTABLISHED",
-        RDMA_CM_EVENT_ESTABLISHED as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_DISCONNECTED",
-        RDMA_CM_EVENT_DISCONNECTED as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_DEVICE_REMOVAL",
-        RDMA_CM_EVENT_DEVICE_REMOVAL as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_MULTICAST_JOIN",
-        RDMA_CM_EVENT_MULTICAST_JOIN as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_MULTICAST_ERROR",
-        RDMA_CM_EVENT_MULTICAST_ERROR as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_ADDR_CHANGE",
-        RDMA_CM_EVENT_ADDR_CHANGE as i64,
-    ),
-    (
-        "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-        RDMA_CM_EVENT_TIMEWAIT_EXIT as i64,
-    ),
-    ("RDMA_PS_IPOIB", RDMA_PS_IPOIB as i64),
-    ("RDMA_PS_TCP", RDMA_PS_TCP as i64),
-    ("RDMA_PS_UDP", RDMA_PS_UDP as i64),
-    ("RDMA_PS_IB", RDMA_PS_IB as i64),
-    ("RDMA_OPTION_ID", RDMA_OPTION_ID as i64),
-    ("RDMA_OPTION_IB", RDMA_OPTION_IB as i64),
-    ("RDMA_OPTION_ID_TOS", RDMA_OPTION_ID_TOS as i64),
-    ("RDMA_OPTION_ID_REUSEADDR", RDMA_OPTION_ID_REUSEADDR as i64),
-    ("RDMA_OPTION_ID_AFONLY", RDMA_OPTION_ID_AFONLY as i64),
-    (
-        "RDMA_OPTION_ID_ACK_TIMEOUT",
-        RDMA_OPTION_ID_ACK_TIMEOUT as i64,
-    ),
-    ("RDMA_OPTION_IB_PATH", RDMA_OPTION_IB_PATH as i64),
-    ("RAI_PASSIVE", RAI_PASSIVE as i64),
-    ("RAI_NUMERICHOST", RAI_NUMERICHOST as i64),
-    ("RAI_NOROUTE", RAI_NOROUTE as i64),
-    ("RAI_FAMILY", RAI_FAMILY as i64),
-    ("RDMA_UDP_QKEY", RDMA_UDP_QKEY as i64),
+pub const CHECKED_CONSTANTS: &[(&str, i64)] = checked_constants![
+    RDMA_CM_EVENT_ADDR_RESOLVED,
+    RDMA_CM_EVENT_ADDR_ERROR,
+    RDMA_CM_EVENT_ROUTE_RESOLVED,
+    RDMA_CM_EVENT_ROUTE_ERROR,
+    RDMA_CM_EVENT_CONNECT_REQUEST,
+    RDMA_CM_EVENT_CONNECT_RESPONSE,
+    RDMA_CM_EVENT_CONNECT_ERROR,
+    RDMA_CM_EVENT_UNREACHABLE,
+    RDMA_CM_EVENT_REJECTED,
+    RDMA_CM_EVENT_ESTABLISHED,
+    RDMA_CM_EVENT_DISCONNECTED,
+    RDMA_CM_EVENT_DEVICE_REMOVAL,
+    RDMA_CM_EVENT_MULTICAST_JOIN,
+    RDMA_CM_EVENT_MULTICAST_ERROR,
+    RDMA_CM_EVENT_ADDR_CHANGE,
+    RDMA_CM_EVENT_TIMEWAIT_EXIT,
+    RDMA_PS_IPOIB,
+    RDMA_PS_TCP,
+    RDMA_PS_UDP,
+    RDMA_PS_IB,
+    RDMA_OPTION_ID,
+    RDMA_OPTION_IB,
+    RDMA_OPTION_ID_TOS,
+    RDMA_OPTION_ID_REUSEADDR,
+    RDMA_OPTION_ID_AFONLY,
+    RDMA_OPTION_ID_ACK_TIMEOUT,
+    RDMA_OPTION_IB_PATH,
+    RAI_PASSIVE,
+    RAI_NUMERICHOST,
+    RAI_NOROUTE,
+    RAI_FAMILY,
+    RDMA_UDP_QKEY,
 ];
 
 /// (C expression, Rust value) for every size and offset above, for `tests/rdmacm_layout.rs`
 /// to compare with `<rdma/rdma_cma.h>`.
 pub fn checked_layouts() -> Vec<(&'static str, usize)> {
-    use std::mem::{offset_of, size_of};
-    macro_rules! size {
-        ($t:ident) => {
-            (
-                concat!("sizeof(struct ", stringify!($t), ")"),
-                size_of::<$t>(),
-            )
-        };
-    }
-    macro_rules! off {
-        ($t:ident, $f:ident) => {
-            off!($t, $f, stringify!($f))
-        };
-        ($t:ident, $f:ident, $c:expr) => {
-            (
-                concat!("offsetof(struct ", stringify!($t), ", ", $c, ")"),
-                offset_of!($t, $f),
-            )
-        };
-    }
+    use crate::layout_check::{c_offset as off, c_size as size};
     vec![
         size!(rdma_event_channel),
         size!(rdma_ib_addr),

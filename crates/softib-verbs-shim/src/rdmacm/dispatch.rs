@@ -160,7 +160,7 @@ fn handle(rt: &'static Runtime, ev: CmEvent) {
                 st.phase = Phase::RequestReceived;
                 st.sidr_req = Some(req.clone());
             }
-            rt.owners().sidrs.insert(id, Addr(child.c() as usize));
+            rt.owners().sidrs.insert(id, child.addr());
             let mut e = EventObj::new(child.c(), RDMA_CM_EVENT_CONNECT_REQUEST, 0)
                 .with_private_data(&req.private_data[hl..]);
             e.ev.listen_id = listen.c();
@@ -394,7 +394,7 @@ fn connect_request(
         st.send_psn = Some(req.starting_psn);
         st.req = Some(req.clone());
     }
-    rt.owners().conns.insert(conn, Addr(child.c() as usize));
+    rt.owners().conns.insert(conn, child.addr());
     // Kernel cma_set_req_event_data: the consumer's bytes after the header, and the
     // requester's parameters.
     let mut e = EventObj::new(child.c(), RDMA_CM_EVENT_CONNECT_REQUEST, 0)

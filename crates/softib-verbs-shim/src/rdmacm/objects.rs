@@ -218,6 +218,11 @@ impl IdObj {
         self.id.get()
     }
 
+    /// The C structure's address, as the owners maps keep it.
+    pub fn addr(&self) -> Addr {
+        Addr(self.c() as usize)
+    }
+
     /// The channel the id reports on.
     pub fn channel(&self) -> Option<&ChannelObj> {
         // SAFETY: `channel` is NULL or a ChannelObj of this module (set at creation or by
@@ -383,7 +388,7 @@ pub fn new_id(
         state: Mutex::new(state),
     });
     let obj: &'static IdObj = Box::leak(obj);
-    rt.owners().ids.insert(Addr(obj.c() as usize));
+    rt.owners().ids.insert(obj.addr());
     obj
 }
 

@@ -9,6 +9,7 @@
  * without a channel) with the <rdma/rdma_verbs.h> helpers on the CQs rdma_create_qp made.
  * Exit status 0 and "rdmacm_api: all checks passed" on success. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -84,6 +85,35 @@ static struct rdma_cm_id *resolved(const char *ip, uint16_t port)
 	CHECK(id->qp->state == IBV_QPS_INIT, "rdma_create_qp leaves the QP in INIT (%d)",
 	      id->qp->state);
 	return id;
+}
+
+/* The process's open file descriptors: each completion channel holds one, and a CQ left
+ * alive keeps its channel from being destroyed. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	CHECK(d != NULL, "opendir /proc/self/fd: errno %d", errno);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* An rdma_create_qp that must fail (EINVAL from the CQ or QP caps): it leaves no CQ or
+ * completion channel behind, neither on the id nor in the caller's attributes nor as an
+ * open fd. */
+static void create_qp_fails_cleanly(struct rdma_cm_id *id, struct ibv_qp_init_attr *qa,
+				    const char *what)
+{
+	int before = open_fds();
+	CHECK(rdma_create_qp(id, NULL, qa) == -1, "create_qp with %s succeeded", what);
+	CHECK(open_fds() == before, "create_qp with %s: %d open fds after, %d before", what,
+	      open_fds(), before);
+	CHECK(!id->qp && !id->send_cq && !id->recv_cq && !id->send_cq_channel &&
+	      !id->recv_cq_channel, "create_qp with %s leaves CQs or channels on the id", what);
+	CHECK(!qa->send_cq && !qa->recv_cq, "create_qp with %s leaves CQs in the attributes",
+	      what);
 }
 
 static void connect_with(struct rdma_cm_id *id, const char *pd)
@@ -311,6 +341,29 @@ int main(int argc, char **argv)
 	CHECK(e->status == 8, "invalid service ID: status %d", e->status);
 	rdma_ack_cm_event(e);
 	rdma_destroy_qp(cli);
+
+	/* 4: a failed rdma_create_qp frees the CQs and channels it made for the id: QP caps the
+	 * device refuses (after both CQs), a send CQ deeper than the device's (after the receive
+	 * CQ); then the id still takes a QP, and gives everything back with it. */
+	{
+		struct ibv_device_attr da;
+		int before = open_fds();
+		struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+				 .max_recv_sge = 1 } };
+		struct ibv_qp_init_attr sge = qa, deep = qa;
+		CHECK(ibv_query_device(cli->verbs, &da) == 0, "query_device");
+		sge.cap.max_send_sge = (uint32_t)da.max_sge + 1;
+		create_qp_fails_cleanly(cli, &sge, "too many SGEs");
+		deep.cap.max_send_wr = (uint32_t)da.max_cqe + 1;
+		create_qp_fails_cleanly(cli, &deep, "a send CQ deeper than max_cqe");
+		CHECK(rdma_create_qp(cli, NULL, &qa) == 0, "create_qp after failures: errno %d",
+		      errno);
+		CHECK(cli->qp && cli->send_cq && cli->recv_cq, "QP and CQs after failures");
+		rdma_destroy_qp(cli);
+		CHECK(open_fds() == before, "%d open fds after create and destroy, %d before",
+		      open_fds(), before);
+	}
 	rdma_destroy_id(cli);
 
 	rdma_destroy_id(listener);

@@ -1,12 +1,15 @@
 //! Running stock libibverbs programs with the shim preloaded: locating the library and the
 //! binaries (failing loudly when one is missing), running a server/client pair on two
-//! loopback addresses with a deadline, and killing both (by PID) when it passes.
+//! loopback addresses with a deadline, and killing both (by PID) when it passes; and
+//! (`layout_probe`) comparing the ABI definitions with the installed headers.
 #![allow(dead_code)]
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+pub mod layout_probe;
 
 /// The preloadable library cargo built next to this test binary.
 pub fn shim_library() -> PathBuf {

@@ -15,12 +15,16 @@ use crate::rdmacm::dispatch::{device_mtu_code, header_len};
 use crate::rdmacm::objects::{Phase, Runtime};
 use crate::rdmacm::qp::{self as cmqp, RtrParams};
 
-/// The consumer's private data of a conn_param.
+/// The caller's conn_param (NULL: none) and the consumer's private data in it, as
+/// rdma_connect and rdma_accept both start.
 ///
 /// # Safety
-/// `p` is NULL or the caller's conn_param whose data pointer covers its length.
-unsafe fn private_of(p: Option<&rdma_conn_param>) -> &[u8] {
-    match p {
+/// `p` is NULL or the caller's conn_param whose data pointer covers its length, alive for
+/// `'a`.
+unsafe fn params_of<'a>(p: *const rdma_conn_param) -> (Option<&'a rdma_conn_param>, &'a [u8]) {
+    // SAFETY: function contract.
+    let p = unsafe { p.as_ref() };
+    let user = match p {
         Some(p) if !p.private_data.is_null() && p.private_data_len > 0 => {
             // SAFETY: function contract.
             unsafe {
@@ -28,6 +32,21 @@ unsafe fn private_of(p: Option<&rdma_conn_param>) -> &[u8] {
             }
         }
         _ => &[],
+    };
+    (p, user)
+}
+
+/// The QPN a REQ, REP or SIDR REP announces: the id's own QP's, else (the application
+/// brings its own QP) conn_param's `qp_num`.
+///
+/// # Safety
+/// `qp` is NULL or a QP of this library.
+unsafe fn announced_qpn(qp: *mut ibv_qp, p: Option<&rdma_conn_param>) -> u32 {
+    if qp.is_null() {
+        p.map_or(0, |p| p.qp_num)
+    } else {
+        // SAFETY: function contract.
+        unsafe { (*qp).qp_num }
     }
 }
 
@@ -44,6 +63,18 @@ fn rd_limit(rt: &Runtime, v: u8) -> Result<u8, ()> {
     }
 }
 
+/// conn_param's (responder_resources, initiator_depth) within the device's limits, or
+/// None when either is above them.
+fn rd_limits(rt: &Runtime, p: &rdma_conn_param) -> Option<(u8, u8)> {
+    match (
+        rd_limit(rt, p.responder_resources),
+        rd_limit(rt, p.initiator_depth),
+    ) {
+        (Ok(r), Ok(i)) => Some((r, i)),
+        _ => None,
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
@@ -51,9 +82,7 @@ pub unsafe extern "C" fn rdma_connect(
 ) -> c_int {
     on_id(id, |rt, o| {
         // SAFETY: NULL or the caller's parameters (rdma_connect(3)).
-        let p = unsafe { conn_param.as_ref() };
-        // SAFETY: as above.
-        let user = unsafe { private_of(p) };
+        let (p, user) = unsafe { params_of(conn_param) };
         // SAFETY: the id's C view.
         let (qp, qp_type, srq) = unsafe { ((*o.c()).qp, (*o.c()).qp_type, (*o.c()).srq) };
         let mut st = o.state();
@@ -95,9 +124,7 @@ pub unsafe extern "C" fn rdma_connect(
                 .shared
                 .net
                 .with_cm(|cm, now| cm.sidr_request(now, &params));
-            owners
-                .sidrs
-                .insert(sidr, crate::rdmacm::objects::Addr(o.c() as usize));
+            owners.sidrs.insert(sidr, o.addr());
             drop(owners);
             st.sidr = Some(sidr);
             st.phase = Phase::Connecting;
@@ -105,12 +132,9 @@ pub unsafe extern "C" fn rdma_connect(
             return complete(o);
         }
         let (resp, init) = match p {
-            Some(p) => match (
-                rd_limit(rt, p.responder_resources),
-                rd_limit(rt, p.initiator_depth),
-            ) {
-                (Ok(r), Ok(i)) => (r, i),
-                _ => {
+            Some(p) => match rd_limits(rt, p) {
+                Some(depths) => depths,
+                None => {
                     return failed(
                         rt,
                         "rdma_connect",
@@ -121,12 +145,8 @@ pub unsafe extern "C" fn rdma_connect(
             },
             None => (0, 0),
         };
-        // SAFETY: the id's QP (ours) when set.
-        let qpn = if qp.is_null() {
-            p.map_or(0, |p| p.qp_num)
-        } else {
-            unsafe { (*qp).qp_num }
-        };
+        // SAFETY: the id's QP is NULL or ours.
+        let qpn = unsafe { announced_qpn(qp, p) };
         let mut params = match rdma_cm::rc_connect_params(st.ps, src, dst, qpn, st.psn, user) {
             Ok(v) if hl > 0 => v,
             Ok(mut v) => {
@@ -155,9 +175,7 @@ pub unsafe extern "C" fn rdma_connect(
         let mut owners = rt.owners();
         match rt.shared.net.with_cm(|cm, now| cm.connect(now, &params)) {
             Ok(conn) => {
-                owners
-                    .conns
-                    .insert(conn, crate::rdmacm::objects::Addr(o.c() as usize));
+                owners.conns.insert(conn, o.addr());
                 drop(owners);
                 st.conn = Some(conn);
                 st.phase = Phase::Connecting;
@@ -176,9 +194,7 @@ pub unsafe extern "C" fn rdma_accept(
 ) -> c_int {
     on_id(id, |rt, o| {
         // SAFETY: NULL or the caller's parameters (rdma_accept(3)).
-        let p = unsafe { conn_param.as_ref() };
-        // SAFETY: as above.
-        let user = unsafe { private_of(p) };
+        let (p, user) = unsafe { params_of(conn_param) };
         // SAFETY: the id's C view.
         let (qp, qp_type) = unsafe { ((*o.c()).qp, (*o.c()).qp_type) };
         let mut st = o.state();
@@ -187,12 +203,8 @@ pub unsafe extern "C" fn rdma_accept(
         }
         if let Some(sidr) = st.sidr {
             // UD: answer the SIDR request with our QP and rdma_cm's Q_Key.
-            let qpn = if qp.is_null() {
-                p.map_or(0, |p| p.qp_num)
-            } else {
-                // SAFETY: our QP.
-                unsafe { (*qp).qp_num }
-            };
+            // SAFETY: the id's QP is NULL or ours.
+            let qpn = unsafe { announced_qpn(qp, p) };
             let r = rt
                 .shared
                 .net
@@ -214,12 +226,9 @@ pub unsafe extern "C" fn rdma_accept(
         let max = rt.shared.limits.max_qp_rd_atom;
         // librdmacm: without conn_param, the request's depths capped by the device.
         let (resp, init) = match p {
-            Some(p) => match (
-                rd_limit(rt, p.responder_resources),
-                rd_limit(rt, p.initiator_depth),
-            ) {
-                (Ok(r), Ok(i)) => (r.min(req.initiator_depth), i.min(req.responder_resources)),
-                _ => {
+            Some(p) => match rd_limits(rt, p) {
+                Some((r, i)) => (r.min(req.initiator_depth), i.min(req.responder_resources)),
+                None => {
                     return failed(
                         rt,
                         "rdma_accept",
@@ -275,12 +284,8 @@ pub unsafe extern "C" fn rdma_accept(
                 return failed(rt, "rdma_accept", e, &"the QP could not be readied");
             }
         }
-        let qpn = if qp.is_null() {
-            p.map_or(0, |p| p.qp_num)
-        } else {
-            // SAFETY: our QP.
-            unsafe { (*qp).qp_num }
-        };
+        // SAFETY: the id's QP is NULL or ours.
+        let qpn = unsafe { announced_qpn(qp, p) };
         // SAFETY: the id's C view.
         let has_srq = unsafe { !(*o.c()).srq.is_null() };
         let mut private_data = [0u8; REP_PRIVATE_DATA_LEN];

@@ -394,9 +394,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         let mut owners = rt.owners();
         match rt.shared.net.cm_listen(service) {
             Ok(l) => {
-                owners
-                    .listeners
-                    .insert(l, crate::rdmacm::objects::Addr(o.c() as usize));
+                owners.listeners.insert(l, o.addr());
                 drop(owners);
                 st.listener = Some(l);
                 st.phase = Phase::Listening;

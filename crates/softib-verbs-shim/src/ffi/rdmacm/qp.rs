@@ -38,31 +38,28 @@ pub(super) fn create_qp(
     if pd.is_null() {
         return err(libc::ENOMEM);
     }
-    let mut own_cqs = false;
-    if attr.send_cq.is_null() || attr.recv_cq.is_null() {
-        // SAFETY: our own context; the CQs get their own completion channels as
-        // librdmacm's ucma_create_cqs makes them.
-        unsafe {
-            if attr.recv_cq.is_null() {
-                let (ch, cq) = match cq_with_channel(c.verbs, attr.cap.max_recv_wr, o.c().cast()) {
-                    Ok(made) => made,
-                    Err(e) => return err(e),
-                };
-                c.recv_cq_channel = ch;
-                c.recv_cq = cq;
-                attr.recv_cq = cq;
+    // Which of the caller's CQs librdmacm's `ucma_create_cqs` would make: on a failure
+    // below they are freed and the caller's attributes get their NULLs back, so a retry
+    // (with smaller caps, say) makes them afresh.
+    let (fill_recv, fill_send) = (attr.recv_cq.is_null(), attr.send_cq.is_null());
+    let own_cqs = fill_recv || fill_send;
+    let undo = |c: &mut rdma_cm_id, attr: &mut ibv_qp_init_attr, e: i32| {
+        if own_cqs {
+            // SAFETY: the CQs and channels were made above for this id, and nothing else
+            // has seen them.
+            unsafe { destroy_own_cqs(c) };
+            if fill_recv {
+                attr.recv_cq = std::ptr::null_mut();
             }
-            if attr.send_cq.is_null() {
-                let (ch, cq) = match cq_with_channel(c.verbs, attr.cap.max_send_wr, o.c().cast()) {
-                    Ok(made) => made,
-                    Err(e) => return err(e),
-                };
-                c.send_cq_channel = ch;
-                c.send_cq = cq;
-                attr.send_cq = cq;
+            if fill_send {
+                attr.send_cq = std::ptr::null_mut();
             }
         }
-        own_cqs = true;
+        err(e)
+    };
+    // SAFETY: the id's C view, bound to our context; what it makes is the id's alone.
+    if let Err(e) = unsafe { make_own_cqs(c, attr, fill_recv, fill_send, o.c().cast()) } {
+        return undo(c, attr, e);
     }
     if attr.srq.is_null() && !c.srq.is_null() {
         attr.srq = c.srq;
@@ -70,7 +67,7 @@ pub(super) fn create_qp(
     // SAFETY: our PD and the caller's (completed) attributes.
     let qp = unsafe { crate::ffi::qp::ibv_create_qp(pd, attr) };
     if qp.is_null() {
-        return err(last_errno());
+        return undo(c, attr, last_errno());
     }
     let psn = o.state().psn;
     let ready = {
@@ -92,7 +89,7 @@ pub(super) fn create_qp(
     if let Err(e) = ready {
         // SAFETY: the QP just created.
         unsafe { crate::ffi::qp::ibv_destroy_qp(qp) };
-        return err(e);
+        return undo(c, attr, e);
     }
     c.qp = qp;
     c.pd = pd;
@@ -104,6 +101,48 @@ pub(super) fn create_qp(
         st.qpn = Some(unsafe { (*qp).qp_num });
     }
     0
+}
+
+/// The CQs the caller gave none for (`fill_recv`, `fill_send`), each with its own completion
+/// channel as librdmacm's `ucma_create_cqs` makes them, put on the id and in `attr`. On an
+/// error what was made stays on the id for [`destroy_own_cqs`].
+///
+/// # Safety
+/// `c` is the C view of an id bound to a context of this library (`verbs`); `cq_context` is
+/// what the CQs report as their context.
+unsafe fn make_own_cqs(
+    c: &mut rdma_cm_id,
+    attr: &mut ibv_qp_init_attr,
+    fill_recv: bool,
+    fill_send: bool,
+    cq_context: *mut c_void,
+) -> Result<(), i32> {
+    let verbs = c.verbs;
+    for (fill, depth, id_ch, id_cq, attr_cq) in [
+        (
+            fill_recv,
+            attr.cap.max_recv_wr,
+            &mut c.recv_cq_channel,
+            &mut c.recv_cq,
+            &mut attr.recv_cq,
+        ),
+        (
+            fill_send,
+            attr.cap.max_send_wr,
+            &mut c.send_cq_channel,
+            &mut c.send_cq,
+            &mut attr.send_cq,
+        ),
+    ] {
+        if fill {
+            // SAFETY: function contract.
+            let (ch, cq) = unsafe { cq_with_channel(verbs, depth, cq_context) }?;
+            *id_ch = ch;
+            *id_cq = cq;
+            *attr_cq = cq;
+        }
+    }
+    Ok(())
 }
 
 /// A CQ of `depth` entries (at least one) with its own completion channel, as librdmacm's
@@ -120,12 +159,42 @@ unsafe fn cq_with_channel(
     // SAFETY: function contract.
     unsafe {
         let ch = crate::ffi::resources::ibv_create_comp_channel(verbs);
+        if ch.is_null() {
+            return Err(last_errno());
+        }
         let cq =
             crate::ffi::resources::ibv_create_cq(verbs, depth.max(1) as c_int, cq_context, ch, 0);
         if cq.is_null() {
-            return Err(last_errno());
+            let e = last_errno();
+            crate::ffi::resources::ibv_destroy_comp_channel(ch);
+            return Err(e);
         }
         Ok((ch, cq))
+    }
+}
+
+/// Destroys the CQs and completion channels rdma_create_qp made for the id (each CQ before
+/// its channel, which refuses to go while a CQ uses it) and clears them from the id.
+///
+/// # Safety
+/// `c` is the C view of an id whose non-NULL CQs and channels this library made for it, and
+/// the application no longer uses them.
+unsafe fn destroy_own_cqs(c: &mut rdma_cm_id) {
+    for (cq, ch) in [
+        (&mut c.send_cq, &mut c.send_cq_channel),
+        (&mut c.recv_cq, &mut c.recv_cq_channel),
+    ] {
+        // SAFETY: function contract.
+        unsafe {
+            if !cq.is_null() {
+                crate::ffi::resources::ibv_destroy_cq(*cq);
+                *cq = std::ptr::null_mut();
+            }
+            if !ch.is_null() {
+                crate::ffi::resources::ibv_destroy_comp_channel(*ch);
+                *ch = std::ptr::null_mut();
+            }
+        }
     }
 }
 
@@ -157,19 +226,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
                 c.qp = std::ptr::null_mut();
             }
             if std::mem::take(&mut o.state().own_cqs) {
-                for (cq, ch) in [
-                    (&mut c.send_cq, &mut c.send_cq_channel),
-                    (&mut c.recv_cq, &mut c.recv_cq_channel),
-                ] {
-                    if !cq.is_null() {
-                        crate::ffi::resources::ibv_destroy_cq(*cq);
-                        *cq = std::ptr::null_mut();
-                    }
-                    if !ch.is_null() {
-                        crate::ffi::resources::ibv_destroy_comp_channel(*ch);
-                        *ch = std::ptr::null_mut();
-                    }
-                }
+                destroy_own_cqs(c);
             }
         }
     })
