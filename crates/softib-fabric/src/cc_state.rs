@@ -225,6 +225,19 @@ impl NodeCc {
     }
 }
 
+/// Every switch port's effective marking setting, one list per topology node (`cc[i]` of
+/// node `i`; a CA's list is empty): what `A10Marker::for_ports` marks with.
+pub fn switch_port_settings(cc: &[NodeCc]) -> Vec<Vec<SwitchCcConfig>> {
+    cc.iter()
+        .map(|n| match n {
+            NodeCc::Switch(sw) => (0..sw.ports.len())
+                .map(|p| sw.port_effective(p as u8))
+                .collect(),
+            NodeCc::Ca(_) => Vec::new(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

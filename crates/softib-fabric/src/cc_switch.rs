@@ -324,30 +324,26 @@ impl A10Marker {
         }
     }
 
-    /// The policy of every switch port as the nodes' CC agents hold it (`cc[i]` of
-    /// topology node `i`; CAs ignored); `None` when no port marks.
-    pub fn for_nodes(
-        cc: &[crate::cc_state::NodeCc],
+    /// The policy of every switch port, one list per topology node (a CA's is empty),
+    /// as the nodes' CC agents hold it (`cc_state::switch_port_settings`); `None` when no
+    /// port marks (every Threshold 0).
+    pub fn for_ports(
+        per_port: Vec<Vec<SwitchCcConfig>>,
         rx_buffer_bytes: u32,
         seeds: &SeedTree,
     ) -> Option<Self> {
-        use crate::cc_state::NodeCc;
         let buffer_blocks = rx_buffer_bytes.div_ceil(64);
-        let mut any = false;
-        let per_port = cc
-            .iter()
-            .map(|n| match n {
-                NodeCc::Switch(sw) => {
-                    any |= sw.marks();
-                    (0..sw.ports.len())
-                        .map(|p| {
-                            let c = sw.port_effective(p as u8);
-                            let t = c.threshold_blocks(buffer_blocks);
-                            (c, t)
-                        })
-                        .collect()
-                }
-                NodeCc::Ca(_) => Vec::new(),
+        let any = per_port.iter().flatten().any(|c| c.threshold > 0);
+        let per_port = per_port
+            .into_iter()
+            .map(|ports| {
+                ports
+                    .into_iter()
+                    .map(|c| {
+                        let t = c.threshold_blocks(buffer_blocks);
+                        (c, t)
+                    })
+                    .collect()
             })
             .collect();
         any.then(|| {
@@ -361,7 +357,7 @@ impl A10Marker {
         })
     }
 
-    /// The effective setting (of ports without their own, see [`A10Marker::for_nodes`]).
+    /// The effective setting (of ports without their own, see [`A10Marker::for_ports`]).
     pub fn config(&self) -> &SwitchCcConfig {
         &self.cfg
     }
@@ -559,27 +555,22 @@ cc_cct 0:0,1:1,1:2,1:3
 
     #[test]
     fn each_port_marks_with_its_own_setting() {
-        use crate::cc_state::{NodeCc, PortCcSetting};
-        use crate::topology::NodeKind;
         let big = meta(4126);
-        let off = [
-            NodeCc::power_on(NodeKind::Switch, 4),
-            NodeCc::power_on(NodeKind::Hca, 1),
-        ];
-        assert!(A10Marker::for_nodes(&off, 65_536, &SeedTree::new(1)).is_none());
-        let mut nodes = off.clone();
-        let NodeCc::Switch(sw) = &mut nodes[0] else {
-            unreachable!()
+        let off_cfg = SwitchCcConfig {
+            threshold: 0,
+            ..SwitchCcConfig::default()
         };
-        // Only port 2 marks (its own Threshold 15); the switch-wide Threshold stays 0.
-        sw.ports[2] = PortCcSetting {
-            valid: true,
-            control_type: 0,
+        let off = vec![vec![off_cfg.clone(); 4], Vec::new()];
+        assert!(A10Marker::for_ports(off.clone(), 65_536, &SeedTree::new(1)).is_none());
+        let mut ports = off;
+        // Only port 2 marks (its own Threshold 15); the other ports stay at 0.
+        ports[0][2] = SwitchCcConfig {
             threshold: 15,
             packet_size: 0,
             marking_rate: 0,
+            ..off_cfg
         };
-        let mut m = A10Marker::for_nodes(&nodes, 65_536, &SeedTree::new(1)).unwrap();
+        let mut m = A10Marker::for_ports(ports, 65_536, &SeedTree::new(1)).unwrap();
         assert!(m.mark(&state(2, 65, 0), &big));
         assert!(!m.mark(&state(1, 500, 0), &big));
         assert!(!m.mark(&state(2, 64, 0), &big));

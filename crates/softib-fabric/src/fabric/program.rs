@@ -126,9 +126,12 @@ impl Fabric {
     fn program_cc(&mut self, cc: &[crate::cc_state::NodeCc]) {
         use crate::cc_state::NodeCc;
         let seeds = crate::rng::SeedTree::new(self.config.seed);
-        self.marker =
-            crate::cc_switch::A10Marker::for_nodes(cc, self.config.rx_buffer_bytes, &seeds)
-                .map(|m| Box::new(m) as Box<dyn crate::congestion::CongestionMarker>);
+        self.marker = crate::cc_switch::A10Marker::for_ports(
+            crate::cc_state::switch_port_settings(cc),
+            self.config.rx_buffer_bytes,
+            &seeds,
+        )
+        .map(|m| Box::new(m) as Box<dyn crate::congestion::CongestionMarker>);
         self.ca_cc = cc.iter().find_map(|n| match n {
             NodeCc::Ca(ca) if ca.active() => Some(ca.opensm()),
             _ => None,
